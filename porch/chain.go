@@ -1,0 +1,88 @@
+package porch
+
+import (
+	"fmt"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+)
+
+// Middleware is a before/after hook pair run by [Chain] around a buffered
+// handler.
+//
+// Before runs first, in the order the middlewares were given. It returns the
+// request to pass on (it may add to its context) and, to short-circuit, a
+// non-nil response: then no later Before and no handler runs.
+//
+// After runs for every middleware whose Before ran, in reverse order, even
+// when a later Before short-circuited or the handler panicked. It may change
+// res in place. panicked reports that the handler panicked; res is then the
+// 500 that replaced its output.
+type Middleware interface {
+	Before(r *http.Request) (*http.Request, *Response)
+	After(r *http.Request, res *Response, panicked bool)
+}
+
+// Chain returns chi-compatible middleware that runs ms as one before/after
+// chain around next. The handler's output is buffered so after hooks can see
+// and change the whole response before any byte reaches the client; that is
+// what lets a store-backed middleware make a response durable before it is
+// visible. Streaming handlers should not sit behind a porch chain.
+func Chain(ms ...Middleware) func(http.Handler) http.Handler {
+	ms = append([]Middleware(nil), ms...)
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			serve(ms, next, w, r)
+		})
+	}
+}
+
+// Adapt is Chain for a single middleware.
+func Adapt(m Middleware) func(http.Handler) http.Handler { return Chain(m) }
+
+func serve(ms []Middleware, next http.Handler, w http.ResponseWriter, r *http.Request) {
+	reqs := make([]*http.Request, 0, len(ms))
+	var res *Response
+	for _, m := range ms {
+		var short *Response
+		r, short = m.Before(r)
+		reqs = append(reqs, r)
+		if short != nil {
+			res = short
+			break
+		}
+	}
+	panicked := false
+	if res == nil {
+		res, panicked = runHandler(next, r)
+	}
+	for i := len(reqs) - 1; i >= 0; i-- {
+		ms[i].After(reqs[i], res, panicked)
+	}
+	res.Write(w)
+}
+
+// runHandler runs h into a buffer. Any panic, http.ErrAbortHandler included,
+// becomes a 500 so that the after hooks learn the handler did not complete
+// (idempotency must not store such a response); only ErrAbortHandler, which
+// handlers raise on purpose, goes unlogged.
+func runHandler(h http.Handler, r *http.Request) (res *Response, panicked bool) {
+	bw := newBufferWriter()
+	defer func() {
+		if v := recover(); v != nil {
+			if v != http.ErrAbortHandler {
+				slog.ErrorContext(r.Context(), "porch: handler panicked",
+					"method", r.Method, "path", r.URL.Path,
+					"panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+			}
+			res = Problem{
+				Type:   "about:blank",
+				Title:  "Internal Server Error",
+				Status: http.StatusInternalServerError,
+			}.Response()
+			panicked = true
+		}
+	}()
+	h.ServeHTTP(bw, r)
+	return bw.res, false
+}

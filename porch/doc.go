@@ -1,0 +1,22 @@
+// Package porch is a small framework on chi whose middlewares keep their
+// state in a real database.
+//
+// Three pieces live here:
+//
+//   - [Middleware], a before/after hook pair run around a buffered handler by
+//     [Chain]. A before hook may short-circuit with a [Response]; the after
+//     hook of every middleware whose before ran sees the final response, in
+//     reverse order, even when the handler panicked.
+//   - [Pool], a fixed set of actor goroutines chosen by a hash of a key. The
+//     same key always reaches the same actor, so per-key state needs no lock
+//     and no read-modify-write ever runs on a handler goroutine.
+//   - [App], a chi router with graceful shutdown that closes what the
+//     middlewares opened, in order.
+//
+// Every porch middleware is also a plain func(http.Handler) http.Handler (see
+// [Chain] and [Adapt]), so it can be copied into any chi application:
+//
+//	r := chi.NewRouter()
+//	r.Use(porch.Adapt(limiter))
+//	r.Post("/checkout", checkout)
+package porch

@@ -1,0 +1,174 @@
+package porch
+
+import (
+	"context"
+	"errors"
+	"hash/maphash"
+	"sync"
+)
+
+// Capacity defaults for [PoolOptions]. A burst of 1,000 concurrent requests
+// for one key lands on one actor, so the mailbox must hold that many jobs.
+const (
+	DefaultPoolSize = 16
+	DefaultMailbox  = 1024
+)
+
+// Errors returned by [Pool.Send] and [Call].
+var (
+	// ErrSaturated is returned at once when the key's mailbox is full. Callers
+	// fail closed: answer 503 with Retry-After, never proceed uncounted.
+	ErrSaturated = errors.New("porch: pool saturated")
+	// ErrClosed is returned after [Pool.Close] has begun.
+	ErrClosed = errors.New("porch: pool closed")
+)
+
+// PoolOptions are the pool's capacity knobs.
+type PoolOptions struct {
+	// Size is the number of actors. More actors buy concurrency across keys;
+	// one key is always served by one actor. If zero, DefaultPoolSize.
+	Size int
+	// Mailbox is how many jobs each actor's mailbox holds before Send fails
+	// with ErrSaturated. If zero, DefaultMailbox.
+	Mailbox int
+}
+
+// Pool is a fixed set of actor goroutines. A job sent for a key runs on the
+// actor chosen by a hash of the key modulo the pool size, after every job sent
+// earlier for that key. Each actor runs one job at a time, so state indexed
+// by shard (see [Pool.Shard]) is touched by one goroutine only and needs no
+// lock.
+//
+// A Pool is safe for concurrent use. Create it with [NewPool]; the zero value
+// is not usable.
+type Pool struct {
+	seed      maphash.Seed
+	mailboxes []chan func(shard int)
+	mailbox   int
+
+	mu     sync.RWMutex // protects closed against Send racing Close
+	closed bool
+
+	wg sync.WaitGroup
+}
+
+// NewPool starts the pool's actors. Close stops them.
+func NewPool(opt PoolOptions) *Pool {
+	if opt.Size < 0 || opt.Mailbox < 0 {
+		panic("porch: NewPool expects Size >= 0 and Mailbox >= 0")
+	}
+	if opt.Size == 0 {
+		opt.Size = DefaultPoolSize
+	}
+	if opt.Mailbox == 0 {
+		opt.Mailbox = DefaultMailbox
+	}
+	p := &Pool{seed: maphash.MakeSeed(), mailboxes: make([]chan func(int), opt.Size), mailbox: opt.Mailbox}
+	for i := range p.mailboxes {
+		mb := make(chan func(int), opt.Mailbox)
+		p.mailboxes[i] = mb
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			for job := range mb {
+				job(i)
+			}
+		}()
+	}
+	return p
+}
+
+// Size reports the number of actors; shard indexes run from 0 to Size()-1.
+func (p *Pool) Size() int { return len(p.mailboxes) }
+
+// Mailbox reports the capacity of each actor's mailbox.
+func (p *Pool) Mailbox() int { return p.mailbox }
+
+// Shard reports which actor serves key.
+func (p *Pool) Shard(key string) int {
+	return int(maphash.String(p.seed, key) % uint64(len(p.mailboxes)))
+}
+
+// Send queues job on key's actor and returns at once. The job receives the
+// shard index. It fails with ErrSaturated when the mailbox is full and with
+// ErrClosed once Close has begun; the job then never runs.
+func (p *Pool) Send(key string, job func(shard int)) error {
+	return p.SendShard(p.Shard(key), job)
+}
+
+// SendShard is Send for a shard already chosen with Shard.
+func (p *Pool) SendShard(shard int, job func(shard int)) error {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if p.closed {
+		return ErrClosed
+	}
+	select {
+	case p.mailboxes[shard] <- job:
+		return nil
+	default:
+		return ErrSaturated
+	}
+}
+
+// Close stops accepting jobs, lets every actor finish the jobs already in its
+// mailbox, and waits for the actors to exit or for ctx to end, returning
+// ctx.Err() in that case.
+func (p *Pool) Close(ctx context.Context) error {
+	p.mu.Lock()
+	if !p.closed {
+		p.closed = true
+		for _, mb := range p.mailboxes {
+			close(mb)
+		}
+	}
+	p.mu.Unlock()
+	done := make(chan struct{})
+	go func() { p.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Reply carries an actor's answer back to the caller of [Call]. An actor may
+// keep a Reply and answer it later, from any goroutine (a committer after its
+// transaction, or an owner's report). Send must be called exactly once; it
+// never blocks, even when the caller has stopped waiting.
+type Reply[T any] struct{ ch chan result[T] }
+
+type result[T any] struct {
+	v   T
+	err error
+}
+
+// NewReply makes a reply for a caller that waits with [Reply.Wait].
+func NewReply[T any]() Reply[T] { return Reply[T]{ch: make(chan result[T], 1)} }
+
+// Send delivers the answer.
+func (r Reply[T]) Send(v T, err error) { r.ch <- result[T]{v, err} }
+
+// Wait blocks until the answer arrives or ctx ends, returning ctx.Err().
+func (r Reply[T]) Wait(ctx context.Context) (T, error) {
+	select {
+	case res := <-r.ch:
+		return res.v, res.err
+	case <-ctx.Done():
+		var zero T
+		return zero, ctx.Err()
+	}
+}
+
+// Call sends job to key's actor and waits under ctx for its reply. The job
+// runs on the actor with the shard index and the Reply it must answer, now or
+// later.
+func Call[T any](ctx context.Context, p *Pool, key string, job func(shard int, r Reply[T])) (T, error) {
+	r := NewReply[T]()
+	if err := p.Send(key, func(shard int) { job(shard, r) }); err != nil {
+		var zero T
+		return zero, err
+	}
+	return r.Wait(ctx)
+}

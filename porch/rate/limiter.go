@@ -1,0 +1,254 @@
+package rate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/writeonce/writeonce/porch"
+	"github.com/writeonce/writeonce/porch/store"
+)
+
+// Problem types this package answers with.
+const (
+	ProblemLimited     = "https://porch.dev/problems/rate-limited"
+	ProblemUnavailable = "https://porch.dev/problems/rate-unavailable"
+)
+
+// forgetPerHit bounds how many closed windows one hit lets go of, so eviction
+// costs a constant per request.
+const forgetPerHit = 4
+
+// Options configure a Limiter. The zero value keys on the connection's peer.
+type Options struct {
+	// Name scopes this limiter's counters, so that several limiters can share
+	// one store, and names the policy in the RateLimit headers. If empty,
+	// "default".
+	Name string
+	// TrustProxy keys on the client IP resolved by chi's client-IP
+	// middleware (middleware.ClientIPFromXFF, ClientIPFromXFFTrustedProxies,
+	// ClientIPFromHeader), which must run before the limiter. Set it only
+	// when a proxy you control overwrites that header; the limiter itself
+	// never parses X-Forwarded-For. If false, the key is the connection's
+	// peer address, which cannot be forged.
+	TrustProxy bool
+	// Key, if set, returns the principal to count a request against (an API
+	// key, a user id). It returns "" to fall back to the client IP.
+	Key func(r *http.Request) string
+}
+
+// Limiter allows Limit requests per key in each fixed window of Window. A
+// key's window opens at its first request and closes Window later, measured
+// on the store's monotonic timeline, so a wall-clock jump (even across a
+// restart) grants no extra allowance.
+//
+// A Limiter is safe for concurrent use. Create it with [New].
+type Limiter struct {
+	pool   *porch.Pool
+	store  store.Store
+	limit  int64
+	window time.Duration
+	opt    Options
+	views  []*view // indexed by pool shard; views[i] is touched only by actor i
+	policy string  // RateLimit-Policy value, fixed per limiter
+	prefix string  // counter key prefix
+}
+
+// Verdict is a limiter's decision for one request, with what the response
+// headers report.
+type Verdict struct {
+	Allowed   bool
+	Limit     int64
+	Remaining int64
+	// Reset is when the window closes, on the store's timeline.
+	Reset time.Time
+}
+
+type verdictKey struct{ l *Limiter }
+
+// New returns a limiter of limit requests per window, counted by pool's
+// actors and persisted in st. It loads the counters of still-open windows
+// from st, so a restart resumes them. It panics if limit < 1 or window is
+// under a millisecond, and returns an error only if loading fails.
+func New(pool *porch.Pool, st store.Store, limit int, window time.Duration, opt Options) (*Limiter, error) {
+	if limit < 1 {
+		panic("rate: New expects limit >= 1")
+	}
+	if window < time.Millisecond {
+		panic("rate: New expects window >= 1ms")
+	}
+	if opt.Name == "" {
+		opt.Name = "default"
+	}
+	l := &Limiter{
+		pool: pool, store: st, limit: int64(limit), window: window, opt: opt,
+		views:  make([]*view, pool.Size()),
+		policy: fmt.Sprintf(`%q;q=%d;w=%d`, opt.Name, limit, porch.RetryAfterSeconds(window)),
+		prefix: "rate:" + opt.Name + ":",
+	}
+	for i := range l.views {
+		l.views[i] = newView()
+	}
+	// Load before any actor can see these views; handing a job to an actor
+	// through its mailbox publishes them.
+	now := st.Now()
+	err := st.LoadCounters(context.Background(), now, func(c store.Counter) {
+		if c.Window != window || len(c.Key) < len(l.prefix) || c.Key[:len(l.prefix)] != l.prefix {
+			return // another limiter's row, or this one's before its window changed
+		}
+		v := l.views[pool.Shard(c.Key)]
+		v.counts[c.Key] = tally{start: c.WindowStart, count: c.Count}
+		v.expiry = append(v.expiry, opened{key: c.Key, start: c.WindowStart})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("rate: %w", err)
+	}
+	for _, v := range l.views {
+		sortOpened(v.expiry)
+	}
+	return l, nil
+}
+
+// Key reports the counter key r is counted against.
+func (l *Limiter) Key(r *http.Request) string {
+	if l.opt.Key != nil {
+		if k := l.opt.Key(r); k != "" {
+			return l.prefix + "p:" + k
+		}
+	}
+	return l.prefix + "ip:" + clientKey(r, l.opt.TrustProxy)
+}
+
+// Allow counts one request for key and returns the verdict once the new
+// count is durable. It fails with porch.ErrSaturated when the key's mailbox
+// is full, with the store's error when the write failed, and with ctx.Err().
+// In every failure the caller must not serve the request.
+func (l *Limiter) Allow(ctx context.Context, key string) (Verdict, error) {
+	return porch.Call(ctx, l.pool, key, func(shard int, reply porch.Reply[Verdict]) {
+		l.hit(l.views[shard], key, reply)
+	})
+}
+
+// hit runs on key's actor.
+func (l *Limiter) hit(v *view, key string, reply porch.Reply[Verdict]) {
+	now := l.store.Now()
+	v.forget(now, l.window, forgetPerHit)
+	w, ok := v.counts[key]
+	if !ok || !now.Before(w.start.Add(l.window)) {
+		w = v.open(key, now) // a closed window is reset on this access
+	}
+	verdict := Verdict{Limit: l.limit, Reset: w.start.Add(l.window)}
+	if w.count >= l.limit {
+		// Nothing changes, so nothing is written; a refusal never lets a
+		// request through, so it need not wait for earlier writes.
+		reply.Send(verdict, nil)
+		return
+	}
+	w.count++
+	v.counts[key] = w
+	verdict.Allowed = true
+	verdict.Remaining = l.limit - w.count
+	c := store.Counter{Key: key, WindowStart: w.start, Window: l.window, Count: w.count}
+	if err := l.store.SaveCounter(c, func(err error) { reply.Send(verdict, err) }); err != nil {
+		reply.Send(Verdict{}, err)
+	}
+}
+
+// Before counts the request. A refusal short-circuits with 429; a failure
+// with 503. It implements porch.Middleware.
+func (l *Limiter) Before(r *http.Request) (*http.Request, *porch.Response) {
+	v, err := l.Allow(r.Context(), l.Key(r))
+	if err != nil {
+		return r, l.unavailable(r, err)
+	}
+	r = r.WithContext(context.WithValue(r.Context(), verdictKey{l}, v))
+	if !v.Allowed {
+		res := l.refusal(v)
+		return r, res
+	}
+	return r, nil
+}
+
+// After puts the rate-limit headers on the final response. It implements
+// porch.Middleware.
+func (l *Limiter) After(r *http.Request, res *porch.Response, _ bool) {
+	if v, ok := r.Context().Value(verdictKey{l}).(Verdict); ok {
+		if res.Header == nil {
+			res.Header = make(http.Header)
+		}
+		l.setHeaders(res.Header, v)
+	}
+}
+
+// Handler is the limiter as plain chi middleware. Unlike a porch chain it
+// does not buffer the response: headers are set before next runs.
+func (l *Limiter) Handler(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		v, err := l.Allow(r.Context(), l.Key(r))
+		if err != nil {
+			l.unavailable(r, err).Write(w)
+			return
+		}
+		if !v.Allowed {
+			l.refusal(v).Write(w)
+			return
+		}
+		l.setHeaders(w.Header(), v)
+		next.ServeHTTP(w, r)
+	})
+}
+
+// untilReset is the time left in v's window, never negative.
+func (l *Limiter) untilReset(v Verdict) time.Duration {
+	return max(v.Reset.Sub(l.store.Now()), 0)
+}
+
+// setHeaders writes the X-RateLimit-* triple and the IETF draft-10 RateLimit
+// and RateLimit-Policy fields. X-RateLimit-Reset is a Unix timestamp on the
+// wall clock, because a client has no access to this process's timeline.
+func (l *Limiter) setHeaders(h http.Header, v Verdict) {
+	left := l.untilReset(v)
+	secs := int64((left + time.Second - 1) / time.Second)
+	reset := l.store.Wall().Add(left)
+	resetUnix := reset.Unix()
+	if reset.Nanosecond() > 0 {
+		resetUnix++ // round up: the window is not over before this second
+	}
+	h.Set("X-RateLimit-Limit", strconv.FormatInt(v.Limit, 10))
+	h.Set("X-RateLimit-Remaining", strconv.FormatInt(v.Remaining, 10))
+	h.Set("X-RateLimit-Reset", strconv.FormatInt(resetUnix, 10))
+	h.Set("RateLimit-Policy", l.policy)
+	h.Set("RateLimit", `"`+l.opt.Name+`";r=`+strconv.FormatInt(v.Remaining, 10)+";t="+strconv.FormatInt(secs, 10))
+}
+
+// refusal is the 429 for v: Retry-After is the time until this key's window
+// closes, not the whole window.
+func (l *Limiter) refusal(v Verdict) *porch.Response {
+	res := porch.Problem{
+		Type:   ProblemLimited,
+		Title:  "Too Many Requests",
+		Status: http.StatusTooManyRequests,
+		Detail: fmt.Sprintf("limit of %d requests per %s reached", v.Limit, l.window),
+	}.Response()
+	l.setHeaders(res.Header, v)
+	res.Header.Set("Retry-After", strconv.Itoa(porch.RetryAfterSeconds(l.untilReset(v))))
+	return res
+}
+
+// unavailable is the fail-closed answer: the request was not counted, so it
+// must not be served.
+func (l *Limiter) unavailable(r *http.Request, err error) *porch.Response {
+	detail := "the rate limiter could not count this request"
+	switch {
+	case errors.Is(err, porch.ErrSaturated):
+		detail = "the rate limiter is saturated"
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+	default:
+		slog.ErrorContext(r.Context(), "rate: count failed", "err", err)
+	}
+	return porch.Unavailable(ProblemUnavailable, detail, time.Second)
+}

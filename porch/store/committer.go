@@ -1,0 +1,106 @@
+package store
+
+import (
+	"sync"
+	"sync/atomic"
+)
+
+// op is one queued write. Exactly one of its payload fields is set.
+type op struct {
+	counter  *Counter
+	response *Response
+	delete   *deletion
+	done     func(error)
+}
+
+type deletion struct {
+	key string
+	now int64 // Unix ms on the timeline
+}
+
+// batchWriter applies one batch of writes in one transaction.
+type batchWriter interface {
+	writeBatch(batch []op) error
+}
+
+// committer is the group-commit loop shared by the backends: one goroutine
+// takes the first queued write, drains whatever else is already queued, and
+// makes the whole batch durable in one transaction before answering any of
+// its writers.
+type committer struct {
+	queue    chan op
+	maxBatch int
+	writer   batchWriter
+
+	mu     sync.RWMutex // protects closed against enqueue racing close
+	closed bool
+	done   chan struct{}
+
+	commits, writes, failed atomic.Int64
+}
+
+func newCommitter(w batchWriter, queueSize, maxBatch int) *committer {
+	c := &committer{queue: make(chan op, queueSize), maxBatch: maxBatch, writer: w, done: make(chan struct{})}
+	go c.run()
+	return c
+}
+
+// enqueue queues o, blocking while the queue is full: that back-pressure is
+// what turns a slow disk into full mailboxes and 503s.
+func (c *committer) enqueue(o op) error {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.closed {
+		return ErrClosed
+	}
+	c.queue <- o
+	return nil
+}
+
+func (c *committer) run() {
+	defer close(c.done)
+	batch := make([]op, 0, c.maxBatch)
+	for first := range c.queue {
+		batch = append(batch[:0], first)
+	drain:
+		for len(batch) < c.maxBatch {
+			select {
+			case o, ok := <-c.queue:
+				if !ok {
+					break drain
+				}
+				batch = append(batch, o)
+			default:
+				break drain
+			}
+		}
+		err := c.writer.writeBatch(batch)
+		if err != nil {
+			c.failed.Add(1)
+		} else {
+			c.commits.Add(1)
+			c.writes.Add(int64(len(batch)))
+		}
+		for i := range batch {
+			if batch[i].done != nil {
+				batch[i].done(err)
+			}
+			batch[i] = op{} // let the payloads go
+		}
+	}
+}
+
+// close stops accepting writes, commits what is queued and waits for it.
+func (c *committer) close() {
+	c.mu.Lock()
+	if !c.closed {
+		c.closed = true
+		close(c.queue)
+	}
+	c.mu.Unlock()
+	<-c.done
+}
+
+func (c *committer) stats() Stats {
+	return Stats{Commits: c.commits.Load(), Writes: c.writes.Load(), Failed: c.failed.Load()}
+}

@@ -1,0 +1,20 @@
+// Package store owns every SQL statement porch runs and the committer that
+// makes them durable.
+//
+// A [Store] keeps two purpose-shaped tables: porch_rate_counters (one integer
+// counter per client key and window) and porch_idem_responses (a stored
+// status, content type and body beside the digest of the request that
+// produced it). Expiry is lazy: a row is reset or pruned when its key is next
+// touched, and a bounded number of expired rows is pruned with every commit,
+// so clients that never return do not grow a table without bound. There is no
+// background sweeper.
+//
+// Writes go through group commit: one committer goroutine drains every
+// pending write into one transaction, and each write's callback runs only
+// after that transaction has committed (synchronous=FULL for SQLite), so one
+// fsync serves a whole batch and nothing is visible before it is durable.
+//
+//	s, err := store.OpenSQLite("app.db", store.Options{})
+//	if err != nil { ... }
+//	defer s.Close(context.Background())
+package store

@@ -1,0 +1,315 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"time"
+
+	_ "github.com/mattn/go-sqlite3" // registers the "sqlite3" driver
+
+	"github.com/writeonce/writeonce/porch"
+)
+
+// Defaults for [Options].
+const (
+	// DefaultQueueSize is porch.DefaultPoolSize × porch.DefaultMailbox: the
+	// committer can hold one write for every job the pool's mailboxes hold.
+	DefaultQueueSize = porch.DefaultPoolSize * porch.DefaultMailbox
+	DefaultMaxBatch  = 4096
+	DefaultPruneRows = 64
+)
+
+// Options configure a store. The zero value is ready to use.
+type Options struct {
+	// Clock supplies the wall and monotonic readings. If nil,
+	// porch.SystemClock{}.
+	Clock porch.Clock
+	// QueueSize bounds the committer's queue; a write waits while it is
+	// full. Size it in proportion to the pool (size × mailbox). If zero,
+	// DefaultQueueSize.
+	QueueSize int
+	// MaxBatch caps the writes one transaction carries. If zero,
+	// DefaultMaxBatch.
+	MaxBatch int
+	// PruneRows is how many expired rows of each table one commit deletes.
+	// If zero, DefaultPruneRows; negative disables pruning.
+	PruneRows int
+	// CommitDelay makes every commit take at least this long. It is fault
+	// injection for tests and the acceptance gate (a slow disk); leave it
+	// zero in production.
+	CommitDelay time.Duration
+}
+
+func (o Options) withDefaults() Options {
+	if o.Clock == nil {
+		o.Clock = porch.SystemClock{}
+	}
+	if o.QueueSize == 0 {
+		o.QueueSize = DefaultQueueSize
+	}
+	if o.MaxBatch == 0 {
+		o.MaxBatch = DefaultMaxBatch
+	}
+	if o.PruneRows == 0 {
+		o.PruneRows = DefaultPruneRows
+	}
+	return o
+}
+
+// SQLite is the embedded store: one SQLite file in WAL mode, written only by
+// its committer with synchronous=FULL. The process that opens it is the only
+// writer of porch's rows, which is what lets a limiter keep an exact
+// in-memory view of its own keys. It is safe for concurrent use.
+type SQLite struct {
+	db       *sql.DB
+	wconn    *sql.Conn // the committer's connection; the only writer of porch rows
+	stmts    sqliteStmts
+	opt      Options
+	timeline porch.Timeline
+	c        *committer
+	seen     map[string]int // batch scratch: newest counter write per key
+}
+
+type sqliteStmts struct {
+	upsertCounter, upsertResponse, deleteResponse, pruneCounters, pruneResponses *sql.Stmt
+}
+
+var _ Store = (*SQLite)(nil)
+
+// OpenSQLite opens (creating if needed) the database at path, migrates its
+// schema, anchors the timeline and starts the committer.
+func OpenSQLite(path string, opt Options) (*SQLite, error) {
+	opt = opt.withDefaults()
+	q := url.Values{}
+	q.Set("_journal_mode", "WAL")
+	q.Set("_synchronous", "FULL")
+	q.Set("_busy_timeout", "10000")
+	q.Set("_txlock", "immediate")
+	db, err := sql.Open("sqlite3", "file:"+path+"?"+q.Encode())
+	if err != nil {
+		return nil, fmt.Errorf("store: open %s: %w", path, err)
+	}
+	s := &SQLite{db: db, opt: opt, seen: make(map[string]int)}
+	if err := s.init(context.Background()); err != nil {
+		db.Close()
+		return nil, err
+	}
+	s.c = newCommitter(s, opt.QueueSize, opt.MaxBatch)
+	return s, nil
+}
+
+func (s *SQLite) init(ctx context.Context) error {
+	if err := migrateSQLite(ctx, s.db); err != nil {
+		return err
+	}
+	var newest int64
+	if err := s.db.QueryRowContext(ctx, sqlNewest).Scan(&newest); err != nil {
+		return fmt.Errorf("store: read newest time: %w", err)
+	}
+	s.timeline = porch.NewTimeline(s.opt.Clock, time.UnixMilli(newest))
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("store: writer connection: %w", err)
+	}
+	s.wconn = conn
+	for _, p := range []struct {
+		dst **sql.Stmt
+		sql string
+	}{
+		{&s.stmts.upsertCounter, sqlUpsertCounter},
+		{&s.stmts.upsertResponse, sqlUpsertResponse},
+		{&s.stmts.deleteResponse, sqlDeleteExpiredResponse},
+		{&s.stmts.pruneCounters, sqlPruneCounters},
+		{&s.stmts.pruneResponses, sqlPruneResponses},
+	} {
+		if *p.dst, err = conn.PrepareContext(ctx, p.sql); err != nil {
+			return fmt.Errorf("store: prepare: %w", err)
+		}
+	}
+	return nil
+}
+
+func migrateSQLite(ctx context.Context, db *sql.DB) error {
+	var version int
+	if err := db.QueryRowContext(ctx, "PRAGMA user_version").Scan(&version); err != nil {
+		return fmt.Errorf("store: read schema version: %w", err)
+	}
+	if version > len(sqliteMigrations) {
+		return fmt.Errorf("store: schema version %d is newer than this build knows (%d)", version, len(sqliteMigrations))
+	}
+	for v := version; v < len(sqliteMigrations); v++ {
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return fmt.Errorf("store: migrate to %d: %w", v+1, err)
+		}
+		if _, err := tx.ExecContext(ctx, sqliteMigrations[v]); err != nil {
+			tx.Rollback()
+			return fmt.Errorf("store: migrate to %d: %w", v+1, err)
+		}
+		if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", v+1)); err != nil {
+			tx.Rollback()
+			return fmt.Errorf("store: migrate to %d: %w", v+1, err)
+		}
+		if err := tx.Commit(); err != nil {
+			return fmt.Errorf("store: migrate to %d: %w", v+1, err)
+		}
+	}
+	return nil
+}
+
+// DB is the underlying database, for an application's own tables. Porch's
+// tables must not be written through it.
+func (s *SQLite) DB() *sql.DB { return s.db }
+
+// Now reads the store's timeline.
+func (s *SQLite) Now() time.Time { return s.timeline.Now() }
+
+// Wall reads the wall clock.
+func (s *SQLite) Wall() time.Time { return s.timeline.Wall() }
+
+// LoadCounters calls fn for every counter still open at now.
+func (s *SQLite) LoadCounters(ctx context.Context, now time.Time, fn func(Counter)) error {
+	rows, err := s.db.QueryContext(ctx, sqlLoadCounters, now.UnixMilli())
+	if err != nil {
+		return fmt.Errorf("store: load counters: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var c Counter
+		var start, window int64
+		if err := rows.Scan(&c.Key, &start, &window, &c.Count); err != nil {
+			return fmt.Errorf("store: load counters: %w", err)
+		}
+		c.WindowStart = time.UnixMilli(start)
+		c.Window = time.Duration(window) * time.Millisecond
+		fn(c)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("store: load counters: %w", err)
+	}
+	return nil
+}
+
+// SaveCounter queues an upsert of c.
+func (s *SQLite) SaveCounter(c Counter, done func(error)) error {
+	return s.c.enqueue(op{counter: &c, done: done})
+}
+
+// LoadResponse reads key's stored response.
+func (s *SQLite) LoadResponse(ctx context.Context, key string) (Response, bool, error) {
+	r := Response{Key: key}
+	var created, expires int64
+	err := s.db.QueryRowContext(ctx, sqlLoadResponse, key).
+		Scan(&r.Digest, &r.Status, &r.ContentType, &r.Body, &created, &expires)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Response{}, false, nil
+	}
+	if err != nil {
+		return Response{}, false, fmt.Errorf("store: load response: %w", err)
+	}
+	r.Created, r.Expires = time.UnixMilli(created), time.UnixMilli(expires)
+	return r, true, nil
+}
+
+// SaveResponse queues an upsert of r.
+func (s *SQLite) SaveResponse(r Response, done func(error)) error {
+	return s.c.enqueue(op{response: &r, done: done})
+}
+
+// DeleteResponse queues the prune of key's expired row.
+func (s *SQLite) DeleteResponse(key string, now time.Time, done func(error)) error {
+	return s.c.enqueue(op{delete: &deletion{key: key, now: now.UnixMilli()}, done: done})
+}
+
+// Stats reports the committer's counters.
+func (s *SQLite) Stats() Stats { return s.c.stats() }
+
+// Close commits every queued write, then closes the database. If ctx ends
+// first it returns ctx.Err() and leaves the flush running.
+func (s *SQLite) Close(ctx context.Context) error {
+	flushed := make(chan struct{})
+	go func() { s.c.close(); close(flushed) }()
+	select {
+	case <-flushed:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	s.wconn.Close()
+	if err := s.db.Close(); err != nil {
+		return fmt.Errorf("store: close: %w", err)
+	}
+	return nil
+}
+
+// writeBatch runs on the committer goroutine: one IMMEDIATE transaction for
+// the whole batch, a bounded prune first, then the newest write per counter
+// key (the limiter's actor is the only writer of its keys and writes absolute
+// counts, so earlier writes of a key in the same batch are superseded).
+func (s *SQLite) writeBatch(batch []op) (err error) {
+	ctx := context.Background()
+	if s.opt.CommitDelay > 0 {
+		time.Sleep(s.opt.CommitDelay) // fault injection: a slow disk
+	}
+	if _, err := s.wconn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		return fmt.Errorf("store: begin batch: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			s.wconn.ExecContext(ctx, "ROLLBACK") //nolint:errcheck // the batch already failed
+		}
+	}()
+	if s.opt.PruneRows > 0 {
+		now := s.Now().UnixMilli()
+		if _, err := s.stmts.pruneCounters.ExecContext(ctx, now, s.opt.PruneRows); err != nil {
+			return fmt.Errorf("store: prune counters: %w", err)
+		}
+		if _, err := s.stmts.pruneResponses.ExecContext(ctx, now, s.opt.PruneRows); err != nil {
+			return fmt.Errorf("store: prune responses: %w", err)
+		}
+	}
+	clear(s.seen)
+	for i := range batch {
+		if c := batch[i].counter; c != nil {
+			s.seen[c.Key] = i
+		}
+	}
+	for i := range batch {
+		if err := s.apply(ctx, batch, i); err != nil {
+			return err
+		}
+	}
+	if _, err := s.wconn.ExecContext(ctx, "COMMIT"); err != nil {
+		return fmt.Errorf("store: commit batch: %w", err)
+	}
+	return nil
+}
+
+func (s *SQLite) apply(ctx context.Context, batch []op, i int) error {
+	o := batch[i]
+	switch {
+	case o.counter != nil:
+		c := o.counter
+		if s.seen[c.Key] != i {
+			return nil // a newer write of this key is in the batch
+		}
+		start := c.WindowStart.UnixMilli()
+		window := c.Window.Milliseconds()
+		if _, err := s.stmts.upsertCounter.ExecContext(ctx, c.Key, start, window, c.Count, start+window); err != nil {
+			return fmt.Errorf("store: save counter: %w", err)
+		}
+	case o.response != nil:
+		r := o.response
+		if _, err := s.stmts.upsertResponse.ExecContext(ctx, r.Key, r.Digest, r.Status, r.ContentType, r.Body,
+			r.Created.UnixMilli(), r.Expires.UnixMilli()); err != nil {
+			return fmt.Errorf("store: save response: %w", err)
+		}
+	case o.delete != nil:
+		if _, err := s.stmts.deleteResponse.ExecContext(ctx, o.delete.key, o.delete.now); err != nil {
+			return fmt.Errorf("store: delete response: %w", err)
+		}
+	}
+	return nil
+}

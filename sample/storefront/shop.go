@@ -1,0 +1,215 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
+	"github.com/google/uuid"
+
+	"github.com/writeonce/writeonce/porch"
+	"github.com/writeonce/writeonce/porch/rate"
+	"github.com/writeonce/writeonce/porch/store"
+)
+
+// The shop's own tables live in the same SQLite file as porch's. The
+// checkout writes exactly one orders row per executed request, which is what
+// the gate counts to prove a side effect ran once.
+const shopSchema = `
+CREATE TABLE IF NOT EXISTS products (
+	sku         TEXT    NOT NULL PRIMARY KEY,
+	name        TEXT    NOT NULL,
+	price_cents INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS orders (
+	order_id    TEXT    NOT NULL PRIMARY KEY,
+	sku         TEXT    NOT NULL REFERENCES products (sku),
+	qty         INTEGER NOT NULL,
+	total_cents INTEGER NOT NULL,
+	created_at  INTEGER NOT NULL
+);
+INSERT OR IGNORE INTO products (sku, name, price_cents) VALUES
+	('tea-green', 'Green tea, 100 g', 650),
+	('tea-black', 'Black tea, 100 g', 550),
+	('mug',       'Stoneware mug',    1800);`
+
+// maxCheckoutBody caps what the checkout handler reads.
+const maxCheckoutBody = 64 << 10
+
+type shop struct {
+	cfg config
+	db  *sql.DB
+}
+
+type product struct {
+	SKU        string `json:"sku"`
+	Name       string `json:"name"`
+	PriceCents int64  `json:"price_cents"`
+}
+
+// newShop opens the store, builds the pool and middleware, and routes.
+func newShop(cfg config) (*porch.App, error) {
+	st, err := store.OpenSQLite(cfg.db, store.Options{
+		Clock:       porch.SystemClock{Offset: cfg.wallOffset},
+		QueueSize:   queueSize(cfg),
+		CommitDelay: cfg.storeDelay,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if _, err := st.DB().Exec(shopSchema); err != nil {
+		st.Close(context.Background())
+		return nil, fmt.Errorf("storefront: schema: %w", err)
+	}
+	pool := porch.NewPool(porch.PoolOptions{Size: cfg.pool, Mailbox: cfg.mailbox})
+	app := porch.New()
+	app.OnShutdown(st.Close)   // runs last: flushes what the pool's last jobs wrote
+	app.OnShutdown(pool.Close) // runs first
+	lim, err := rate.New(pool, st, cfg.rateLimit, cfg.rateWindow, rate.Options{TrustProxy: cfg.trustProxy})
+	if err != nil {
+		app.Close(context.Background())
+		return nil, err
+	}
+	s := &shop{cfg: cfg, db: st.DB()}
+
+	app.Get("/healthz", s.healthz)
+	app.Group(func(r chi.Router) {
+		if cfg.trustProxy {
+			r.Use(middleware.ClientIPFromXFFTrustedProxies(1))
+		}
+		r.Use(porch.Chain(lim))
+		r.Get("/products", s.products)
+		r.Post("/checkout", s.checkout)
+	})
+	return app, nil
+}
+
+func queueSize(cfg config) int {
+	pool, mailbox := cfg.pool, cfg.mailbox
+	if pool == 0 {
+		pool = porch.DefaultPoolSize
+	}
+	if mailbox == 0 {
+		mailbox = porch.DefaultMailbox
+	}
+	return pool * mailbox
+}
+
+func (s *shop) healthz(w http.ResponseWriter, r *http.Request) {
+	if err := s.db.PingContext(r.Context()); err != nil {
+		porch.Unavailable("https://porch.dev/problems/not-ready", err.Error(), time.Second).Write(w)
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	io.WriteString(w, "ok\n")
+}
+
+func (s *shop) products(w http.ResponseWriter, r *http.Request) {
+	rows, err := s.db.QueryContext(r.Context(), `SELECT sku, name, price_cents FROM products ORDER BY sku`)
+	if err != nil {
+		serverError(w, err)
+		return
+	}
+	defer rows.Close()
+	list := []product{}
+	for rows.Next() {
+		var p product
+		if err := rows.Scan(&p.SKU, &p.Name, &p.PriceCents); err != nil {
+			serverError(w, err)
+			return
+		}
+		list = append(list, p)
+	}
+	if err := rows.Err(); err != nil {
+		serverError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, list)
+}
+
+type checkoutRequest struct {
+	SKU string `json:"sku"`
+	Qty int64  `json:"qty"`
+}
+
+type order struct {
+	OrderID    string `json:"order_id"`
+	SKU        string `json:"sku"`
+	Qty        int64  `json:"qty"`
+	TotalCents int64  `json:"total_cents"`
+}
+
+func (s *shop) checkout(w http.ResponseWriter, r *http.Request) {
+	var req checkoutRequest
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxCheckoutBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		badRequest(w, "malformed-body", "the body must be a JSON object {\"sku\": string, \"qty\": int}: "+err.Error())
+		return
+	}
+	if dec.More() {
+		badRequest(w, "malformed-body", "the body must hold one JSON object")
+		return
+	}
+	if req.SKU == "" || req.Qty < 1 || req.Qty > 1000 {
+		badRequest(w, "invalid-order", "sku is required and qty must be between 1 and 1000")
+		return
+	}
+	if s.cfg.checkoutDelay > 0 { // the work a real checkout does before it commits
+		select {
+		case <-time.After(s.cfg.checkoutDelay):
+		case <-r.Context().Done():
+			return
+		}
+	}
+	var price int64
+	err := s.db.QueryRowContext(r.Context(), `SELECT price_cents FROM products WHERE sku = ?`, req.SKU).Scan(&price)
+	if errors.Is(err, sql.ErrNoRows) {
+		porch.Problem{Type: problemBase + "unknown-sku", Title: "Unknown SKU", Status: http.StatusUnprocessableEntity,
+			Detail: fmt.Sprintf("no product has sku %q", req.SKU)}.Write(w)
+		return
+	}
+	if err != nil {
+		serverError(w, err)
+		return
+	}
+	o := order{OrderID: uuid.NewString(), SKU: req.SKU, Qty: req.Qty, TotalCents: price * req.Qty}
+	if _, err := s.db.ExecContext(r.Context(),
+		`INSERT INTO orders (order_id, sku, qty, total_cents, created_at) VALUES (?, ?, ?, ?, ?)`,
+		o.OrderID, o.SKU, o.Qty, o.TotalCents, time.Now().UnixMilli()); err != nil {
+		serverError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, o)
+}
+
+const problemBase = "https://porch.dev/problems/storefront/"
+
+func badRequest(w http.ResponseWriter, typ, detail string) {
+	porch.Problem{Type: problemBase + typ, Title: "Bad Request", Status: http.StatusBadRequest, Detail: detail}.Write(w)
+}
+
+// serverError logs err and answers 500 without it: internals stay in the log.
+func serverError(w http.ResponseWriter, err error) {
+	slog.Error("storefront: request failed", "err", err)
+	porch.Problem{Type: "about:blank", Title: "Internal Server Error", Status: http.StatusInternalServerError}.Write(w)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		serverError(w, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(append(body, '\n'))
+}
