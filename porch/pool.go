@@ -111,6 +111,20 @@ func (p *Pool) SendShard(shard int, job func(shard int)) error {
 	}
 }
 
+// SendWait is Send that waits for room in the mailbox instead of failing with
+// ErrSaturated. It is for reports that must not be lost (an idempotency owner
+// handing back its key), never for admitting new work: admission fails fast
+// so that overload becomes 503s. It fails with ErrClosed once Close has begun.
+func (p *Pool) SendWait(key string, job func(shard int)) error {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if p.closed {
+		return ErrClosed
+	}
+	p.mailboxes[p.Shard(key)] <- job
+	return nil
+}
+
 // Close stops accepting jobs, lets every actor finish the jobs already in its
 // mailbox, and waits for the actors to exit or for ctx to end, returning
 // ctx.Err() in that case.

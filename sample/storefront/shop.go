@@ -16,6 +16,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/writeonce/writeonce/porch"
+	"github.com/writeonce/writeonce/porch/idem"
 	"github.com/writeonce/writeonce/porch/rate"
 	"github.com/writeonce/writeonce/porch/store"
 )
@@ -78,6 +79,7 @@ func newShop(cfg config) (*porch.App, error) {
 		app.Close(context.Background())
 		return nil, err
 	}
+	keys := idem.New(pool, st, idem.Options{RequireKey: true, TTL: cfg.idemTTL})
 	s := &shop{cfg: cfg, db: st.DB()}
 
 	app.Get("/healthz", s.healthz)
@@ -85,9 +87,9 @@ func newShop(cfg config) (*porch.App, error) {
 		if cfg.trustProxy {
 			r.Use(middleware.ClientIPFromXFFTrustedProxies(1))
 		}
-		r.Use(porch.Chain(lim))
-		r.Get("/products", s.products)
-		r.Post("/checkout", s.checkout)
+		r.With(porch.Chain(lim)).Get("/products", s.products)
+		// Limit first: a refused request must not reserve its key.
+		r.With(porch.Chain(lim, keys)).Post("/checkout", s.checkout)
 	})
 	return app, nil
 }

@@ -1,0 +1,21 @@
+// Package idem is porch's idempotency-key middleware: a request carrying an
+// Idempotency-Key runs its handler exactly once, even when retries of it
+// arrive concurrently, and every retry gets the first execution's response.
+//
+// The key's pool actor decides one of four outcomes:
+//
+//   - a stored response whose request digest matches: replay it (same status,
+//     byte-identical body, Content-Type, Idempotency-Replayed: true);
+//   - a stored response whose digest differs: 422, nothing runs;
+//   - no record and no owner: this request owns the key and runs the handler;
+//     its response is stored (group commit) before it is sent;
+//   - an owner is running: park until it reports, then answer as a replay
+//     would. No 409 and no polling.
+//
+// Ownership is volatile: a crash mid-handler leaves no owner, so the next
+// duplicate runs the handler again, and a key is never wedged pending. A 5xx
+// or a panic is not stored; ownership passes to a parked duplicate.
+//
+//	idem := idem.New(pool, st, idem.Options{RequireKey: true})
+//	r.With(porch.Adapt(idem)).Post("/checkout", checkout)
+package idem

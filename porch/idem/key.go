@@ -1,0 +1,85 @@
+package idem
+
+import (
+	"errors"
+	"net/http"
+	"strings"
+)
+
+// Header is the request header that carries the key
+// (draft-ietf-httpapi-idempotency-key-header).
+const Header = "Idempotency-Key"
+
+// MaxKeyLen is the longest key accepted, in bytes.
+const MaxKeyLen = 255
+
+var (
+	errKeyMissing  = errors.New("no Idempotency-Key header")
+	errKeyRepeated = errors.New("more than one Idempotency-Key header")
+	errKeyEmpty    = errors.New("the Idempotency-Key is empty")
+	errKeyLong     = errors.New("the Idempotency-Key is longer than 255 bytes")
+	errKeyChars    = errors.New("the Idempotency-Key holds a character outside printable ASCII")
+	errKeyQuoted   = errors.New("the Idempotency-Key is a malformed quoted string")
+)
+
+// parseKey reads the Idempotency-Key of r. The draft makes it a
+// structured-field string ("abc"); many clients send it bare (abc), so both
+// are accepted and mean the same key.
+func parseKey(r *http.Request) (string, error) {
+	vals := r.Header.Values(Header)
+	switch len(vals) {
+	case 0:
+		return "", errKeyMissing
+	case 1:
+	default:
+		return "", errKeyRepeated
+	}
+	raw := strings.TrimSpace(vals[0])
+	key := raw
+	if strings.HasPrefix(raw, `"`) {
+		var err error
+		if key, err = unquote(raw); err != nil {
+			return "", err
+		}
+	}
+	switch {
+	case key == "":
+		return "", errKeyEmpty
+	case len(key) > MaxKeyLen:
+		return "", errKeyLong
+	}
+	for i := 0; i < len(key); i++ {
+		if c := key[i]; c < 0x20 || c > 0x7e {
+			return "", errKeyChars
+		}
+	}
+	return key, nil
+}
+
+// unquote decodes an RFC 8941 sf-string: printable ASCII between quotes,
+// with only \" and \\ escaped.
+func unquote(s string) (string, error) {
+	if len(s) < 2 || s[len(s)-1] != '"' {
+		return "", errKeyQuoted
+	}
+	s = s[1 : len(s)-1]
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '\\':
+			i++
+			if i == len(s) || (s[i] != '"' && s[i] != '\\') {
+				return "", errKeyQuoted
+			}
+			b.WriteByte(s[i])
+		case c == '"':
+			return "", errKeyQuoted
+		case c < 0x20 || c > 0x7e:
+			return "", errKeyChars
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String(), nil
+}
