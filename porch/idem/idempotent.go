@@ -89,8 +89,8 @@ func New(pool *porch.Pool, st store.Store, opt Options) *Idempotent {
 type ownership struct {
 	key    string
 	digest []byte
-	flight *flight
 	caller *caller
+	hold   store.Reservation
 }
 
 type ownershipKey struct{ m *Idempotent }
@@ -101,10 +101,10 @@ func (m *Idempotent) Before(r *http.Request) (*http.Request, *porch.Response) {
 		return r, nil
 	}
 	key, err := parseKey(r)
-	if errors.Is(err, errKeyMissing) && !m.opt.RequireKey {
-		return r, nil
-	}
 	if errors.Is(err, errKeyMissing) {
+		if !m.opt.RequireKey {
+			return r, nil
+		}
 		return r, problem(ProblemKeyRequired, http.StatusBadRequest, "Idempotency-Key required",
 			"this endpoint requires an Idempotency-Key header")
 	}
@@ -118,55 +118,102 @@ func (m *Idempotent) Before(r *http.Request) (*http.Request, *porch.Response) {
 	key = m.scope(r, key)
 	for {
 		c := new(caller)
-		d, err := m.decide(r.Context(), key, digest, c)
+		kind, f, err := m.join(r.Context(), key, digest, c)
 		if err != nil {
 			return r, m.unavailable(r, err)
 		}
-		switch d.kind {
-		case outcomeReplay:
-			return r, replay(d.res)
-		case outcomeConflict:
-			return r, problem(ProblemKeyReused, http.StatusUnprocessableEntity, "Idempotency-Key reused",
-				"this key was used for a request with a different method, path or body")
-		case outcomeOwn:
-			o := &ownership{key: key, digest: digest, flight: d.flight, caller: c}
-			return r.WithContext(context.WithValue(r.Context(), ownershipKey{m}, o)), nil
-		}
-		f, res := m.wait(r, d.flight)
-		if res != nil {
+		if kind == outcomeLead {
+			o, res := m.lead(r, key, digest, c)
+			if o != nil {
+				return r.WithContext(context.WithValue(r.Context(), ownershipKey{m}, o)), nil
+			}
 			return r, res
 		}
-		if f.released {
-			continue // the owner gave up: try to become the owner
+		if res := m.wait(r, f); res != nil {
+			return r, res
 		}
-		if f.err != nil {
+		switch f.kind {
+		case outcomeReplay:
+			return r, m.answer(f.res, digest)
+		case outcomeFailed:
 			return r, m.unavailable(r, f.err)
 		}
-		return r, replay(f.res)
+		// The leader gave up (a 5xx, a panic, it left): decide afresh, and
+		// the first waiter back leads.
 	}
 }
 
-// decide asks key's actor for a decision. If the caller leaves before the
-// answer arrives, any ownership it was granted is handed back, so no key is
-// left with an owner nobody is running.
-func (m *Idempotent) decide(ctx context.Context, key string, digest []byte, c *caller) (decision, error) {
-	reply := porch.NewReply[decision]()
+// join asks key's actor whether this caller leads the key's flight or waits
+// on it. If the caller leaves before the answer arrives, a lead it was
+// granted is handed back, so no key is left led by a caller nobody runs.
+func (m *Idempotent) join(ctx context.Context, key string, digest []byte, c *caller) (outcome, *flight, error) {
+	type joined struct {
+		kind outcome
+		f    *flight
+	}
+	reply := porch.NewReply[joined]()
 	err := m.pool.Send(key, func(i int) {
-		reply.Send(m.begin(ctx, m.shards[i], key, digest, c))
+		kind, f := m.shards[i].begin(key, digest, c)
+		reply.Send(joined{kind, f}, nil)
 	})
 	if err != nil {
-		return decision{}, err
+		return 0, nil, err
 	}
-	d, err := reply.Wait(ctx)
+	j, err := reply.Wait(ctx)
 	if err != nil {
-		m.report(key, func(sh *shard) { m.release(sh, key, c) })
+		m.end(key, c, outcomeReleased, store.Response{}, nil)
+		return 0, nil, err
 	}
-	return d, err
+	return j.kind, j.f, nil
 }
 
-// wait parks a duplicate until the owner's flight is over. It returns a
+// lead runs on the leader's goroutine: it reserves the key in the store
+// (across processes, where the store is shared), reads what is stored, and
+// either answers from it or takes ownership, returned for After.
+func (m *Idempotent) lead(r *http.Request, key string, digest []byte, c *caller) (*ownership, *porch.Response) {
+	ctx := r.Context()
+	hold, err := m.store.Reserve(ctx, key)
+	if err != nil {
+		m.end(key, c, failedOrReleased(ctx, err), store.Response{}, err)
+		return nil, m.unavailable(r, err)
+	}
+	stored, ok, err := hold.Load(ctx)
+	if err != nil {
+		hold.Release()
+		m.end(key, c, failedOrReleased(ctx, err), store.Response{}, err)
+		return nil, m.unavailable(r, err)
+	}
+	if !ok {
+		return &ownership{key: key, digest: digest, caller: c, hold: hold}, nil
+	}
+	hold.Release()
+	m.end(key, c, outcomeReplay, stored, nil)
+	return nil, m.answer(stored, digest)
+}
+
+// answer is what a request gets once its key has a stored response: a
+// replay when it is the same request, and 422 when the key was reused for a
+// different one. Nothing is run and nothing is overwritten.
+func (m *Idempotent) answer(stored store.Response, digest []byte) *porch.Response {
+	if !bytes.Equal(stored.Digest, digest) {
+		return problem(ProblemKeyReused, http.StatusUnprocessableEntity, "Idempotency-Key reused",
+			"this key was used for a request with a different method, path or body")
+	}
+	return replay(stored)
+}
+
+// failedOrReleased tells a leader that left (its context ended: the waiters
+// should decide afresh) from a store that failed (the waiters fail too).
+func failedOrReleased(ctx context.Context, err error) outcome {
+	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		return outcomeReleased
+	}
+	return outcomeFailed
+}
+
+// wait parks a duplicate until the leader's flight is over. It returns a
 // response only when the wait itself ends the request (context, MaxWait).
-func (m *Idempotent) wait(r *http.Request, f *flight) (*flight, *porch.Response) {
+func (m *Idempotent) wait(r *http.Request, f *flight) *porch.Response {
 	var timeout <-chan time.Time
 	if m.opt.MaxWait > 0 {
 		t := time.NewTimer(m.opt.MaxWait)
@@ -175,55 +222,51 @@ func (m *Idempotent) wait(r *http.Request, f *flight) (*flight, *porch.Response)
 	}
 	select {
 	case <-f.done:
-		return f, nil
+		return nil
 	case <-timeout:
 		res := problem(ProblemInFlight, http.StatusConflict, "Request in flight",
 			"a request with this Idempotency-Key is still being processed; retry later")
 		res.SetHeader("Retry-After", strconv.Itoa(porch.RetryAfterSeconds(m.opt.MaxWait)))
-		return nil, res
+		return res
 	case <-r.Context().Done():
-		return nil, m.unavailable(r, r.Context().Err())
+		return m.unavailable(r, r.Context().Err())
 	}
 }
 
-// After stores the owner's response and sends it only once it is durable. A
-// 5xx or a panic is not stored: the key is handed back. It implements
-// porch.Middleware.
+// After stores the owner's response and lets it out only once it is
+// durable. A 5xx or a panic is not stored: the key is handed back, and a
+// waiting duplicate runs the handler. It implements porch.Middleware.
 func (m *Idempotent) After(r *http.Request, res *porch.Response, panicked bool) {
 	o, ok := r.Context().Value(ownershipKey{m}).(*ownership)
 	if !ok {
 		return
 	}
+	defer o.hold.Release()
 	status := res.StatusCode()
 	if panicked || status >= 500 {
-		m.report(o.key, func(sh *shard) { m.release(sh, o.key, o.caller) })
+		m.end(o.key, o.caller, outcomeReleased, store.Response{}, nil)
 		return
 	}
-	now := m.store.Now()
 	stored := store.Response{
 		Key: o.key, Digest: o.digest, Status: status,
 		ContentType: res.Header.Get("Content-Type"), Body: res.Body,
-		Created: now, Expires: now.Add(m.opt.TTL),
 	}
-	if err := m.report(o.key, func(*shard) { m.finish(o.flight, stored) }); err != nil {
+	// The client may have gone; the response is stored all the same, so its
+	// retry replays rather than runs the handler again.
+	if err := o.hold.Save(context.WithoutCancel(r.Context()), stored, m.opt.TTL); err != nil {
+		m.end(o.key, o.caller, outcomeFailed, store.Response{}, err)
 		*res = *m.unavailable(r, err)
 		return
 	}
-	<-o.flight.done // durable before visible; the committer always answers
-	m.report(o.key, func(sh *shard) { m.settle(sh, o.key, o.flight) })
-	if o.flight.err != nil {
-		*res = *m.unavailable(r, o.flight.err)
-	}
+	m.end(o.key, o.caller, outcomeReplay, stored, nil)
 }
 
-// report hands a job to key's actor, waiting for mailbox room: an owner's
-// report must not be lost to saturation, or its key would stay owned.
-func (m *Idempotent) report(key string, job func(*shard)) error {
-	err := m.pool.SendWait(key, func(i int) { job(m.shards[i]) })
-	if err != nil {
-		slog.Error("idem: report to actor failed", "err", err)
+// end reports a flight's outcome to key's actor, waiting for mailbox room:
+// the report must not be lost to saturation, or the key would stay led.
+func (m *Idempotent) end(key string, c *caller, kind outcome, res store.Response, err error) {
+	if sendErr := m.pool.SendWait(key, func(i int) { m.shards[i].end(key, c, kind, res, err) }); sendErr != nil {
+		slog.Error("idem: report to actor failed", "err", sendErr)
 	}
-	return err
 }
 
 // Handler is the middleware as plain chi middleware. It buffers the

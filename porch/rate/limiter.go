@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/writeonce/writeonce/porch"
@@ -48,14 +49,16 @@ type Options struct {
 //
 // A Limiter is safe for concurrent use. Create it with [New].
 type Limiter struct {
-	pool   *porch.Pool
-	store  store.Store
-	limit  int64
-	window time.Duration
-	opt    Options
-	views  []*view // indexed by pool shard; views[i] is touched only by actor i
-	policy string  // RateLimit-Policy value, fixed per limiter
-	prefix string  // counter key prefix
+	pool      *porch.Pool
+	store     store.Store
+	exclusive store.ExclusiveCounters // set when this process is the counters' only writer
+	shared    store.SharedCounters    // set otherwise
+	limit     int64
+	window    time.Duration
+	opt       Options
+	views     []*view // indexed by pool shard; views[i] is touched only by actor i
+	policy    string  // RateLimit-Policy value, fixed per limiter
+	prefix    string  // counter key prefix
 }
 
 // Verdict is a limiter's decision for one request, with what the response
@@ -64,16 +67,22 @@ type Verdict struct {
 	Allowed   bool
 	Limit     int64
 	Remaining int64
-	// Reset is when the window closes, on the store's timeline.
-	Reset time.Time
+	// ResetIn is the time left in the window when the verdict was made.
+	ResetIn time.Duration
 }
 
 type verdictKey struct{ l *Limiter }
 
 // New returns a limiter of limit requests per window, counted by pool's
-// actors and persisted in st. It loads the counters of still-open windows
-// from st, so a restart resumes them. It panics if limit < 1 or window is
-// under a millisecond, and returns an error only if loading fails.
+// actors and persisted in st.
+//
+// With a store that is its counters' only writer (SQLite) each actor keeps
+// its keys' counts in memory and writes them through; New loads the counters
+// of still-open windows, so a restart resumes them. With a shared store
+// (PostgreSQL) every hit is one atomic statement on the database.
+//
+// It panics if limit < 1, window is under a millisecond, or st keeps no
+// counters, and returns an error only if loading fails.
 func New(pool *porch.Pool, st store.Store, limit int, window time.Duration, opt Options) (*Limiter, error) {
 	if limit < 1 {
 		panic("rate: New expects limit >= 1")
@@ -86,31 +95,43 @@ func New(pool *porch.Pool, st store.Store, limit int, window time.Duration, opt 
 	}
 	l := &Limiter{
 		pool: pool, store: st, limit: int64(limit), window: window, opt: opt,
-		views:  make([]*view, pool.Size()),
 		policy: fmt.Sprintf(`%q;q=%d;w=%d`, opt.Name, limit, porch.RetryAfterSeconds(window)),
 		prefix: "rate:" + opt.Name + ":",
 	}
+	switch c := st.(type) {
+	case store.ExclusiveCounters:
+		l.exclusive = c
+		return l, l.load()
+	case store.SharedCounters:
+		l.shared = c
+		return l, nil
+	}
+	panic(fmt.Sprintf("rate: New expects a store with counters, got %T", st))
+}
+
+// load fills the views with the counters of still-open windows. It runs
+// before any actor can see the views; handing a job to an actor through its
+// mailbox publishes them.
+func (l *Limiter) load() error {
+	l.views = make([]*view, l.pool.Size())
 	for i := range l.views {
 		l.views[i] = newView()
 	}
-	// Load before any actor can see these views; handing a job to an actor
-	// through its mailbox publishes them.
-	now := st.Now()
-	err := st.LoadCounters(context.Background(), now, func(c store.Counter) {
-		if c.Window != window || len(c.Key) < len(l.prefix) || c.Key[:len(l.prefix)] != l.prefix {
+	err := l.exclusive.LoadCounters(context.Background(), l.exclusive.Now(), func(c store.Counter) {
+		if c.Window != l.window || !strings.HasPrefix(c.Key, l.prefix) {
 			return // another limiter's row, or this one's before its window changed
 		}
-		v := l.views[pool.Shard(c.Key)]
+		v := l.views[l.pool.Shard(c.Key)]
 		v.counts[c.Key] = tally{start: c.WindowStart, count: c.Count}
 		v.expiry = append(v.expiry, opened{key: c.Key, start: c.WindowStart})
 	})
 	if err != nil {
-		return nil, fmt.Errorf("rate: %w", err)
+		return fmt.Errorf("rate: %w", err)
 	}
 	for _, v := range l.views {
 		sortOpened(v.expiry)
 	}
-	return l, nil
+	return nil
 }
 
 // Key reports the counter key r is counted against.
@@ -129,19 +150,23 @@ func (l *Limiter) Key(r *http.Request) string {
 // In every failure the caller must not serve the request.
 func (l *Limiter) Allow(ctx context.Context, key string) (Verdict, error) {
 	return porch.Call(ctx, l.pool, key, func(shard int, reply porch.Reply[Verdict]) {
-		l.hit(l.views[shard], key, reply)
+		if l.exclusive != nil {
+			l.hit(l.views[shard], key, reply)
+		} else {
+			l.hitShared(key, reply)
+		}
 	})
 }
 
-// hit runs on key's actor.
+// hit runs on key's actor when the store is the counters' only writer.
 func (l *Limiter) hit(v *view, key string, reply porch.Reply[Verdict]) {
-	now := l.store.Now()
+	now := l.exclusive.Now()
 	v.forget(now, l.window, forgetPerHit)
 	w, ok := v.counts[key]
 	if !ok || !now.Before(w.start.Add(l.window)) {
 		w = v.open(key, now) // a closed window is reset on this access
 	}
-	verdict := Verdict{Limit: l.limit, Reset: w.start.Add(l.window)}
+	verdict := Verdict{Limit: l.limit, ResetIn: w.start.Add(l.window).Sub(now)}
 	if w.count >= l.limit {
 		// Nothing changes, so nothing is written; a refusal never lets a
 		// request through, so it need not wait for earlier writes.
@@ -153,7 +178,21 @@ func (l *Limiter) hit(v *view, key string, reply porch.Reply[Verdict]) {
 	verdict.Allowed = true
 	verdict.Remaining = l.limit - w.count
 	c := store.Counter{Key: key, WindowStart: w.start, Window: l.window, Count: w.count}
-	if err := l.store.SaveCounter(c, func(err error) { reply.Send(verdict, err) }); err != nil {
+	if err := l.exclusive.SaveCounter(c, func(err error) { reply.Send(verdict, err) }); err != nil {
+		reply.Send(Verdict{}, err)
+	}
+}
+
+// hitShared runs on key's actor when other processes write the same
+// counters: the database counts, atomically, and the actor only orders this
+// process's hits and lets the committer batch them.
+func (l *Limiter) hitShared(key string, reply porch.Reply[Verdict]) {
+	err := l.shared.AddHit(key, l.window, func(h store.Hit, err error) {
+		v := Verdict{Limit: l.limit, ResetIn: h.ResetIn, Allowed: h.Count <= l.limit}
+		v.Remaining = max(l.limit-h.Count, 0)
+		reply.Send(v, err)
+	})
+	if err != nil {
 		reply.Send(Verdict{}, err)
 	}
 }
@@ -202,16 +241,11 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 	})
 }
 
-// untilReset is the time left in v's window, never negative.
-func (l *Limiter) untilReset(v Verdict) time.Duration {
-	return max(v.Reset.Sub(l.store.Now()), 0)
-}
-
 // setHeaders writes the X-RateLimit-* triple and the IETF draft-10 RateLimit
 // and RateLimit-Policy fields. X-RateLimit-Reset is a Unix timestamp on the
 // wall clock, because a client has no access to this process's timeline.
 func (l *Limiter) setHeaders(h http.Header, v Verdict) {
-	left := l.untilReset(v)
+	left := max(v.ResetIn, 0)
 	secs := int64((left + time.Second - 1) / time.Second)
 	reset := l.store.Wall().Add(left)
 	resetUnix := reset.Unix()
@@ -235,7 +269,7 @@ func (l *Limiter) refusal(v Verdict) *porch.Response {
 		Detail: fmt.Sprintf("limit of %d requests per %s reached", v.Limit, l.window),
 	}.Response()
 	l.setHeaders(res.Header, v)
-	res.Header.Set("Retry-After", strconv.Itoa(porch.RetryAfterSeconds(l.untilReset(v))))
+	res.Header.Set("Retry-After", strconv.Itoa(porch.RetryAfterSeconds(v.ResetIn)))
 	return res
 }
 

@@ -77,7 +77,10 @@ type sqliteStmts struct {
 	upsertCounter, upsertResponse, deleteResponse, pruneCounters, pruneResponses *sql.Stmt
 }
 
-var _ Store = (*SQLite)(nil)
+var (
+	_ Store             = (*SQLite)(nil)
+	_ ExclusiveCounters = (*SQLite)(nil)
+)
 
 // OpenSQLite opens (creating if needed) the database at path, migrates its
 // schema, anchors the timeline and starts the committer.
@@ -198,7 +201,8 @@ func (s *SQLite) SaveCounter(c Counter, done func(error)) error {
 	return s.c.enqueue(op{counter: &c, done: done})
 }
 
-// LoadResponse reads key's stored response.
+// LoadResponse reads key's stored response, expired or not. Middleware reads
+// through a Reservation, which treats an expired row as absent.
 func (s *SQLite) LoadResponse(ctx context.Context, key string) (Response, bool, error) {
 	r := Response{Key: key}
 	var created, expires int64
@@ -223,6 +227,47 @@ func (s *SQLite) SaveResponse(r Response, done func(error)) error {
 func (s *SQLite) DeleteResponse(key string, now time.Time, done func(error)) error {
 	return s.c.enqueue(op{delete: &deletion{key: key, now: now.UnixMilli()}, done: done})
 }
+
+// Reserve holds key for its owner. One process writes a SQLite file and the
+// idempotency actor already admits one owner per key, so there is nothing
+// further to lock.
+func (s *SQLite) Reserve(ctx context.Context, key string) (Reservation, error) {
+	return &sqliteReservation{s: s, key: key}, nil
+}
+
+type sqliteReservation struct {
+	s   *SQLite
+	key string
+}
+
+func (r *sqliteReservation) Load(ctx context.Context) (Response, bool, error) {
+	res, ok, err := r.s.LoadResponse(ctx, r.key)
+	if err != nil || !ok {
+		return Response{}, false, err
+	}
+	now := r.s.Now()
+	if now.Before(res.Expires) {
+		return res, true, nil
+	}
+	// Prune on access; the owner's write, queued later, lands after it.
+	if err := r.s.DeleteResponse(r.key, now, nil); err != nil {
+		return Response{}, false, err
+	}
+	return Response{}, false, nil
+}
+
+func (r *sqliteReservation) Save(ctx context.Context, res Response, ttl time.Duration) error {
+	res.Key = r.key
+	res.Created = r.s.Now()
+	res.Expires = res.Created.Add(ttl)
+	done := make(chan error, 1)
+	if err := r.s.SaveResponse(res, func(err error) { done <- err }); err != nil {
+		return err
+	}
+	return <-done // the committer always answers; waiting past ctx would not undo the write
+}
+
+func (r *sqliteReservation) Release() {}
 
 // Stats reports the committer's counters.
 func (s *SQLite) Stats() Stats { return s.c.stats() }

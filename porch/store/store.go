@@ -13,7 +13,7 @@ var (
 )
 
 // Counter is one client key's count within one fixed window. Times are on the
-// store's timeline (see [Store.Now]).
+// store's timeline (see [ExclusiveCounters.Now]).
 type Counter struct {
 	Key         string
 	WindowStart time.Time
@@ -24,6 +24,16 @@ type Counter struct {
 // End is when the counter's window closes.
 func (c Counter) End() time.Time { return c.WindowStart.Add(c.Window) }
 
+// Hit is the result of counting one request in a shared counter.
+type Hit struct {
+	// Count is this request's position in its window: 1 for the first. The
+	// request is within a limit L exactly when Count <= L.
+	Count int64
+	// ResetIn is the time left in the window when the hit was counted,
+	// measured on the database's clock.
+	ResetIn time.Duration
+}
+
 // Response is a stored idempotent response: what the handler answered for the
 // request whose digest is Digest. Only the status, content type and body are
 // kept; replaying a stored Set-Cookie or Date would be wrong.
@@ -33,8 +43,8 @@ type Response struct {
 	Status      int
 	ContentType string
 	Body        []byte
-	Created     time.Time
-	Expires     time.Time
+	Created     time.Time // set by the store
+	Expires     time.Time // set by the store
 }
 
 // Stats are a store's commit counters since it opened.
@@ -55,36 +65,64 @@ func (s Stats) MeanBatch() float64 {
 // Store is the durable side of porch's middlewares. Actors own serialization
 // and volatile state; a Store owns durability. No middleware runs SQL itself.
 //
-// Writes (SaveCounter, SaveResponse, DeleteResponse) are queued for the
-// committer and return at once; done runs after the write's transaction has
-// committed, with its error if it failed. When the committer's queue is full
-// they block until it has room, so a slow disk backs up into the pool's
-// mailboxes and becomes 503s rather than unbounded memory. done may be nil.
+// Besides these methods a Store implements exactly one of
+// [ExclusiveCounters] (it is the only writer of its rows, so a limiter may
+// keep an exact in-memory view) and [SharedCounters] (several processes write
+// the same rows, so every hit is one atomic statement).
+//
+// Queued writes return at once and call done after their transaction has
+// committed, with its error if it failed. While the committer's queue is
+// full they block, so a slow disk backs up into the pool's mailboxes and
+// becomes 503s rather than unbounded memory. done may be nil.
 type Store interface {
-	// Now reads the store's timeline: the wall clock at open, or the newest
-	// persisted time if that is later, advanced by the monotonic clock.
-	Now() time.Time
 	// Wall reads the wall clock, for values a client reads.
 	Wall() time.Time
 
-	// LoadCounters calls fn for every counter whose window is still open at
-	// now. A limiter that is its keys' only writer loads them once at start.
-	LoadCounters(ctx context.Context, now time.Time, fn func(Counter)) error
-	// SaveCounter writes c through: an upsert, never delete then insert.
-	SaveCounter(c Counter, done func(error)) error
-
-	// LoadResponse returns the stored response for key, if any. ok is false
-	// when there is none; an expired row is returned with its Expires so the
-	// caller can treat it as absent and prune it.
-	LoadResponse(ctx context.Context, key string) (r Response, ok bool, err error)
-	// SaveResponse stores r, replacing any expired row for its key.
-	SaveResponse(r Response, done func(error)) error
-	// DeleteResponse prunes key's row if it has expired by the time the
-	// committer runs.
-	DeleteResponse(key string, now time.Time, done func(error)) error
+	// Reserve makes the caller the only one, across every process sharing
+	// the store, that may run key's handler, until Release. Within a
+	// process the idempotency actor already guarantees one caller per key;
+	// Reserve adds what a shared database needs. It blocks under ctx while
+	// another process holds key.
+	Reserve(ctx context.Context, key string) (Reservation, error)
 
 	// Stats reports the committer's counters.
 	Stats() Stats
 	// Close flushes queued writes and closes the database.
 	Close(ctx context.Context) error
+}
+
+// Reservation is a held idempotency key. Its methods are called by one
+// goroutine, the key's owner.
+type Reservation interface {
+	// Load returns key's stored response if one exists and has not expired.
+	// An expired row is pruned.
+	Load(ctx context.Context) (r Response, ok bool, err error)
+	// Save stores r for ttl and returns once it is durable.
+	Save(ctx context.Context, r Response, ttl time.Duration) error
+	// Release gives the key up. It is safe to call more than once.
+	Release()
+}
+
+// ExclusiveCounters is implemented by a store whose process is the only
+// writer of its counters (SQLite). The limiter keeps each key's count in its
+// actor's memory and writes the new count through.
+type ExclusiveCounters interface {
+	// Now reads the store's timeline: the wall clock at open, or the newest
+	// persisted window start if that is later, advanced by the monotonic
+	// clock. Windows are measured on it.
+	Now() time.Time
+	// LoadCounters calls fn for every counter whose window is still open at
+	// now.
+	LoadCounters(ctx context.Context, now time.Time, fn func(Counter)) error
+	// SaveCounter queues a write-through of c: an upsert, never delete then
+	// insert.
+	SaveCounter(c Counter, done func(error)) error
+}
+
+// SharedCounters is implemented by a store that several processes write
+// (PostgreSQL). No process may cache a count; each hit is counted by one
+// atomic statement, on the database's clock, and is durable before done runs.
+type SharedCounters interface {
+	// AddHit counts one request for key in its window of length window.
+	AddHit(key string, window time.Duration, done func(Hit, error)) error
 }
