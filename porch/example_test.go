@@ -1,0 +1,82 @@
+package porch_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"time"
+
+	"github.com/writeonce/writeonce/porch"
+)
+
+// stamp is a Middleware that refuses requests without a token and stamps
+// every response it saw.
+type stamp struct{}
+
+func (stamp) Before(r *http.Request) (*http.Request, *porch.Response) {
+	if r.Header.Get("Token") == "" {
+		return r, porch.Problem{Type: "https://example.test/no-token", Title: "Unauthorized", Status: http.StatusUnauthorized}.Response()
+	}
+	return r, nil
+}
+
+func (stamp) After(r *http.Request, res *porch.Response, panicked bool) {
+	res.SetHeader("X-Stamped", "yes")
+}
+
+func ExampleChain() {
+	h := porch.Chain(stamp{})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "hello")
+	}))
+
+	for _, token := range []string{"", "t0k3n"} {
+		req := httptest.NewRequest(http.MethodGet, "/", nil)
+		req.Header.Set("Token", token)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		fmt.Println(rec.Code, rec.Header().Get("X-Stamped"), strings.TrimSpace(rec.Body.String()))
+	}
+	// Output:
+	// 401 yes {"type":"https://example.test/no-token","title":"Unauthorized","status":401}
+	// 200 yes hello
+}
+
+func ExampleCall() {
+	p := porch.NewPool(porch.PoolOptions{Size: 4})
+	defer p.Close(context.Background())
+
+	// counts[shard] is touched only by that shard's actor: no lock.
+	counts := make([]map[string]int, p.Size())
+	for i := range counts {
+		counts[i] = make(map[string]int)
+	}
+	hit := func(key string) int {
+		n, err := porch.Call(context.Background(), p, key, func(shard int, r porch.Reply[int]) {
+			counts[shard][key]++
+			r.Send(counts[shard][key], nil)
+		})
+		if err != nil {
+			panic(err)
+		}
+		return n
+	}
+	fmt.Println(hit("alice"), hit("alice"), hit("bob"), hit("alice"))
+	// Output: 1 2 1 3
+}
+
+func ExampleTimeline() {
+	clock := porch.NewFakeClock(time.Date(2026, 8, 29, 12, 0, 0, 0, time.UTC))
+	tl := porch.NewTimeline(clock, time.Time{})
+
+	clock.Advance(time.Minute) // a minute passes
+	clock.Jump(-time.Hour)     // an operator sets the wall clock back
+
+	fmt.Println("wall:    ", tl.Wall().Format(time.TimeOnly))
+	fmt.Println("timeline:", tl.Now().Format(time.TimeOnly))
+	// Output:
+	// wall:     11:01:00
+	// timeline: 12:01:00
+}

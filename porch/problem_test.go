@@ -1,0 +1,70 @@
+package porch_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/writeonce/writeonce/porch"
+)
+
+func TestRetryAfterSeconds(t *testing.T) {
+	tests := []struct {
+		name string
+		d    time.Duration
+		want int
+	}{
+		{"negative is at least one", -time.Second, 1},
+		{"zero is at least one", 0, 1},
+		{"a millisecond rounds up", time.Millisecond, 1},
+		{"whole seconds stay", 2 * time.Second, 2},
+		{"a fraction rounds up", 2*time.Second + time.Nanosecond, 3},
+		{"a minute", time.Minute, 60},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := porch.RetryAfterSeconds(tt.d); got != tt.want {
+				t.Errorf("got RetryAfterSeconds(%v) = %d, want %d", tt.d, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestUnavailable(t *testing.T) {
+	const typ = "https://example.test/problems/busy"
+	rec := httptest.NewRecorder()
+	porch.Unavailable(typ, "try later", 1500*time.Millisecond).Write(rec)
+
+	if rec.Code != http.StatusServiceUnavailable {
+		t.Errorf("got status %d, want %d", rec.Code, http.StatusServiceUnavailable)
+	}
+	if got := rec.Header().Get("Retry-After"); got != "2" {
+		t.Errorf("got Retry-After %q, want %q", got, "2")
+	}
+	if got := rec.Header().Get("Content-Type"); got != porch.ProblemContentType {
+		t.Errorf("got Content-Type %q, want %q", got, porch.ProblemContentType)
+	}
+	var p porch.Problem
+	if err := json.Unmarshal(rec.Body.Bytes(), &p); err != nil {
+		t.Fatalf("decode problem %q: %v", rec.Body, err)
+	}
+	want := porch.Problem{Type: typ, Title: "Service Unavailable", Status: http.StatusServiceUnavailable, Detail: "try later"}
+	if p != want {
+		t.Errorf("got problem %+v, want %+v", p, want)
+	}
+}
+
+func TestResponseZeroValue(t *testing.T) {
+	var res porch.Response
+	if got := res.StatusCode(); got != http.StatusOK {
+		t.Errorf("got StatusCode %d, want %d", got, http.StatusOK)
+	}
+	res.SetHeader("X-A", "1") // allocates the nil header
+	rec := httptest.NewRecorder()
+	res.Write(rec)
+	if rec.Code != http.StatusOK || rec.Header().Get("X-A") != "1" || rec.Header().Get("Content-Length") != "0" {
+		t.Errorf("got %d %v, want 200 with X-A: 1 and Content-Length: 0", rec.Code, rec.Header())
+	}
+}

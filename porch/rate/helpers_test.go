@@ -1,0 +1,184 @@
+package rate_test
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/writeonce/writeonce/porch"
+	"github.com/writeonce/writeonce/porch/rate"
+	"github.com/writeonce/writeonce/porch/store"
+)
+
+// t0 is a whole second, so header arithmetic in the tests stays exact.
+var t0 = time.Date(2026, 8, 29, 12, 0, 0, 0, time.UTC)
+
+// rig is one limiter over its own pool and SQLite file, on a fake clock.
+type rig struct {
+	path  string
+	clock *porch.FakeClock
+	pool  *porch.Pool
+	st    *store.SQLite
+	lim   *rate.Limiter
+}
+
+type rigOptions struct {
+	path  string           // if empty, a fresh file
+	clock *porch.FakeClock // if nil, a fake clock at t0
+	pool  porch.PoolOptions
+	rate  rate.Options
+}
+
+// newRig opens a store, starts a pool and builds a limiter of limit per
+// window. At cleanup the pool closes before the store, as App does it.
+func newRig(t *testing.T, limit int, window time.Duration, o rigOptions) *rig {
+	t.Helper()
+	if o.path == "" {
+		o.path = filepath.Join(t.TempDir(), "porch.db")
+	}
+	if o.clock == nil {
+		o.clock = porch.NewFakeClock(t0)
+	}
+	st, err := store.OpenSQLite(o.path, store.Options{Clock: o.clock})
+	if err != nil {
+		t.Fatalf("open store: %v", err)
+	}
+	t.Cleanup(func() { st.Close(context.Background()) })
+	pool := porch.NewPool(o.pool)
+	t.Cleanup(func() { pool.Close(context.Background()) })
+	lim, err := rate.New(pool, st, limit, window, o.rate)
+	if err != nil {
+		t.Fatalf("new limiter: %v", err)
+	}
+	return &rig{path: o.path, clock: o.clock, pool: pool, st: st, lim: lim}
+}
+
+// stop closes the pool, then the store, as a graceful shutdown does.
+func (r *rig) stop(t *testing.T) {
+	t.Helper()
+	if err := r.pool.Close(context.Background()); err != nil {
+		t.Fatalf("close pool: %v", err)
+	}
+	if err := r.st.Close(context.Background()); err != nil {
+		t.Fatalf("close store: %v", err)
+	}
+}
+
+// request is a request from the client at remoteAddr.
+func request(remoteAddr string) *http.Request {
+	r := httptest.NewRequest(http.MethodGet, "/", nil)
+	r.RemoteAddr = remoteAddr
+	return r
+}
+
+// allow counts one request for key and fails the test on error.
+func (r *rig) allow(t *testing.T, key string) rate.Verdict {
+	t.Helper()
+	v, err := r.lim.Allow(context.Background(), key)
+	if err != nil {
+		t.Fatalf("allow %q: %v", key, err)
+	}
+	return v
+}
+
+// storedCount reads key's counter row.
+func storedCount(t *testing.T, db *sql.DB, key string) (count int64, windowStart time.Time, ok bool) {
+	t.Helper()
+	var start int64
+	err := db.QueryRow(`SELECT count, window_start FROM porch_rate_counters WHERE key = ?`, key).Scan(&count, &start)
+	if err == sql.ErrNoRows {
+		return 0, time.Time{}, false
+	}
+	if err != nil {
+		t.Fatalf("read counter %q: %v", key, err)
+	}
+	return count, time.UnixMilli(start), true
+}
+
+// wiring puts a limiter in front of a handler one of the two supported ways.
+type wiring struct {
+	name string
+	wrap func(l *rate.Limiter, h http.Handler) http.Handler
+}
+
+var wirings = []wiring{
+	{"porch.Chain", func(l *rate.Limiter, h http.Handler) http.Handler { return porch.Chain(l)(h) }},
+	{"Limiter.Handler", func(l *rate.Limiter, h http.Handler) http.Handler { return l.Handler(h) }},
+}
+
+// counted is a handler that answers 200 "ok" and counts its runs.
+type counted struct{ runs atomic.Int64 }
+
+func (c *counted) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	c.runs.Add(1)
+	w.Write([]byte("ok"))
+}
+
+// wantProblem checks that rec is a problem+json answer of status and type.
+func wantProblem(t *testing.T, res *http.Response, body []byte, status int, typ string) {
+	t.Helper()
+	if res.StatusCode != status {
+		t.Fatalf("got status %d, want %d (body %s)", res.StatusCode, status, body)
+	}
+	if got := res.Header.Get("Content-Type"); got != porch.ProblemContentType {
+		t.Errorf("got Content-Type %q, want %q", got, porch.ProblemContentType)
+	}
+	var p porch.Problem
+	if err := json.Unmarshal(body, &p); err != nil {
+		t.Fatalf("decode problem %q: %v", body, err)
+	}
+	if p.Type != typ || p.Status != status {
+		t.Errorf("got problem type %q status %d, want %q %d", p.Type, p.Status, typ, status)
+	}
+	ra, err := strconv.Atoi(res.Header.Get("Retry-After"))
+	if err != nil || ra < 1 {
+		t.Errorf("got Retry-After %q, want whole seconds >= 1", res.Header.Get("Retry-After"))
+	}
+}
+
+// serve runs h on req and returns the recorded response and body.
+func serve(h http.Handler, req *http.Request) (*http.Response, []byte) {
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return rec.Result(), rec.Body.Bytes()
+}
+
+// blockActors parks the only actor of a Size 1 pool and fills its mailbox,
+// so the next Send is refused. release unblocks it and returns once the
+// mailbox is empty again; it is idempotent and runs at cleanup.
+func blockActors(t *testing.T, pool *porch.Pool) (release func()) {
+	t.Helper()
+	if pool.Size() != 1 {
+		t.Fatalf("blockActors wants a pool of one actor, got %d", pool.Size())
+	}
+	started, unblock := make(chan struct{}), make(chan struct{})
+	if err := pool.Send("block", func(int) { close(started); <-unblock }); err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	drained := make(chan struct{})
+	for i := range pool.Mailbox() {
+		job := func(int) {}
+		if i == pool.Mailbox()-1 {
+			job = func(int) { close(drained) }
+		}
+		if err := pool.Send("fill", job); err != nil {
+			t.Fatalf("fill mailbox: %v", err)
+		}
+	}
+	var once sync.Once
+	release = func() {
+		once.Do(func() { close(unblock) })
+		<-drained
+	}
+	t.Cleanup(release)
+	return release
+}

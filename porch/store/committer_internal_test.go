@@ -1,0 +1,74 @@
+package store
+
+import (
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+)
+
+// gatedWriter records batch sizes; the first batch waits for release.
+type gatedWriter struct {
+	entered chan struct{} // closed when the first batch starts
+	release chan struct{}
+	fail    error
+	once    sync.Once
+	sizes   []int // touched by the committer goroutine only
+}
+
+func (w *gatedWriter) writeBatch(batch []op) error {
+	w.once.Do(func() { close(w.entered); <-w.release })
+	w.sizes = append(w.sizes, len(batch))
+	return w.fail
+}
+
+func TestCommitterCapsBatches(t *testing.T) {
+	errDisk := errors.New("disk on fire")
+	tests := []struct {
+		name      string
+		fail      error
+		wantSizes []int
+		want      Stats
+	}{
+		{"committed", nil, []int{1, 3, 3, 3, 1}, Stats{Commits: 5, Writes: 11}},
+		{"failed", errDisk, []int{1, 3, 3, 3, 1}, Stats{Failed: 5}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w := &gatedWriter{entered: make(chan struct{}), release: make(chan struct{}), fail: tt.fail}
+			c := newCommitter(w, 16, 3)
+			var mu sync.Mutex // protects got
+			var got []error
+			done := func(err error) { mu.Lock(); got = append(got, err); mu.Unlock() }
+			if err := c.enqueue(op{done: done}); err != nil {
+				t.Fatal(err)
+			}
+			<-w.entered // the committer holds the first batch
+			for range 10 {
+				if err := c.enqueue(op{done: done}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			close(w.release)
+			c.close() // flushes the queue
+
+			if !slices.Equal(w.sizes, tt.wantSizes) {
+				t.Errorf("got batch sizes %v, want %v", w.sizes, tt.wantSizes)
+			}
+			if len(got) != 11 {
+				t.Fatalf("got %d done calls, want 11", len(got))
+			}
+			for _, err := range got {
+				if !errors.Is(err, tt.fail) {
+					t.Errorf("got done(%v), want done(%v)", err, tt.fail)
+				}
+			}
+			if st := c.stats(); st != tt.want {
+				t.Errorf("got stats %+v, want %+v", st, tt.want)
+			}
+			if err := c.enqueue(op{done: done}); !errors.Is(err, ErrClosed) {
+				t.Errorf("got enqueue after close = %v, want ErrClosed", err)
+			}
+		})
+	}
+}
