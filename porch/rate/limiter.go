@@ -67,8 +67,10 @@ type Verdict struct {
 	Allowed   bool
 	Limit     int64
 	Remaining int64
-	// ResetIn is the time left in the window when the verdict was made.
-	ResetIn time.Duration
+	// ResetAt is when the window closes, on the wall clock, fixed when the
+	// verdict was made so that every response of one window reports the
+	// same instant however long its write took.
+	ResetAt time.Time
 }
 
 type verdictKey struct{ l *Limiter }
@@ -166,7 +168,7 @@ func (l *Limiter) hit(v *view, key string, reply porch.Reply[Verdict]) {
 	if !ok || !now.Before(w.start.Add(l.window)) {
 		w = v.open(key, now) // a closed window is reset on this access
 	}
-	verdict := Verdict{Limit: l.limit, ResetIn: w.start.Add(l.window).Sub(now)}
+	verdict := Verdict{Limit: l.limit, ResetAt: l.store.Wall().Add(w.start.Add(l.window).Sub(now))}
 	if w.count >= l.limit {
 		// Nothing changes, so nothing is written; a refusal never lets a
 		// request through, so it need not wait for earlier writes.
@@ -188,7 +190,7 @@ func (l *Limiter) hit(v *view, key string, reply porch.Reply[Verdict]) {
 // process's hits and lets the committer batch them.
 func (l *Limiter) hitShared(key string, reply porch.Reply[Verdict]) {
 	err := l.shared.AddHit(key, l.window, func(h store.Hit, err error) {
-		v := Verdict{Limit: l.limit, ResetIn: h.ResetIn, Allowed: h.Count <= l.limit}
+		v := Verdict{Limit: l.limit, ResetAt: l.store.Wall().Add(h.ResetIn), Allowed: h.Count <= l.limit}
 		v.Remaining = max(l.limit-h.Count, 0)
 		reply.Send(v, err)
 	})
@@ -245,11 +247,10 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 // and RateLimit-Policy fields. X-RateLimit-Reset is a Unix timestamp on the
 // wall clock, because a client has no access to this process's timeline.
 func (l *Limiter) setHeaders(h http.Header, v Verdict) {
-	left := max(v.ResetIn, 0)
+	left := max(v.ResetAt.Sub(l.store.Wall()), 0)
 	secs := int64((left + time.Second - 1) / time.Second)
-	reset := l.store.Wall().Add(left)
-	resetUnix := reset.Unix()
-	if reset.Nanosecond() > 0 {
+	resetUnix := v.ResetAt.Unix()
+	if v.ResetAt.Nanosecond() > 0 {
 		resetUnix++ // round up: the window is not over before this second
 	}
 	h.Set("X-RateLimit-Limit", strconv.FormatInt(v.Limit, 10))
@@ -269,7 +270,7 @@ func (l *Limiter) refusal(v Verdict) *porch.Response {
 		Detail: fmt.Sprintf("limit of %d requests per %s reached", v.Limit, l.window),
 	}.Response()
 	l.setHeaders(res.Header, v)
-	res.Header.Set("Retry-After", strconv.Itoa(porch.RetryAfterSeconds(v.ResetIn)))
+	res.Header.Set("Retry-After", strconv.Itoa(porch.RetryAfterSeconds(v.ResetAt.Sub(l.store.Wall()))))
 	return res
 }
 

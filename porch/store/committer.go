@@ -3,14 +3,26 @@ package store
 import (
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
-// op is one queued write. Exactly one of its payload fields is set.
+// op is one queued write. Exactly one of its payload fields is set; a hit
+// answers through its own callback, every other write through done.
 type op struct {
 	counter  *Counter
 	response *Response
 	delete   *deletion
+	hit      *hitOp
 	done     func(error)
+}
+
+// hitOp is one request counted in a shared counter. The batch writer fills
+// result before the callbacks run.
+type hitOp struct {
+	key    string
+	window time.Duration
+	done   func(Hit, error)
+	result Hit
 }
 
 type deletion struct {
@@ -82,8 +94,11 @@ func (c *committer) run() {
 			c.writes.Add(int64(len(batch)))
 		}
 		for i := range batch {
-			if batch[i].done != nil {
-				batch[i].done(err)
+			switch o := batch[i]; {
+			case o.hit != nil:
+				o.hit.done(o.hit.result, err)
+			case o.done != nil:
+				o.done(err)
 			}
 			batch[i] = op{} // let the payloads go
 		}

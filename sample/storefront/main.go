@@ -21,6 +21,7 @@ import (
 type config struct {
 	addr          string
 	db            string
+	postgres      string
 	rateLimit     int
 	rateWindow    time.Duration
 	trustProxy    bool
@@ -36,7 +37,8 @@ func parseFlags(args []string) (config, error) {
 	var c config
 	fs := flag.NewFlagSet("storefront", flag.ContinueOnError)
 	fs.StringVar(&c.addr, "addr", "127.0.0.1:8080", "listen address (port 0 picks a free port)")
-	fs.StringVar(&c.db, "db", "storefront.db", "SQLite database file")
+	fs.StringVar(&c.db, "db", "storefront.db", "SQLite database file (ignored with -postgres)")
+	fs.StringVar(&c.postgres, "postgres", "", "PostgreSQL DSN: share counters, idempotency keys and orders with other instances")
 	fs.IntVar(&c.rateLimit, "rate-limit", 100, "requests allowed per client per window")
 	fs.DurationVar(&c.rateWindow, "rate-window", time.Minute, "rate-limit window")
 	fs.BoolVar(&c.trustProxy, "trust-proxy", false, "key clients on X-Forwarded-For as set by one trusted proxy hop")

@@ -18,29 +18,30 @@ import (
 	"github.com/writeonce/writeonce/porch"
 	"github.com/writeonce/writeonce/porch/idem"
 	"github.com/writeonce/writeonce/porch/rate"
-	"github.com/writeonce/writeonce/porch/store"
 )
 
-// The shop's own tables live in the same SQLite file as porch's. The
-// checkout writes exactly one orders row per executed request, which is what
-// the gate counts to prove a side effect ran once.
+// The shop's own tables live in the same database as porch's, SQLite or
+// PostgreSQL; the SQL is written to run on both. The checkout writes exactly
+// one orders row per executed request, which is what the gate counts to prove
+// a side effect ran once.
 const shopSchema = `
 CREATE TABLE IF NOT EXISTS products (
 	sku         TEXT    NOT NULL PRIMARY KEY,
 	name        TEXT    NOT NULL,
-	price_cents INTEGER NOT NULL
+	price_cents BIGINT  NOT NULL
 );
 CREATE TABLE IF NOT EXISTS orders (
 	order_id    TEXT    NOT NULL PRIMARY KEY,
 	sku         TEXT    NOT NULL REFERENCES products (sku),
-	qty         INTEGER NOT NULL,
-	total_cents INTEGER NOT NULL,
-	created_at  INTEGER NOT NULL
+	qty         BIGINT  NOT NULL,
+	total_cents BIGINT  NOT NULL,
+	created_at  BIGINT  NOT NULL
 );
-INSERT OR IGNORE INTO products (sku, name, price_cents) VALUES
+INSERT INTO products (sku, name, price_cents) VALUES
 	('tea-green', 'Green tea, 100 g', 650),
 	('tea-black', 'Black tea, 100 g', 550),
-	('mug',       'Stoneware mug',    1800);`
+	('mug',       'Stoneware mug',    1800)
+ON CONFLICT (sku) DO NOTHING;`
 
 // maxCheckoutBody caps what the checkout handler reads.
 const maxCheckoutBody = 64 << 10
@@ -58,17 +59,9 @@ type product struct {
 
 // newShop opens the store, builds the pool and middleware, and routes.
 func newShop(cfg config) (*porch.App, error) {
-	st, err := store.OpenSQLite(cfg.db, store.Options{
-		Clock:       porch.SystemClock{Offset: cfg.wallOffset},
-		QueueSize:   queueSize(cfg),
-		CommitDelay: cfg.storeDelay,
-	})
+	st, db, err := openBackend(cfg)
 	if err != nil {
 		return nil, err
-	}
-	if _, err := st.DB().Exec(shopSchema); err != nil {
-		st.Close(context.Background())
-		return nil, fmt.Errorf("storefront: schema: %w", err)
 	}
 	pool := porch.NewPool(porch.PoolOptions{Size: cfg.pool, Mailbox: cfg.mailbox})
 	app := porch.New()
@@ -80,7 +73,7 @@ func newShop(cfg config) (*porch.App, error) {
 		return nil, err
 	}
 	keys := idem.New(pool, st, idem.Options{RequireKey: true, TTL: cfg.idemTTL})
-	s := &shop{cfg: cfg, db: st.DB()}
+	s := &shop{cfg: cfg, db: db}
 
 	app.Get("/healthz", s.healthz)
 	app.Group(func(r chi.Router) {
@@ -173,7 +166,7 @@ func (s *shop) checkout(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	var price int64
-	err := s.db.QueryRowContext(r.Context(), `SELECT price_cents FROM products WHERE sku = ?`, req.SKU).Scan(&price)
+	err := s.db.QueryRowContext(r.Context(), `SELECT price_cents FROM products WHERE sku = $1`, req.SKU).Scan(&price)
 	if errors.Is(err, sql.ErrNoRows) {
 		porch.Problem{Type: problemBase + "unknown-sku", Title: "Unknown SKU", Status: http.StatusUnprocessableEntity,
 			Detail: fmt.Sprintf("no product has sku %q", req.SKU)}.Write(w)
@@ -185,7 +178,7 @@ func (s *shop) checkout(w http.ResponseWriter, r *http.Request) {
 	}
 	o := order{OrderID: uuid.NewString(), SKU: req.SKU, Qty: req.Qty, TotalCents: price * req.Qty}
 	if _, err := s.db.ExecContext(r.Context(),
-		`INSERT INTO orders (order_id, sku, qty, total_cents, created_at) VALUES (?, ?, ?, ?, ?)`,
+		`INSERT INTO orders (order_id, sku, qty, total_cents, created_at) VALUES ($1, $2, $3, $4, $5)`,
 		o.OrderID, o.SKU, o.Qty, o.TotalCents, time.Now().UnixMilli()); err != nil {
 		serverError(w, err)
 		return

@@ -1,0 +1,280 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// DefaultPostgresConns is the connection pool size used when the DSN sets no
+// pool_max_conns. An idempotency owner holds one connection for as long as
+// its handler runs (its advisory lock lives on it), and so does one parked
+// leader per key on every other instance; size the pool for the number of
+// distinct keys in flight at once, plus the application's own queries.
+const DefaultPostgresConns = 64
+
+// Postgres is the store for several instances behind one load balancer.
+// Counters are counted by the database, one atomic statement per batch of
+// hits, on the database's clock; idempotency keys are held across instances
+// by a session advisory lock on the owner's connection, which the server
+// releases if the owner's process dies. It is safe for concurrent use.
+type Postgres struct {
+	pool   *pgxpool.Pool // reservations and the application
+	writer *pgxpool.Pool // the committer's own connections, so that owners holding keys cannot starve counting
+	opt    Options
+	c      *committer
+}
+
+var (
+	_ Store          = (*Postgres)(nil)
+	_ SharedCounters = (*Postgres)(nil)
+)
+
+// OpenPostgres connects to dsn, migrates the schema and starts the
+// committer. Options.Clock supplies only the wall clock for response
+// headers: windows and expiry are measured on the database's clock, so
+// instances with skewed clocks agree.
+func OpenPostgres(ctx context.Context, dsn string, opt Options) (*Postgres, error) {
+	opt = opt.withDefaults()
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("store: postgres dsn: %w", err)
+	}
+	if !strings.Contains(dsn, "pool_max_conns") {
+		cfg.MaxConns = DefaultPostgresConns
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("store: postgres: %w", err)
+	}
+	wcfg := cfg.Copy()
+	wcfg.MaxConns = 2
+	writer, err := pgxpool.NewWithConfig(ctx, wcfg)
+	if err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("store: postgres: %w", err)
+	}
+	p := &Postgres{pool: pool, writer: writer, opt: opt}
+	if err := p.migrate(ctx); err != nil {
+		pool.Close()
+		writer.Close()
+		return nil, err
+	}
+	p.c = newCommitter(p, opt.QueueSize, opt.MaxBatch)
+	return p, nil
+}
+
+func (p *Postgres) migrate(ctx context.Context) error {
+	return pgx.BeginFunc(ctx, p.writer, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, pgLockSchema); err != nil {
+			return fmt.Errorf("store: lock schema: %w", err)
+		}
+		if _, err := tx.Exec(ctx, pgVersionTable); err != nil {
+			return fmt.Errorf("store: schema version table: %w", err)
+		}
+		var version int
+		if err := tx.QueryRow(ctx, pgReadVersion).Scan(&version); err != nil {
+			return fmt.Errorf("store: read schema version: %w", err)
+		}
+		if version > len(postgresMigrations) {
+			return fmt.Errorf("store: schema version %d is newer than this build knows (%d)", version, len(postgresMigrations))
+		}
+		for v := version; v < len(postgresMigrations); v++ {
+			if _, err := tx.Exec(ctx, postgresMigrations[v]); err != nil {
+				return fmt.Errorf("store: migrate to %d: %w", v+1, err)
+			}
+		}
+		if _, err := tx.Exec(ctx, fmt.Sprintf(pgWriteVersion, len(postgresMigrations))); err != nil {
+			return fmt.Errorf("store: write schema version: %w", err)
+		}
+		return nil
+	})
+}
+
+// Pool is the connection pool, for an application's own tables. Porch's
+// tables must not be written through it.
+func (p *Postgres) Pool() *pgxpool.Pool { return p.pool }
+
+// Wall reads the wall clock.
+func (p *Postgres) Wall() time.Time { return p.opt.Clock.Wall() }
+
+// AddHit queues one hit for key; done runs once the batch carrying it has
+// committed.
+func (p *Postgres) AddHit(key string, window time.Duration, done func(Hit, error)) error {
+	return p.c.enqueue(op{hit: &hitOp{key: key, window: window, done: done}})
+}
+
+// Stats reports the committer's counters.
+func (p *Postgres) Stats() Stats { return p.c.stats() }
+
+// Close commits every queued hit, then closes the pools. If ctx ends first it
+// returns ctx.Err() and leaves the flush running.
+func (p *Postgres) Close(ctx context.Context) error {
+	flushed := make(chan struct{})
+	go func() { p.c.close(); close(flushed) }()
+	select {
+	case <-flushed:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	p.pool.Close()
+	p.writer.Close()
+	return nil
+}
+
+// keyHits is one key's share of a batch.
+type keyHits struct {
+	key    string
+	window time.Duration
+	ops    []*hitOp // in arrival order; the i-th is the window's (count - len + i + 1)-th hit
+}
+
+// writeBatch counts a batch of hits in one transaction: one upsert over every
+// key in the batch (keys sorted, so that two instances' batches lock rows in
+// the same order and cannot deadlock), then the bounded prunes.
+func (p *Postgres) writeBatch(batch []op) error {
+	ctx := context.Background()
+	if p.opt.CommitDelay > 0 {
+		time.Sleep(p.opt.CommitDelay) // fault injection: a slow database
+	}
+	byKey := make(map[string]*keyHits)
+	for _, o := range batch {
+		h := o.hit
+		if h == nil {
+			continue
+		}
+		kh := byKey[h.key]
+		if kh == nil {
+			kh = &keyHits{key: h.key, window: h.window}
+			byKey[h.key] = kh
+		}
+		kh.ops = append(kh.ops, h)
+	}
+	keys := make([]string, 0, len(byKey))
+	for k := range byKey {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	windows := make([]int64, len(keys))
+	hits := make([]int64, len(keys))
+	for i, k := range keys {
+		windows[i] = byKey[k].window.Milliseconds()
+		hits[i] = int64(len(byKey[k].ops))
+	}
+	return pgx.BeginFunc(ctx, p.writer, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, pgAddHits, keys, windows, hits)
+		if err != nil {
+			return fmt.Errorf("store: add hits: %w", err)
+		}
+		seen := 0
+		for rows.Next() {
+			var key string
+			var count, leftMS int64
+			if err := rows.Scan(&key, &count, &leftMS); err != nil {
+				rows.Close()
+				return fmt.Errorf("store: add hits: %w", err)
+			}
+			kh := byKey[key]
+			if kh == nil {
+				rows.Close()
+				return fmt.Errorf("store: add hits: unexpected key %q returned", key)
+			}
+			first := count - int64(len(kh.ops))
+			for i, h := range kh.ops {
+				h.result = Hit{Count: first + int64(i) + 1, ResetIn: time.Duration(leftMS) * time.Millisecond}
+			}
+			seen++
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("store: add hits: %w", err)
+		}
+		if seen != len(keys) {
+			return fmt.Errorf("store: add hits: %d of %d keys returned", seen, len(keys))
+		}
+		if p.opt.PruneRows > 0 {
+			if _, err := tx.Exec(ctx, pgPruneCounters, p.opt.PruneRows); err != nil {
+				return fmt.Errorf("store: prune counters: %w", err)
+			}
+			if _, err := tx.Exec(ctx, pgPruneResponses, p.opt.PruneRows); err != nil {
+				return fmt.Errorf("store: prune responses: %w", err)
+			}
+		}
+		return nil
+	})
+}
+
+// Reserve takes key's advisory lock on a connection of its own, waiting
+// under ctx while an owner on any instance holds it. The lock lives as long
+// as that connection: if this process dies, the server drops the connection
+// and the lock with it, so no lease timer is needed.
+func (p *Postgres) Reserve(ctx context.Context, key string) (Reservation, error) {
+	conn, err := p.pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("store: reserve: %w", err)
+	}
+	if _, err := conn.Exec(ctx, pgLockKey, key); err != nil {
+		// A lock granted just as ctx ended must not stay on a pooled
+		// connection: close it, which releases every lock it holds.
+		discard(conn)
+		return nil, fmt.Errorf("store: reserve: %w", err)
+	}
+	return &pgReservation{conn: conn, key: key}, nil
+}
+
+// discard closes a connection instead of returning it to the pool.
+func discard(conn *pgxpool.Conn) {
+	conn.Hijack().Close(context.Background()) //nolint:errcheck // it is being thrown away
+}
+
+type pgReservation struct {
+	conn *pgxpool.Conn // nil once released
+	key  string
+}
+
+func (r *pgReservation) Load(ctx context.Context) (Response, bool, error) {
+	res := Response{Key: r.key}
+	var created, expires int64
+	err := r.conn.QueryRow(ctx, pgLoadResponse, r.key).
+		Scan(&res.Digest, &res.Status, &res.ContentType, &res.Body, &created, &expires)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Response{}, false, nil
+	}
+	if err != nil {
+		return Response{}, false, fmt.Errorf("store: load response: %w", err)
+	}
+	res.Created, res.Expires = time.UnixMilli(created), time.UnixMilli(expires)
+	return res, true, nil
+}
+
+func (r *pgReservation) Save(ctx context.Context, res Response, ttl time.Duration) error {
+	var created, expires int64
+	err := r.conn.QueryRow(ctx, pgSaveResponse, r.key, res.Digest, res.Status, res.ContentType, res.Body,
+		ttl.Milliseconds()).Scan(&created, &expires)
+	if err != nil {
+		return fmt.Errorf("store: save response: %w", err)
+	}
+	return nil
+}
+
+func (r *pgReservation) Release() {
+	if r.conn == nil {
+		return
+	}
+	conn := r.conn
+	r.conn = nil
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var unlocked bool
+	if err := conn.QueryRow(ctx, pgUnlockKey, r.key).Scan(&unlocked); err != nil || !unlocked {
+		discard(conn) // closing the connection is the unlock of last resort
+		return
+	}
+	conn.Release()
+}

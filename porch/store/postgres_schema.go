@@ -1,0 +1,71 @@
+package store
+
+// postgresMigrations are applied in order under an advisory lock, so that
+// several instances starting at once migrate exactly once; the
+// porch_schema_version row records how many have run. Append, never edit.
+// Tables and columns match SQLite's; times are Unix milliseconds on the
+// database's clock.
+var postgresMigrations = []string{
+	`CREATE TABLE porch_rate_counters (
+		key          text   NOT NULL PRIMARY KEY,
+		window_start bigint NOT NULL,
+		window_ms    bigint NOT NULL,
+		count        bigint NOT NULL,
+		expires_at   bigint NOT NULL
+	);
+	CREATE INDEX porch_rate_counters_expires_at ON porch_rate_counters (expires_at);
+	CREATE TABLE porch_idem_responses (
+		key          text    NOT NULL PRIMARY KEY,
+		digest       bytea   NOT NULL,
+		status       integer NOT NULL,
+		content_type text    NOT NULL,
+		body         bytea   NOT NULL,
+		created_at   bigint  NOT NULL,
+		expires_at   bigint  NOT NULL
+	);
+	CREATE INDEX porch_idem_responses_expires_at ON porch_idem_responses (expires_at);`,
+}
+
+// pgNowMS is the database's clock in Unix milliseconds. now() is the
+// transaction's start, so every statement of one batch agrees on it.
+const pgNowMS = `(extract(epoch FROM now()) * 1000)::bigint`
+
+const (
+	pgLockSchema   = `SELECT pg_advisory_xact_lock(hashtextextended('porch_schema', 0))`
+	pgVersionTable = `CREATE TABLE IF NOT EXISTS porch_schema_version (version integer NOT NULL)`
+	pgReadVersion  = `SELECT coalesce(max(version), 0) FROM porch_schema_version`
+	pgWriteVersion = `DELETE FROM porch_schema_version; INSERT INTO porch_schema_version (version) VALUES (%d)`
+	pgAddHits      = `INSERT INTO porch_rate_counters AS c (key, window_start, window_ms, count, expires_at)
+		SELECT t.key, ` + pgNowMS + `, t.window_ms, t.hits, ` + pgNowMS + ` + t.window_ms
+		FROM unnest($1::text[], $2::bigint[], $3::bigint[]) AS t (key, window_ms, hits)
+		ON CONFLICT (key) DO UPDATE SET
+			window_start = CASE WHEN c.expires_at <= excluded.window_start THEN excluded.window_start ELSE c.window_start END,
+			window_ms    = CASE WHEN c.expires_at <= excluded.window_start THEN excluded.window_ms    ELSE c.window_ms    END,
+			count        = CASE WHEN c.expires_at <= excluded.window_start THEN excluded.count        ELSE c.count + excluded.count END,
+			expires_at   = CASE WHEN c.expires_at <= excluded.window_start THEN excluded.expires_at   ELSE c.expires_at   END
+		RETURNING c.key, c.count, c.expires_at - ` + pgNowMS
+	// The prunes run after the batch's upserts and skip locked rows, so they
+	// never wait on another instance's transaction: no deadlock cycle can
+	// pass through them.
+	pgPruneCounters = `DELETE FROM porch_rate_counters WHERE key IN (
+		SELECT key FROM porch_rate_counters WHERE expires_at <= ` + pgNowMS + `
+		LIMIT $1 FOR UPDATE SKIP LOCKED)`
+	pgPruneResponses = `DELETE FROM porch_idem_responses WHERE key IN (
+		SELECT key FROM porch_idem_responses WHERE expires_at <= ` + pgNowMS + `
+		LIMIT $1 FOR UPDATE SKIP LOCKED)`
+	pgLockKey   = `SELECT pg_advisory_lock(hashtextextended($1, 0))`
+	pgUnlockKey = `SELECT pg_advisory_unlock(hashtextextended($1, 0))`
+	// Load prunes the key's row if it has expired and returns it otherwise,
+	// in one round trip.
+	pgLoadResponse = `WITH pruned AS (
+			DELETE FROM porch_idem_responses WHERE key = $1 AND expires_at <= ` + pgNowMS + `)
+		SELECT digest, status, content_type, body, created_at, expires_at
+		FROM porch_idem_responses WHERE key = $1 AND expires_at > ` + pgNowMS
+	pgSaveResponse = `INSERT INTO porch_idem_responses AS r
+			(key, digest, status, content_type, body, created_at, expires_at)
+		VALUES ($1, $2, $3, $4, $5, ` + pgNowMS + `, ` + pgNowMS + ` + $6)
+		ON CONFLICT (key) DO UPDATE SET
+			digest = excluded.digest, status = excluded.status, content_type = excluded.content_type,
+			body = excluded.body, created_at = excluded.created_at, expires_at = excluded.expires_at
+		RETURNING created_at, expires_at`
+)

@@ -1,0 +1,235 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/writeonce/writeonce/internal/pgtest"
+	"github.com/writeonce/writeonce/porch/store"
+)
+
+func openPostgres(t *testing.T, dsn string) *store.Postgres {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	s, err := store.OpenPostgres(ctx, dsn, store.Options{})
+	if err != nil {
+		t.Fatalf("OpenPostgres: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(context.Background()); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return s
+}
+
+// addHit counts one hit and waits for it to be durable.
+func addHit(t *testing.T, s *store.Postgres, key string, window time.Duration) store.Hit {
+	t.Helper()
+	type res struct {
+		h   store.Hit
+		err error
+	}
+	ch := make(chan res, 1)
+	if err := s.AddHit(key, window, func(h store.Hit, err error) { ch <- res{h, err} }); err != nil {
+		t.Fatalf("AddHit: %v", err)
+	}
+	r := <-ch
+	if r.err != nil {
+		t.Fatalf("AddHit done: %v", r.err)
+	}
+	return r.h
+}
+
+// Two stores on one database stand for two instances: every hit must get a
+// distinct position, so no increment is lost and no two requests are both
+// the N-th.
+func TestPostgresAddHitIsExactAcrossInstances(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	a, b := openPostgres(t, dsn), openPostgres(t, dsn)
+	const perInstance = 200
+	var (
+		mu        sync.Mutex
+		positions []int64
+		wg        sync.WaitGroup
+		start     = make(chan struct{})
+	)
+	for _, s := range []*store.Postgres{a, b} {
+		for range perInstance {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				err := s.AddHit("rate:k", time.Hour, func(h store.Hit, err error) {
+					if err != nil {
+						t.Errorf("AddHit: %v", err)
+						return
+					}
+					mu.Lock()
+					positions = append(positions, h.Count)
+					mu.Unlock()
+				})
+				if err != nil {
+					t.Errorf("AddHit: %v", err)
+				}
+			}()
+		}
+	}
+	close(start)
+	wg.Wait()
+	// Close flushes; the callbacks have all run once both are closed.
+	for _, s := range []*store.Postgres{a, b} {
+		if err := s.Close(context.Background()); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+	}
+	slices.Sort(positions)
+	if len(positions) != 2*perInstance {
+		t.Fatalf("got %d answers, want %d", len(positions), 2*perInstance)
+	}
+	for i, p := range positions {
+		if p != int64(i+1) {
+			t.Fatalf("positions[%d] = %d, want %d (positions must be 1..N, each once)", i, p, i+1)
+		}
+	}
+	if st := a.Stats(); st.Commits >= st.Writes {
+		t.Logf("instance a: %d commits for %d hits (no batching happened this run)", st.Commits, st.Writes)
+	}
+}
+
+func TestPostgresWindowResetsOnAccess(t *testing.T) {
+	s := openPostgres(t, pgtest.DSN(t))
+	const window = 300 * time.Millisecond
+	for want := int64(1); want <= 3; want++ {
+		if got := addHit(t, s, "rate:w", window).Count; got != want {
+			t.Fatalf("hit %d: Count = %d", want, got)
+		}
+	}
+	h := addHit(t, s, "rate:w", window)
+	// Wait for the window to pass on the database's clock; the hit reports
+	// how long is left.
+	time.Sleep(h.ResetIn + 10*time.Millisecond)
+	if got := addHit(t, s, "rate:w", window).Count; got != 1 {
+		t.Fatalf("after the window: Count = %d, want 1 (window reset on access)", got)
+	}
+}
+
+func TestPostgresReserveExcludesOtherInstances(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	a, b := openPostgres(t, dsn), openPostgres(t, dsn)
+	ctx := context.Background()
+	held, err := a.Reserve(ctx, "idem:k")
+	if err != nil {
+		t.Fatalf("Reserve a: %v", err)
+	}
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	if _, err := b.Reserve(short, "idem:k"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Reserve b while a holds: err = %v, want context.DeadlineExceeded", err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		r, err := b.Reserve(ctx, "idem:k")
+		if err == nil {
+			r.Release()
+		}
+		got <- err
+	}()
+	want := store.Response{Digest: []byte("d"), Status: 201, ContentType: "application/json", Body: []byte(`{"ok":true}`)}
+	if err := held.Save(ctx, want, time.Hour); err != nil {
+		t.Fatalf("Save: %v", err)
+	}
+	held.Release()
+	if err := <-got; err != nil {
+		t.Fatalf("Reserve b after release: %v", err)
+	}
+	r, err := b.Reserve(ctx, "idem:k")
+	if err != nil {
+		t.Fatalf("Reserve b: %v", err)
+	}
+	defer r.Release()
+	res, ok, err := r.Load(ctx)
+	if err != nil || !ok {
+		t.Fatalf("Load = ok %v, err %v; want the stored response", ok, err)
+	}
+	if res.Status != want.Status || string(res.Body) != string(want.Body) || res.ContentType != want.ContentType {
+		t.Fatalf("Load = %d %q %q, want %d %q %q", res.Status, res.ContentType, res.Body, want.Status, want.ContentType, want.Body)
+	}
+}
+
+// A holder whose connection dies (its process crashed) must not wedge the
+// key: the server drops the advisory lock with the connection.
+func TestPostgresReservationDiesWithItsConnection(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	a, b := openPostgres(t, dsn), openPostgres(t, dsn)
+	ctx := context.Background()
+	dead, err := a.Reserve(ctx, "idem:crash")
+	if err != nil {
+		t.Fatalf("Reserve a: %v", err)
+	}
+	defer dead.Release() // returns the dead connection, so a's Close does not wait for it
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	// Kill the backend that holds the lock, as the server does when the
+	// client's process dies.
+	tag, err := conn.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND granted AND pid <> pg_backend_pid()`)
+	if err != nil || tag.RowsAffected() == 0 {
+		t.Fatalf("terminate holder: rows %d, err %v", tag.RowsAffected(), err)
+	}
+	wait, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	r, err := b.Reserve(wait, "idem:crash")
+	if err != nil {
+		t.Fatalf("Reserve b after the holder died: %v", err)
+	}
+	r.Release()
+}
+
+func TestPostgresExpiredResponseIsPrunedOnLoad(t *testing.T) {
+	s := openPostgres(t, pgtest.DSN(t))
+	ctx := context.Background()
+	r, err := s.Reserve(ctx, "idem:ttl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Save(ctx, store.Response{Digest: []byte("d"), Status: 200, Body: []byte("x")}, time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	r.Release()
+	var left int
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		r, err = s.Reserve(ctx, "idem:ttl")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, ok, err := r.Load(ctx)
+		r.Release()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a response saved with a 1ms TTL still loads after 5s")
+		}
+		time.Sleep(5 * time.Millisecond) // real time must pass on the database's clock
+	}
+	if err := s.Pool().QueryRow(ctx, `SELECT count(*) FROM porch_idem_responses WHERE key = 'idem:ttl'`).Scan(&left); err != nil {
+		t.Fatal(err)
+	}
+	if left != 0 {
+		t.Fatalf("expired row still in the table after Load: %d rows", left)
+	}
+}

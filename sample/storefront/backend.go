@@ -1,0 +1,70 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/writeonce/writeonce/porch"
+	"github.com/writeonce/writeonce/porch/store"
+)
+
+// openBackend opens porch's store, SQLite by default or PostgreSQL with
+// -postgres, and returns it with a database/sql handle on the same database
+// for the shop's own tables, whose schema it has created.
+func openBackend(cfg config) (store.Store, *sql.DB, error) {
+	opt := store.Options{
+		Clock:       porch.SystemClock{Offset: cfg.wallOffset},
+		QueueSize:   queueSize(cfg),
+		CommitDelay: cfg.storeDelay,
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if cfg.postgres == "" {
+		st, err := store.OpenSQLite(cfg.db, opt)
+		if err != nil {
+			return nil, nil, err
+		}
+		if _, err := st.DB().ExecContext(ctx, shopSchema); err != nil {
+			st.Close(ctx)
+			return nil, nil, fmt.Errorf("storefront: schema: %w", err)
+		}
+		return st, st.DB(), nil
+	}
+	st, err := store.OpenPostgres(ctx, cfg.postgres, opt)
+	if err != nil {
+		return nil, nil, err
+	}
+	db := stdlib.OpenDBFromPool(st.Pool())
+	if err := createSchemaPostgres(ctx, db); err != nil {
+		db.Close()
+		st.Close(ctx)
+		return nil, nil, err
+	}
+	return st, db, nil
+}
+
+// createSchemaPostgres creates the shop's tables under a transaction-scoped
+// advisory lock: instances starting together would otherwise race on
+// CREATE TABLE IF NOT EXISTS, which is not safe against itself in
+// PostgreSQL.
+func createSchemaPostgres(ctx context.Context, db *sql.DB) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("storefront: schema: %w", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('storefront_schema', 0))`); err != nil {
+		return fmt.Errorf("storefront: schema lock: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, shopSchema); err != nil {
+		return fmt.Errorf("storefront: schema: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("storefront: schema: %w", err)
+	}
+	return nil
+}
