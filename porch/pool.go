@@ -49,6 +49,9 @@ type Pool struct {
 	mu     sync.RWMutex // protects closed against Send racing Close
 	closed bool
 
+	closing   chan struct{} // closed when Close begins, so a parked SendWait gives up
+	closeOnce sync.Once
+
 	wg sync.WaitGroup
 }
 
@@ -63,7 +66,8 @@ func NewPool(opt PoolOptions) *Pool {
 	if opt.Mailbox == 0 {
 		opt.Mailbox = DefaultMailbox
 	}
-	p := &Pool{seed: maphash.MakeSeed(), mailboxes: make([]chan func(int), opt.Size), mailbox: opt.Mailbox}
+	p := &Pool{seed: maphash.MakeSeed(), mailboxes: make([]chan func(int), opt.Size), mailbox: opt.Mailbox,
+		closing: make(chan struct{})}
 	for i := range p.mailboxes {
 		mb := make(chan func(int), opt.Mailbox)
 		p.mailboxes[i] = mb
@@ -121,14 +125,19 @@ func (p *Pool) SendWait(key string, job func(shard int)) error {
 	if p.closed {
 		return ErrClosed
 	}
-	p.mailboxes[p.Shard(key)] <- job
-	return nil
+	select {
+	case p.mailboxes[p.Shard(key)] <- job:
+		return nil
+	case <-p.closing:
+		return ErrClosed
+	}
 }
 
 // Close stops accepting jobs, lets every actor finish the jobs already in its
 // mailbox, and waits for the actors to exit or for ctx to end, returning
 // ctx.Err() in that case.
 func (p *Pool) Close(ctx context.Context) error {
+	p.closeOnce.Do(func() { close(p.closing) })
 	p.mu.Lock()
 	if !p.closed {
 		p.closed = true

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"runtime"
 	"slices"
 	"strings"
@@ -327,16 +326,6 @@ func TestPoolSendWaitWaitsForRoom(t *testing.T) {
 	<-ran
 }
 
-// knownBug skips a test that demonstrates an open bug unless
-// PORCH_KNOWN_BUGS is set, so the suite stays green while the bug is fixed
-// and the demonstration stays one variable away. Delete the call with the
-// fix.
-func knownBug(t *testing.T, bug string) {
-	t.Helper()
-	if os.Getenv("PORCH_KNOWN_BUGS") == "" {
-		t.Skip("known bug (set PORCH_KNOWN_BUGS=1 to run): " + bug)
-	}
-}
 
 // waitParked returns once some goroutine is blocked on a channel inside fn (a
 // function name as it appears in a stack trace). Nothing the test can
@@ -359,7 +348,6 @@ func waitParked(t *testing.T, fn string) {
 }
 
 func TestPoolCloseHonoursContextWhileSendWaitParked(t *testing.T) {
-	knownBug(t, "SendWait holds the pool's read lock while it waits, so Close cannot take the lock and ignores ctx")
 	p := porch.NewPool(porch.PoolOptions{Size: 1, Mailbox: 1})
 	blockActor(t, p, "k") // a slow actor: its mailbox will not drain
 	if err := p.Send("k", func(int) {}); err != nil {

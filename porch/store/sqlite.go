@@ -91,7 +91,8 @@ func OpenSQLite(path string, opt Options) (*SQLite, error) {
 	q.Set("_synchronous", "FULL")
 	q.Set("_busy_timeout", "10000")
 	q.Set("_txlock", "immediate")
-	db, err := sql.Open("sqlite3", "file:"+path+"?"+q.Encode())
+	// Escape the path: a '#' or '?' in a file name must not end the URI's path.
+	db, err := sql.Open("sqlite3", "file:"+(&url.URL{Path: path}).EscapedPath()+"?"+q.Encode())
 	if err != nil {
 		return nil, fmt.Errorf("store: open %s: %w", path, err)
 	}
@@ -347,7 +348,11 @@ func (s *SQLite) apply(ctx context.Context, batch []op, i int) error {
 		}
 	case o.response != nil:
 		r := o.response
-		if _, err := s.stmts.upsertResponse.ExecContext(ctx, r.Key, r.Digest, r.Status, r.ContentType, r.Body,
+		body := r.Body
+		if body == nil {
+			body = []byte{} // an empty response (a 204) is a value, not NULL
+		}
+		if _, err := s.stmts.upsertResponse.ExecContext(ctx, r.Key, r.Digest, r.Status, r.ContentType, body,
 			r.Created.UnixMilli(), r.Expires.UnixMilli()); err != nil {
 			return fmt.Errorf("store: save response: %w", err)
 		}

@@ -201,7 +201,6 @@ func TestReservation(t *testing.T) {
 }
 
 func TestSaveResponseEmptyBody(t *testing.T) {
-	knownBug(t, "a nil Body is bound as NULL and violates porch_idem_responses.body NOT NULL, so an empty response (204) can never be stored")
 	s := openSQLite(t, dbPath(t), store.Options{Clock: fakeClock()})
 	ctx := context.Background()
 
@@ -282,7 +281,6 @@ func TestTimelineSurvivesReopen(t *testing.T) {
 }
 
 func TestOpenSQLiteAnyPath(t *testing.T) {
-	knownBug(t, "OpenSQLite pastes the path into a file: URI unescaped, so '#', '?' and '%' change which file is opened")
 	tests := []struct{ name, file string }{
 		{"plain", "porch.db"},
 		{"space", "my porch.db"},
@@ -315,12 +313,3 @@ func TestOpenSQLiteAnyPath(t *testing.T) {
 	}
 }
 
-// knownBug skips a test that demonstrates an open bug unless
-// PORCH_KNOWN_BUGS is set, so the suite stays green until the fix lands and
-// the demonstration stays one variable away. Delete the call with the fix.
-func knownBug(t *testing.T, bug string) {
-	t.Helper()
-	if os.Getenv("PORCH_KNOWN_BUGS") == "" {
-		t.Skip("known bug (set PORCH_KNOWN_BUGS=1 to run): " + bug)
-	}
-}
