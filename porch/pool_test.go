@@ -326,7 +326,6 @@ func TestPoolSendWaitWaitsForRoom(t *testing.T) {
 	<-ran
 }
 
-
 // waitParked returns once some goroutine is blocked on a channel inside fn (a
 // function name as it appears in a stack trace). Nothing the test can
 // receive from tells it that a send has parked, so it reads the stacks.

@@ -312,4 +312,3 @@ func TestOpenSQLiteAnyPath(t *testing.T) {
 		})
 	}
 }
-
