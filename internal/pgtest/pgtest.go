@@ -71,17 +71,19 @@ func DSN(tb testing.TB) string {
 			tb.Errorf("drop schema %s: %v", schema, err)
 		}
 	})
-	return WithSearchPath(serverDSN, schema)
+	return WithParam(serverDSN, "search_path", schema)
 }
 
-// WithSearchPath returns dsn with its search_path set to schema.
-func WithSearchPath(dsn, schema string) string {
+// WithParam returns dsn with the connection parameter key set to value
+// (search_path, application_name, pool_max_conns), in URL or keyword/value
+// form as dsn is written.
+func WithParam(dsn, key, value string) string {
 	u, err := url.Parse(dsn)
 	if err != nil || u.Scheme == "" {
-		return dsn + " search_path=" + schema // keyword/value form
+		return dsn + " " + key + "=" + value
 	}
 	q := u.Query()
-	q.Set("search_path", schema)
+	q.Set(key, value)
 	u.RawQuery = q.Encode()
 	return u.String()
 }

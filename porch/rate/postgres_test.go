@@ -122,7 +122,7 @@ func TestSharedLimitSurvivesRestart(t *testing.T) {
 // once the pool reconnects.
 func TestSharedLimitFailsClosedOnConnectionLoss(t *testing.T) {
 	app := "porch_loss_" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	dsn := pgtest.DSN(t) + "&application_name=" + app
+	dsn := pgtest.WithParam(pgtest.DSN(t), "application_name", app)
 	in := newInstance(t, dsn, 100, time.Hour)
 	const key = "rate:default:ip:192.0.2.3"
 	ctx := context.Background()

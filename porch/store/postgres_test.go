@@ -168,7 +168,7 @@ func TestPostgresReserveExcludesOtherInstances(t *testing.T) {
 // key: the server drops the advisory lock with the connection.
 func TestPostgresReservationDiesWithItsConnection(t *testing.T) {
 	dsn := pgtest.DSN(t)
-	a, b := openPostgres(t, dsn), openPostgres(t, dsn)
+	a, b := openPostgres(t, pgtest.WithParam(dsn, "application_name", "porch_dies_a")), openPostgres(t, dsn)
 	ctx := context.Background()
 	dead, err := a.Reserve(ctx, "idem:crash")
 	if err != nil {
@@ -182,7 +182,8 @@ func TestPostgresReservationDiesWithItsConnection(t *testing.T) {
 	defer conn.Close(ctx)
 	// Kill the backend that holds the lock, as the server does when the
 	// client's process dies.
-	tag, err := conn.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND granted AND pid <> pg_backend_pid()`)
+	tag, err := conn.Exec(ctx, `SELECT pg_terminate_backend(l.pid) FROM pg_locks l JOIN pg_stat_activity s USING (pid)
+		WHERE l.locktype = 'advisory' AND l.granted AND s.application_name = 'porch_dies_a'`)
 	if err != nil || tag.RowsAffected() == 0 {
 		t.Fatalf("terminate holder: rows %d, err %v", tag.RowsAffected(), err)
 	}

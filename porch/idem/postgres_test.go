@@ -1,0 +1,185 @@
+package idem_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/writeonce/writeonce/internal/pgtest"
+	"github.com/writeonce/writeonce/porch"
+	"github.com/writeonce/writeonce/porch/idem"
+	"github.com/writeonce/writeonce/porch/store"
+)
+
+// pgInstance is one process's middleware on a shared PostgreSQL schema,
+// behind its own server.
+type pgInstance struct {
+	st  *store.Postgres
+	srv *httptest.Server
+}
+
+func newPGInstance(t *testing.T, dsn string, h http.Handler) *pgInstance {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	st, err := store.OpenPostgres(ctx, dsn, store.Options{})
+	if err != nil {
+		t.Fatalf("open postgres: %v", err)
+	}
+	pool := porch.NewPool(porch.PoolOptions{})
+	m := idem.New(pool, st, idem.Options{RequireKey: true})
+	in := &pgInstance{st: st, srv: httptest.NewServer(m.Handler(h))}
+	t.Cleanup(func() {
+		in.srv.Close()
+		pool.Close(context.Background())
+		st.Close(context.Background())
+	})
+	return in
+}
+
+func (in *pgInstance) post(t *testing.T, key, body string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, in.srv.URL+"/pay", strings.NewReader(body))
+	if err != nil {
+		t.Errorf("new request: %v", err) // post runs on other goroutines too: no Fatal
+		return 0, ""
+	}
+	req.Header.Set(idem.Header, key)
+	res, err := in.srv.Client().Do(req)
+	if err != nil {
+		t.Errorf("POST: %v", err)
+		return 0, ""
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return res.StatusCode, string(b)
+}
+
+// payHandler counts executions and answers with a body unique to each
+// execution, so a replay of another execution's response would show.
+type payHandler struct {
+	runs    atomic.Int64
+	entered chan struct{} // receives once per execution, if not nil
+	release chan struct{} // executions wait for it, if not nil
+}
+
+func (h *payHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	n := h.runs.Add(1)
+	if h.entered != nil {
+		h.entered <- struct{}{}
+	}
+	if h.release != nil {
+		<-h.release
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusCreated)
+	io.WriteString(w, `{"execution":`+strconv.FormatInt(n, 10)+`}`)
+}
+
+// Duplicates spread over two instances at once run the handler once, and
+// every caller on either instance gets that one execution's response.
+func TestSharedKeyRunsOnceAcrossInstances(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	h := &payHandler{entered: make(chan struct{}, 64), release: make(chan struct{})}
+	a, b := newPGInstance(t, dsn, h), newPGInstance(t, dsn, h)
+	const perInstance = 10
+	type answer struct {
+		status int
+		body   string
+	}
+	answers := make(chan answer, 2*perInstance)
+	var wg sync.WaitGroup
+	for _, in := range []*pgInstance{a, b} {
+		for range perInstance {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				s, body := in.post(t, "order-1", `{"amount":5}`)
+				answers <- answer{s, body}
+			}()
+		}
+	}
+	<-h.entered // one owner is inside the handler; everyone else is parked
+	close(h.release)
+	wg.Wait()
+	close(answers)
+	var first *answer
+	for got := range answers {
+		if got.status != http.StatusCreated {
+			t.Errorf("status %d (%s), want 201 for every duplicate", got.status, got.body)
+		}
+		if first == nil {
+			first = &got
+		} else if got != *first {
+			t.Errorf("answer %v differs from %v", got, *first)
+		}
+	}
+	if n := h.runs.Load(); n != 1 {
+		t.Fatalf("handler ran %d times across two instances, want 1", n)
+	}
+}
+
+// An owner whose process dies mid-handler (here: its connection is killed,
+// which is what the server sees) must not wedge the key: a duplicate parked
+// on the other instance takes it and runs the handler.
+func TestSharedKeyOwnerCrashReleasesParkedDuplicate(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	ha := &payHandler{entered: make(chan struct{}, 1), release: make(chan struct{})}
+	hb := &payHandler{}
+	// Application names let the test find each instance's connections
+	// without touching other tests' on the same server.
+	a := newPGInstance(t, pgtest.WithParam(dsn, "application_name", "porch_crash_a"), ha)
+	b := newPGInstance(t, pgtest.WithParam(dsn, "application_name", "porch_crash_b"), hb)
+	t.Cleanup(func() { close(ha.release) }) // before a's server waits for its handler
+	go a.post(t, "order-2", `{"amount":7}`)
+	<-ha.entered // a owns the key and holds its advisory lock
+	done := make(chan int, 1)
+	go func() {
+		s, _ := b.post(t, "order-2", `{"amount":7}`)
+		done <- s
+	}()
+	// Kill a's connections: a crashed process's locks go with them.
+	ctx := context.Background()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var waiting int
+		// b's leader is blocked on the lock once an ungranted advisory lock shows.
+		if err := b.st.Pool().QueryRow(ctx, `SELECT count(*) FROM pg_locks l JOIN pg_stat_activity s USING (pid)
+			WHERE l.locktype = 'advisory' AND NOT l.granted AND s.application_name = 'porch_crash_b'`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("b's duplicate never waited on the key's lock")
+		}
+		time.Sleep(10 * time.Millisecond) // polling the server's lock table; nothing can signal it
+	}
+	if _, err := b.st.Pool().Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+		WHERE application_name = 'porch_crash_a'`); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case s := <-done:
+		if s != http.StatusCreated {
+			t.Fatalf("b's duplicate got %d, want 201 from running the handler itself", s)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("b's duplicate is still parked after the owner died: the key is wedged")
+	}
+	if n := hb.runs.Load(); n != 1 {
+		t.Fatalf("b ran the handler %d times, want 1", n)
+	}
+	// A further retry replays b's response rather than running again.
+	if s, _ := b.post(t, "order-2", `{"amount":7}`); s != http.StatusCreated || hb.runs.Load() != 1 {
+		t.Fatalf("retry: status %d, runs %d; want a 201 replay and still 1 run", s, hb.runs.Load())
+	}
+}
