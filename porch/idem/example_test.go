@@ -1,0 +1,79 @@
+package idem_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/writeonce/writeonce/porch"
+	"github.com/writeonce/writeonce/porch/idem"
+	"github.com/writeonce/writeonce/porch/store"
+)
+
+// A checkout that requires an Idempotency-Key: a retry replays the first
+// response without running the handler again, and a key reused for another
+// request is refused.
+func Example() {
+	dir, err := os.MkdirTemp("", "idem-example")
+	if err != nil {
+		panic(err)
+	}
+	defer os.RemoveAll(dir)
+	st, err := store.OpenSQLite(filepath.Join(dir, "shop.db"), store.Options{})
+	if err != nil {
+		panic(err)
+	}
+	defer st.Close(context.Background()) // after the pool: its last jobs may write
+	pool := porch.NewPool(porch.PoolOptions{})
+	defer pool.Close(context.Background())
+
+	keys := idem.New(pool, st, idem.Options{RequireKey: true})
+	orders := 0
+	r := chi.NewRouter()
+	r.With(keys.Handler).Post("/checkout", func(w http.ResponseWriter, r *http.Request) {
+		orders++ // the side effect that must happen once per key
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, `{"order":%d}`, orders)
+	})
+	srv := httptest.NewServer(r)
+	defer srv.Close()
+
+	checkout := func(key, body string) {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/checkout", strings.NewReader(body))
+		if key != "" {
+			req.Header.Set(idem.Header, key)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			panic(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		if res.Header.Get("Content-Type") == porch.ProblemContentType {
+			var p porch.Problem
+			json.Unmarshal(b, &p)
+			b = []byte(p.Type)
+		}
+		fmt.Printf("%d %s replayed=%t\n", res.StatusCode, b, res.Header.Get(idem.ReplayedHeader) == "true")
+	}
+	checkout("order-1", `{"sku":"tea"}`)
+	checkout(`"order-1"`, `{"sku":"tea"}`) // the same key as a structured-field string
+	checkout("order-1", `{"sku":"coffee"}`)
+	checkout("", `{"sku":"tea"}`)
+	fmt.Println("orders:", orders)
+	// Output:
+	// 201 {"order":1} replayed=false
+	// 201 {"order":1} replayed=true
+	// 422 https://porch.dev/problems/idempotency-key-reused replayed=false
+	// 400 https://porch.dev/problems/idempotency-key-required replayed=false
+	// orders: 1
+}

@@ -1,0 +1,392 @@
+package idem
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/writeonce/writeonce/porch"
+	"github.com/writeonce/writeonce/porch/store"
+)
+
+// waitLimit bounds every wait: a deadline that means the middleware hung,
+// never a sleep.
+const waitLimit = 10 * time.Second
+
+// openSQLite opens a store in a fresh temporary directory and closes it on
+// cleanup.
+func openSQLite(t *testing.T) *store.SQLite {
+	t.Helper()
+	st, err := store.OpenSQLite(filepath.Join(t.TempDir(), "porch.db"), store.Options{})
+	if err != nil {
+		t.Fatalf("open store: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+		defer cancel()
+		if err := st.Close(ctx); err != nil {
+			t.Errorf("close store: %v", err)
+		}
+	})
+	return st
+}
+
+// newMiddleware builds the middleware over st; cleanup closes its pool
+// before st (opened earlier) closes.
+func newMiddleware(t *testing.T, st store.Store, opt Options, popt porch.PoolOptions) *Idempotent {
+	t.Helper()
+	pool := porch.NewPool(popt)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+		defer cancel()
+		if err := pool.Close(ctx); err != nil {
+			t.Errorf("close pool: %v", err)
+		}
+	})
+	return New(pool, st, opt)
+}
+
+// inFlight counts the keys with a flight, reading each shard on its own
+// actor. Jobs run in order, so every report a finished request queued has run
+// by the time this one does.
+func inFlight(t *testing.T, m *Idempotent) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	total := 0
+	for i := range m.shards {
+		reply := porch.NewReply[int]()
+		if err := m.pool.SendShard(i, func(i int) { reply.Send(len(m.shards[i].flights), nil) }); err != nil {
+			t.Fatalf("ask shard %d: %v", i, err)
+		}
+		n, err := reply.Wait(ctx)
+		if err != nil {
+			t.Fatalf("shard %d: %v", i, err)
+		}
+		total += n
+	}
+	return total
+}
+
+func post(body string) *http.Request {
+	r := httptest.NewRequest(http.MethodPost, "/orders", strings.NewReader(body))
+	r.Header.Set(Header, "k")
+	return r
+}
+
+// TestNoFlightOutlivesItsRequest: whatever the outcome, once a request has
+// been answered no flight is left behind for its key. A leaked flight would
+// park every later duplicate behind an owner that no longer exists.
+func TestNoFlightOutlivesItsRequest(t *testing.T) {
+	tests := []struct {
+		name    string
+		handler func(w http.ResponseWriter)
+		bodies  []string
+		want    []int
+	}{
+		{"stored, replayed, refused", func(w http.ResponseWriter) {
+			w.WriteHeader(http.StatusCreated)
+			w.Write([]byte("created"))
+		},
+			[]string{"a", "a", "b"}, []int{201, 201, 422}},
+		{"handler 500", func(w http.ResponseWriter) { w.WriteHeader(http.StatusInternalServerError) },
+			[]string{"a", "a"}, []int{500, 500}},
+		{"handler panic", func(http.ResponseWriter) { panic("boom") },
+			[]string{"a"}, []int{500}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			m := newMiddleware(t, openSQLite(t), Options{}, porch.PoolOptions{Size: 4})
+			h := m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { tc.handler(w) }))
+			for i, body := range tc.bodies {
+				rec := httptest.NewRecorder()
+				h.ServeHTTP(rec, post(body))
+				if rec.Code != tc.want[i] {
+					t.Errorf("request %d: got %d, want %d", i, rec.Code, tc.want[i])
+				}
+				if n := inFlight(t, m); n != 0 {
+					t.Errorf("after request %d: got %d flights, want 0", i, n)
+				}
+			}
+		})
+	}
+}
+
+func TestNoFlightAfterFailedWrite(t *testing.T) {
+	st := openSQLite(t)
+	m := newMiddleware(t, st, Options{}, porch.PoolOptions{Size: 4})
+	var calls atomic.Int64
+	h := m.Handler(created201(&calls))
+	if _, err := st.DB().Exec(`CREATE TRIGGER idem_boom BEFORE INSERT ON porch_idem_responses
+		BEGIN SELECT RAISE(ABORT, 'boom'); END`); err != nil {
+		t.Fatalf("create trigger: %v", err)
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, post("a"))
+	if rec.Code != http.StatusServiceUnavailable {
+		t.Errorf("failed write: got %d, want 503", rec.Code)
+	}
+	if n := inFlight(t, m); n != 0 {
+		t.Errorf("flights: got %d, want 0", n)
+	}
+}
+
+// hookedStore lets a test act when a leader reserves its key. Its
+// reservations honour their context, as the Store contract asks.
+type hookedStore struct {
+	*store.SQLite
+	// reserve, if set, runs at the start of every Reserve; an error it
+	// returns is Reserve's.
+	reserve func(ctx context.Context) error
+}
+
+func (s *hookedStore) Reserve(ctx context.Context, key string) (store.Reservation, error) {
+	if s.reserve != nil {
+		if err := s.reserve(ctx); err != nil {
+			return nil, err
+		}
+	}
+	r, err := s.SQLite.Reserve(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	return ctxReservation{r}, nil
+}
+
+type ctxReservation struct{ store.Reservation }
+
+func (r ctxReservation) Load(ctx context.Context) (store.Response, bool, error) {
+	if err := ctx.Err(); err != nil {
+		return store.Response{}, false, err
+	}
+	return r.Reservation.Load(ctx)
+}
+
+// parkedFrame is wait as it appears in a goroutine dump; parked duplicates
+// are registered nowhere else.
+const parkedFrame = "porch/idem.(*Idempotent).wait("
+
+// waitParked polls until exactly n requests are parked behind a leader.
+func waitParked(t *testing.T, n int) {
+	t.Helper()
+	deadline := time.Now().Add(waitLimit)
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for {
+		buf := make([]byte, 1<<20)
+		got := strings.Count(string(buf[:runtime.Stack(buf, true)]), parkedFrame)
+		if got == n {
+			return
+		}
+		if got > n || time.Now().After(deadline) {
+			t.Fatalf("parked duplicates: got %d, want %d", got, n)
+		}
+		<-tick.C
+	}
+}
+
+// serveAsync serves req on its own goroutine; the channel yields the status.
+func serveAsync(h http.Handler, req *http.Request) <-chan int {
+	code := make(chan int, 1)
+	go func() {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		code <- rec.Code
+	}()
+	return code
+}
+
+func status(t *testing.T, code <-chan int, what string) int {
+	t.Helper()
+	select {
+	case c := <-code:
+		return c
+	case <-time.After(waitLimit):
+		t.Fatalf("%s never returned", what)
+		return 0
+	}
+}
+
+// created201 answers 201 with a body, so that the response can be stored.
+func created201(calls *atomic.Int64) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		w.WriteHeader(http.StatusCreated)
+		w.Write([]byte("created"))
+	})
+}
+
+// TestCallerGoneBeforeJoinAnswered: a request that stops waiting before the
+// actor has answered it is still made leader when the actor gets to it. The
+// middleware must hand that lead back, or the key is wedged and every later
+// request parks forever.
+func TestCallerGoneBeforeJoinAnswered(t *testing.T) {
+	m := newMiddleware(t, openSQLite(t), Options{}, porch.PoolOptions{Size: 1})
+	var calls atomic.Int64
+	h := m.Handler(created201(&calls))
+
+	busy, unblock := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	free := func() { once.Do(func() { close(unblock) }) }
+	t.Cleanup(free)
+	if err := m.pool.Send("blocker", func(int) { close(busy); <-unblock }); err != nil {
+		t.Fatalf("block the actor: %v", err)
+	}
+	<-busy
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if got := status(t, serveAsync(h, post("a").WithContext(ctx)), "the request whose context ended"); got == http.StatusCreated {
+		t.Errorf("gone caller: got %d, want a refusal", got)
+	}
+	free()
+	if n := inFlight(t, m); n != 0 {
+		t.Fatalf("flights after the caller left: got %d, want 0 (key wedged)", n)
+	}
+	if got := status(t, serveAsync(h, post("a")), "the next request"); got != http.StatusCreated {
+		t.Errorf("next request: got %d, want 201", got)
+	}
+	if got := calls.Load(); got != 1 {
+		t.Errorf("handler calls: got %d, want 1", got)
+	}
+}
+
+// TestLeaderGoneWhileReserving: a leader whose context ends while it reserves
+// the key has learned nothing about it, so a parked duplicate must not be
+// failed: it leads afresh and runs the handler.
+func TestLeaderGoneWhileReserving(t *testing.T) {
+	hs := &hookedStore{SQLite: openSQLite(t)}
+	m := newMiddleware(t, hs, Options{}, porch.PoolOptions{})
+	var calls atomic.Int64
+	h := m.Handler(created201(&calls))
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	reserving, proceed := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	hs.reserve = func(context.Context) error {
+		once.Do(func() {
+			close(reserving)
+			<-proceed
+			cancel() // the leader's client goes away mid-reservation
+		})
+		return nil
+	}
+
+	leader := serveAsync(h, post("a").WithContext(ctx))
+	<-reserving
+	waiter := serveAsync(h, post("a"))
+	waitParked(t, 1)
+	close(proceed)
+
+	if got := status(t, leader, "the leader"); got == http.StatusCreated {
+		t.Errorf("leader that left: got %d, want a refusal", got)
+	}
+	if got := status(t, waiter, "the waiter"); got != http.StatusCreated {
+		t.Errorf("waiter: got %d, want 201 (it leads once the leader left)", got)
+	}
+	if got := calls.Load(); got != 1 {
+		t.Errorf("handler calls: got %d, want 1", got)
+	}
+}
+
+// TestWaitersBehindALeaderThatFindsARow: a leader that finds a stored
+// response answers its waiters from it: a replay for the same request, 422
+// for a different one, and the handler does not run.
+func TestWaitersBehindALeaderThatFindsARow(t *testing.T) {
+	hs := &hookedStore{SQLite: openSQLite(t)}
+	m := newMiddleware(t, hs, Options{}, porch.PoolOptions{})
+	var calls atomic.Int64
+	h := m.Handler(created201(&calls))
+	if got := status(t, serveAsync(h, post("a")), "the first request"); got != http.StatusCreated {
+		t.Fatalf("first request: got %d, want 201", got)
+	}
+
+	reserving, proceed := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	hs.reserve = func(context.Context) error {
+		once.Do(func() {
+			close(reserving)
+			<-proceed
+		})
+		return nil
+	}
+	leader := serveAsync(h, post("a"))
+	<-reserving
+	same := serveAsync(h, post("a"))
+	other := serveAsync(h, post("b"))
+	waitParked(t, 2)
+	close(proceed)
+
+	for _, c := range []struct {
+		name string
+		code <-chan int
+		want int
+	}{
+		{"leader", leader, http.StatusCreated},
+		{"same request", same, http.StatusCreated},
+		{"different body", other, http.StatusUnprocessableEntity},
+	} {
+		if got := status(t, c.code, c.name); got != c.want {
+			t.Errorf("%s: got %d, want %d", c.name, got, c.want)
+		}
+	}
+	if got := calls.Load(); got != 1 {
+		t.Errorf("handler calls: got %d, want 1", got)
+	}
+}
+
+// TestReserveFails: a store that cannot reserve fails closed. The leader and
+// its parked duplicate get 503, the handler never runs, and the key is free
+// once the store recovers.
+func TestReserveFails(t *testing.T) {
+	hs := &hookedStore{SQLite: openSQLite(t)}
+	m := newMiddleware(t, hs, Options{}, porch.PoolOptions{})
+	var calls atomic.Int64
+	h := m.Handler(created201(&calls))
+
+	errBoom := errors.New("boom")
+	reserving, proceed := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	hs.reserve = func(context.Context) error {
+		err := error(nil)
+		once.Do(func() {
+			close(reserving)
+			<-proceed
+			err = errBoom
+		})
+		return err
+	}
+
+	leader := serveAsync(h, post("a"))
+	<-reserving
+	waiter := serveAsync(h, post("a"))
+	waitParked(t, 1)
+	close(proceed)
+
+	for _, c := range []struct {
+		name string
+		code <-chan int
+	}{{"leader", leader}, {"waiter", waiter}} {
+		if got := status(t, c.code, c.name); got != http.StatusServiceUnavailable {
+			t.Errorf("%s: got %d, want 503", c.name, got)
+		}
+	}
+	if got := calls.Load(); got != 0 {
+		t.Errorf("handler calls: got %d, want 0", got)
+	}
+	if n := inFlight(t, m); n != 0 {
+		t.Errorf("flights: got %d, want 0", n)
+	}
+	if got := status(t, serveAsync(h, post("a")), "the retry"); got != http.StatusCreated {
+		t.Errorf("retry once the store works: got %d, want 201", got)
+	}
+}
