@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/http"
 	"runtime/debug"
+	"strconv"
 )
 
 // Middleware is a before/after hook pair run by [Chain] around a buffered
@@ -16,11 +17,38 @@ import (
 //
 // After runs for every middleware whose Before ran, in reverse order, even
 // when a later Before short-circuited or the handler panicked. It may change
-// res in place. panicked reports that the handler panicked; res is then the
-// 500 that replaced its output.
+// res in place. c tells how res came to be: a middleware that records the
+// handler's outcome (idempotency) must not record another middleware's
+// refusal as if the handler had answered it.
 type Middleware interface {
 	Before(r *http.Request) (*http.Request, *Response)
-	After(r *http.Request, res *Response, panicked bool)
+	After(r *http.Request, res *Response, c Completion)
+}
+
+// Completion tells an after hook how the response came to be.
+type Completion int
+
+const (
+	// Handled: the handler ran and returned.
+	Handled Completion = iota
+	// ShortCircuited: a before hook answered; the handler did not run.
+	ShortCircuited
+	// Panicked: the handler panicked; the response is the 500 that
+	// replaced its output.
+	Panicked
+)
+
+// String names c.
+func (c Completion) String() string {
+	switch c {
+	case Handled:
+		return "handled"
+	case ShortCircuited:
+		return "short-circuited"
+	case Panicked:
+		return "panicked"
+	}
+	return "Completion(" + strconv.Itoa(int(c)) + ")"
 }
 
 // Chain returns chi-compatible middleware that runs ms as one before/after
@@ -41,7 +69,8 @@ func Chain(ms ...Middleware) func(http.Handler) http.Handler {
 func Adapt(m Middleware) func(http.Handler) http.Handler { return Chain(m) }
 
 func serve(ms []Middleware, next http.Handler, w http.ResponseWriter, r *http.Request) {
-	reqs := make([]*http.Request, 0, len(ms))
+	var stack [4]*http.Request // the common chain fits without a heap allocation
+	reqs := stack[:0]
 	var res *Response
 	for _, m := range ms {
 		var short *Response
@@ -52,12 +81,12 @@ func serve(ms []Middleware, next http.Handler, w http.ResponseWriter, r *http.Re
 			break
 		}
 	}
-	panicked := false
+	c := ShortCircuited
 	if res == nil {
-		res, panicked = runHandler(next, r)
+		res, c = runHandler(next, r)
 	}
 	for i := len(reqs) - 1; i >= 0; i-- {
-		ms[i].After(reqs[i], res, panicked)
+		ms[i].After(reqs[i], res, c)
 	}
 	res.Write(w)
 }
@@ -66,7 +95,7 @@ func serve(ms []Middleware, next http.Handler, w http.ResponseWriter, r *http.Re
 // becomes a 500 so that the after hooks learn the handler did not complete
 // (idempotency must not store such a response); only ErrAbortHandler, which
 // handlers raise on purpose, goes unlogged.
-func runHandler(h http.Handler, r *http.Request) (res *Response, panicked bool) {
+func runHandler(h http.Handler, r *http.Request) (res *Response, c Completion) {
 	bw := newBufferWriter()
 	defer func() {
 		if v := recover(); v != nil {
@@ -80,9 +109,9 @@ func runHandler(h http.Handler, r *http.Request) (res *Response, panicked bool) 
 				Title:  "Internal Server Error",
 				Status: http.StatusInternalServerError,
 			}.Response()
-			panicked = true
+			c = Panicked
 		}
 	}()
 	h.ServeHTTP(bw, r)
-	return bw.res, false
+	return bw.res, Handled
 }

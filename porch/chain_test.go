@@ -30,9 +30,9 @@ func (m *tracer) Before(r *http.Request) (*http.Request, *porch.Response) {
 	return r.WithContext(context.WithValue(r.Context(), traceKey(m.name), true)), m.short
 }
 
-func (m *tracer) After(r *http.Request, res *porch.Response, panicked bool) {
+func (m *tracer) After(r *http.Request, res *porch.Response, c porch.Completion) {
 	entry := "after " + m.name + " " + strconv.Itoa(res.StatusCode())
-	if panicked {
+	if c == porch.Panicked {
 		entry += " panicked"
 	}
 	if r.Context().Value(traceKey(m.name)) == nil {
@@ -168,7 +168,7 @@ type rewriter struct{ sawStatus, sawBody *string }
 
 func (rewriter) Before(r *http.Request) (*http.Request, *porch.Response) { return r, nil }
 
-func (m rewriter) After(r *http.Request, res *porch.Response, panicked bool) {
+func (m rewriter) After(r *http.Request, res *porch.Response, _ porch.Completion) {
 	*m.sawStatus = strconv.Itoa(res.StatusCode())
 	*m.sawBody = string(res.Body)
 	res.Status = http.StatusAccepted
@@ -263,7 +263,7 @@ func (headerMiddleware) Before(r *http.Request) (*http.Request, *porch.Response)
 	return r, nil
 }
 
-func (headerMiddleware) After(r *http.Request, res *porch.Response, panicked bool) {
+func (headerMiddleware) After(r *http.Request, res *porch.Response, _ porch.Completion) {
 	res.SetHeader("X-Porch", "after")
 }
 

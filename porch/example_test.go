@@ -23,7 +23,7 @@ func (stamp) Before(r *http.Request) (*http.Request, *porch.Response) {
 	return r, nil
 }
 
-func (stamp) After(r *http.Request, res *porch.Response, panicked bool) {
+func (stamp) After(r *http.Request, res *porch.Response, _ porch.Completion) {
 	res.SetHeader("X-Stamped", "yes")
 }
 

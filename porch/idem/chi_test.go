@@ -107,6 +107,34 @@ func TestChainAfterLimiter(t *testing.T) {
 	}
 }
 
+// TestChainBeforeLimiter puts the middleware first, so a later middleware's
+// refusal reaches its After: the handler never ran, so the refusal must not
+// be stored and replayed for the key's whole TTL.
+func TestChainBeforeLimiter(t *testing.T) {
+	st := openStore(t, store.Options{})
+	pool := newPool(t, porch.PoolOptions{})
+	m := idem.New(pool, st, idem.Options{})
+	var refuse atomic.Bool
+	refuse.Store(true)
+	o := new(orders)
+	h := porch.Chain(m, refuser{&refuse})(o)
+
+	refused := httptest.NewRecorder()
+	h.ServeHTTP(refused, keyed("one", "k"))
+	if refused.Code != http.StatusTooManyRequests {
+		t.Fatalf("refused: got %d, want 429", refused.Code)
+	}
+	refuse.Store(false)
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, keyed("one", "k"))
+	if rec.Code != http.StatusCreated || rec.Header().Get(idem.ReplayedHeader) != "" {
+		t.Errorf("after the refusal: got %d %s, want a fresh 201, not the stored refusal", rec.Code, strings.TrimSpace(rec.Body.String()))
+	}
+	if got := o.calls.Load(); got != 1 {
+		t.Errorf("handler calls: got %d, want 1", got)
+	}
+}
+
 // refuser is a stand-in for a rate limiter: while refuse is set, its Before
 // answers 429.
 type refuser struct{ refuse *atomic.Bool }
@@ -118,4 +146,4 @@ func (f refuser) Before(r *http.Request) (*http.Request, *porch.Response) {
 	return r, nil
 }
 
-func (refuser) After(*http.Request, *porch.Response, bool) {}
+func (refuser) After(*http.Request, *porch.Response, porch.Completion) {}

@@ -14,7 +14,6 @@ import (
 // closed, and read only after it is closed.
 type flight struct {
 	leader *caller // compared by identity
-	digest []byte
 	done   chan struct{}
 
 	kind outcome        // outcomeReplay, outcomeConflict, outcomeReleased or outcomeFailed
@@ -43,11 +42,11 @@ type shard struct {
 
 // begin runs on key's actor: the first caller for a key leads its flight,
 // every later one waits on it. The actor does no I/O.
-func (sh *shard) begin(key string, digest []byte, c *caller) (outcome, *flight) {
+func (sh *shard) begin(key string, c *caller) (outcome, *flight) {
 	if f, ok := sh.flights[key]; ok {
 		return outcomeWait, f
 	}
-	f := &flight{leader: c, digest: digest, done: make(chan struct{})}
+	f := &flight{leader: c, done: make(chan struct{})}
 	sh.flights[key] = f
 	return outcomeLead, f
 }

@@ -153,7 +153,7 @@ func (m *Idempotent) join(ctx context.Context, key string, digest []byte, c *cal
 	}
 	reply := porch.NewReply[joined]()
 	err := m.pool.Send(key, func(i int) {
-		kind, f := m.shards[i].begin(key, digest, c)
+		kind, f := m.shards[i].begin(key, c)
 		reply.Send(joined{kind, f}, nil)
 	})
 	if err != nil {
@@ -234,22 +234,26 @@ func (m *Idempotent) wait(r *http.Request, f *flight) *porch.Response {
 }
 
 // After stores the owner's response and lets it out only once it is
-// durable. A 5xx or a panic is not stored: the key is handed back, and a
-// waiting duplicate runs the handler. It implements porch.Middleware.
-func (m *Idempotent) After(r *http.Request, res *porch.Response, panicked bool) {
+// durable. A 5xx, a panic, or a refusal by a middleware after this one (the
+// handler never ran) is not stored: the key is handed back, and a waiting
+// duplicate decides afresh. It implements porch.Middleware.
+func (m *Idempotent) After(r *http.Request, res *porch.Response, c porch.Completion) {
 	o, ok := r.Context().Value(ownershipKey{m}).(*ownership)
 	if !ok {
 		return
 	}
 	defer o.hold.Release()
 	status := res.StatusCode()
-	if panicked || status >= 500 {
+	if c != porch.Handled || status >= 500 {
 		m.end(o.key, o.caller, outcomeReleased, store.Response{}, nil)
 		return
 	}
 	stored := store.Response{
 		Key: o.key, Digest: o.digest, Status: status,
 		ContentType: res.Header.Get("Content-Type"), Body: res.Body,
+	}
+	if stored.Body == nil {
+		stored.Body = []byte{} // an empty body (a 204) is a response, not a missing one
 	}
 	// The client may have gone; the response is stored all the same, so its
 	// retry replays rather than runs the handler again.

@@ -216,7 +216,7 @@ func (l *Limiter) Before(r *http.Request) (*http.Request, *porch.Response) {
 
 // After puts the rate-limit headers on the final response. It implements
 // porch.Middleware.
-func (l *Limiter) After(r *http.Request, res *porch.Response, _ bool) {
+func (l *Limiter) After(r *http.Request, res *porch.Response, _ porch.Completion) {
 	if v, ok := r.Context().Value(verdictKey{l}).(Verdict); ok {
 		if res.Header == nil {
 			res.Header = make(http.Header)

@@ -254,6 +254,9 @@ func (r *pgReservation) Load(ctx context.Context) (Response, bool, error) {
 }
 
 func (r *pgReservation) Save(ctx context.Context, res Response, ttl time.Duration) error {
+	if res.Body == nil {
+		res.Body = []byte{} // NOT NULL: an empty body is a value
+	}
 	var created, expires int64
 	err := r.conn.QueryRow(ctx, pgSaveResponse, r.key, res.Digest, res.Status, res.ContentType, res.Body,
 		ttl.Milliseconds()).Scan(&created, &expires)

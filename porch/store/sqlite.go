@@ -283,6 +283,10 @@ func (s *SQLite) Close(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+	for _, st := range []*sql.Stmt{s.stmts.upsertCounter, s.stmts.upsertResponse, s.stmts.deleteResponse,
+		s.stmts.pruneCounters, s.stmts.pruneResponses} {
+		st.Close() // an open statement keeps SQLite's file descriptors open
+	}
 	s.wconn.Close()
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("store: close: %w", err)
