@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/writeonce/writeonce/porch"
@@ -40,6 +41,14 @@ type Options struct {
 	// Key, if set, returns the principal to count a request against (an API
 	// key, a user id). It returns "" to fall back to the client IP.
 	Key func(r *http.Request) string
+	// WriteAhead bounds how far ahead of a key's count the stored count may
+	// run, with a store that is the counters' only writer (SQLite). Writing
+	// ahead lets later hits answer without a write of their own once the
+	// bound has committed. A crash can then over-count a key by up to this
+	// many (the safe side for a limiter: a client may be refused early,
+	// never served beyond its limit); Close writes the exact counts. If
+	// zero, DefaultWriteAhead; negative writes every hit exactly.
+	WriteAhead int
 }
 
 // Limiter allows Limit requests per key in each fixed window of Window. A
@@ -55,6 +64,7 @@ type Limiter struct {
 	shared    store.SharedCounters    // set otherwise
 	limit     int64
 	window    time.Duration
+	ahead     int64 // Options.WriteAhead, resolved
 	opt       Options
 	views     []*view // indexed by pool shard; views[i] is touched only by actor i
 	policy    string  // RateLimit-Policy value, fixed per limiter
@@ -95,8 +105,15 @@ func New(pool *porch.Pool, st store.Store, limit int, window time.Duration, opt 
 	if opt.Name == "" {
 		opt.Name = "default"
 	}
+	ahead := int64(opt.WriteAhead)
+	switch {
+	case ahead == 0:
+		ahead = DefaultWriteAhead
+	case ahead < 0:
+		ahead = 0
+	}
 	l := &Limiter{
-		pool: pool, store: st, limit: int64(limit), window: window, opt: opt,
+		pool: pool, store: st, limit: int64(limit), window: window, ahead: ahead, opt: opt,
 		policy: fmt.Sprintf(`%q;q=%d;w=%d`, opt.Name, limit, porch.RetryAfterSeconds(window)),
 		prefix: "rate:" + opt.Name + ":",
 	}
@@ -124,7 +141,7 @@ func (l *Limiter) load() error {
 			return // another limiter's row, or this one's before its window changed
 		}
 		v := l.views[l.pool.Shard(c.Key)]
-		v.counts[c.Key] = tally{start: c.WindowStart, count: c.Count}
+		v.counts[c.Key] = tally{start: c.WindowStart, count: c.Count, written: c.Count}
 		v.expiry = append(v.expiry, opened{key: c.Key, start: c.WindowStart})
 	})
 	if err != nil {
@@ -160,7 +177,11 @@ func (l *Limiter) Allow(ctx context.Context, key string) (Verdict, error) {
 	})
 }
 
-// hit runs on key's actor when the store is the counters' only writer.
+// hit runs on key's actor when the store is the counters' only writer. The
+// verdict is sent once the store holds a count at least this hit's: at once
+// when an earlier write already covers it and has committed, after that
+// write's commit when it is still queued, and otherwise after a new write
+// (see nextBound) commits.
 func (l *Limiter) hit(v *view, key string, reply porch.Reply[Verdict]) {
 	now := l.exclusive.Now()
 	v.forget(now, l.window, forgetPerHit)
@@ -176,12 +197,25 @@ func (l *Limiter) hit(v *view, key string, reply porch.Reply[Verdict]) {
 		return
 	}
 	w.count++
-	v.counts[key] = w
 	verdict.Allowed = true
 	verdict.Remaining = l.limit - w.count
-	c := store.Counter{Key: key, WindowStart: w.start, Window: l.window, Count: w.count}
-	if err := l.exclusive.SaveCounter(c, func(err error) { reply.Send(verdict, err) }); err != nil {
-		reply.Send(Verdict{}, err)
+	answer := func(err error) { reply.Send(verdict, err) }
+	if w.count <= w.written && (w.w == nil || !w.w.failed()) {
+		v.counts[key] = w
+		if w.w == nil || w.w.durable() {
+			answer(nil)
+		} else {
+			w.w.wait(answer)
+		}
+		return
+	}
+	w.written = nextBound(w.count, l.ahead, l.limit)
+	w.w = new(boundWrite)
+	v.counts[key] = w
+	w.w.wait(answer)
+	c := store.Counter{Key: key, WindowStart: w.start, Window: l.window, Count: w.written}
+	if err := l.exclusive.SaveCounter(c, w.w.settle); err != nil {
+		w.w.settle(err)
 	}
 }
 
@@ -286,4 +320,63 @@ func (l *Limiter) unavailable(r *http.Request, err error) *porch.Response {
 		slog.ErrorContext(r.Context(), "rate: count failed", "err", err)
 	}
 	return porch.Unavailable(ProblemUnavailable, detail, time.Second)
+}
+
+// Close writes the exact count of every open window that was written ahead
+// (see Options.WriteAhead), so that a clean shutdown leaves exact counts in
+// the store. Call it after the server has drained and before the pool and the
+// store close; porch.App runs closers in that order when the limiter is
+// registered after them. It returns the first write error, or ctx.Err().
+func (l *Limiter) Close(ctx context.Context) error {
+	if l.exclusive == nil {
+		return nil // a shared store is written exactly on every hit
+	}
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex // protects first
+		first error
+	)
+	record := func(err error) {
+		if err != nil {
+			mu.Lock()
+			if first == nil {
+				first = err
+			}
+			mu.Unlock()
+		}
+	}
+	for shard := range l.views {
+		wg.Add(1)
+		err := l.pool.SendShard(shard, func(i int) {
+			defer wg.Done()
+			now := l.exclusive.Now()
+			for key, w := range l.views[i].counts {
+				if w.written <= w.count || !now.Before(w.start.Add(l.window)) {
+					continue
+				}
+				wg.Add(1)
+				c := store.Counter{Key: key, WindowStart: w.start, Window: l.window, Count: w.count}
+				err := l.exclusive.SaveCounter(c, func(err error) { record(err); wg.Done() })
+				if err != nil {
+					record(err)
+					wg.Done()
+					continue
+				}
+				w.written, w.w = w.count, nil
+				l.views[i].counts[key] = w
+			}
+		})
+		if err != nil {
+			record(fmt.Errorf("rate: flush shard %d: %w", shard, err))
+			wg.Done()
+		}
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return first
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }

@@ -20,6 +20,10 @@ type view struct {
 type tally struct {
 	start time.Time
 	count int64
+	// written is the count last queued for the store, at least count:
+	// hits up to it need no write of their own, only its commit.
+	written int64
+	w       *boundWrite // the write of written; nil when loaded from the store
 }
 
 type opened struct {

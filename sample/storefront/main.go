@@ -19,18 +19,19 @@ import (
 
 // config is the storefront's command line.
 type config struct {
-	addr          string
-	db            string
-	postgres      string
-	rateLimit     int
-	rateWindow    time.Duration
-	trustProxy    bool
-	pool          int
-	mailbox       int
-	idemTTL       time.Duration
-	checkoutDelay time.Duration
-	storeDelay    time.Duration
-	wallOffset    time.Duration
+	addr           string
+	db             string
+	postgres       string
+	rateLimit      int
+	rateWindow     time.Duration
+	trustProxy     bool
+	rateWriteAhead int
+	pool           int
+	mailbox        int
+	idemTTL        time.Duration
+	checkoutDelay  time.Duration
+	storeDelay     time.Duration
+	wallOffset     time.Duration
 }
 
 func parseFlags(args []string) (config, error) {
@@ -41,6 +42,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.postgres, "postgres", "", "PostgreSQL DSN: share counters, idempotency keys and orders with other instances")
 	fs.IntVar(&c.rateLimit, "rate-limit", 100, "requests allowed per client per window")
 	fs.DurationVar(&c.rateWindow, "rate-window", time.Minute, "rate-limit window")
+	fs.IntVar(&c.rateWriteAhead, "rate-write-ahead", 0, "how far a stored count may run ahead of the true one (0: rate.DefaultWriteAhead; negative: write every hit exactly)")
 	fs.BoolVar(&c.trustProxy, "trust-proxy", false, "key clients on X-Forwarded-For as set by one trusted proxy hop")
 	fs.IntVar(&c.pool, "pool", 0, "actor pool size (0: porch.DefaultPoolSize)")
 	fs.IntVar(&c.mailbox, "mailbox", 0, "mailbox size per actor (0: porch.DefaultMailbox)")

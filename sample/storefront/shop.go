@@ -67,11 +67,13 @@ func newShop(cfg config) (*porch.App, error) {
 	app := porch.New()
 	app.OnShutdown(st.Close)   // runs last: flushes what the pool's last jobs wrote
 	app.OnShutdown(pool.Close) // runs first
-	lim, err := rate.New(pool, st, cfg.rateLimit, cfg.rateWindow, rate.Options{TrustProxy: cfg.trustProxy})
+	lim, err := rate.New(pool, st, cfg.rateLimit, cfg.rateWindow,
+		rate.Options{TrustProxy: cfg.trustProxy, WriteAhead: cfg.rateWriteAhead})
 	if err != nil {
 		app.Close(context.Background())
 		return nil, err
 	}
+	app.OnShutdown(lim.Close) // runs before the pool closes: writes exact counts
 	keys := idem.New(pool, st, idem.Options{RequireKey: true, TTL: cfg.idemTTL})
 	s := &shop{cfg: cfg, db: db}
 

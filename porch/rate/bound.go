@@ -1,0 +1,67 @@
+package rate
+
+import "sync"
+
+// DefaultWriteAhead is Options.WriteAhead's default.
+const DefaultWriteAhead = 64
+
+// boundWrite is one queued write of a key's counter. Hits whose count it
+// covers answer when it settles; until then they wait on it. The actor
+// registers waiters and the committer settles it, so it is the one piece of
+// limiter state two goroutines share.
+type boundWrite struct {
+	mu      sync.Mutex // protects the fields below
+	settled bool
+	err     error
+	waiters []func(error)
+}
+
+// wait calls fn with the write's outcome: now if it has settled, else when it
+// does.
+func (b *boundWrite) wait(fn func(error)) {
+	b.mu.Lock()
+	if !b.settled {
+		b.waiters = append(b.waiters, fn)
+		b.mu.Unlock()
+		return
+	}
+	err := b.err
+	b.mu.Unlock()
+	fn(err)
+}
+
+// durable reports whether the write has committed.
+func (b *boundWrite) durable() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.settled && b.err == nil
+}
+
+// failed reports whether the write has settled with an error.
+func (b *boundWrite) failed() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.settled && b.err != nil
+}
+
+// settle records the outcome and answers every waiter. The committer calls
+// it once.
+func (b *boundWrite) settle(err error) {
+	b.mu.Lock()
+	b.settled, b.err = true, err
+	waiters := b.waiters
+	b.waiters = nil
+	b.mu.Unlock()
+	for _, fn := range waiters {
+		fn(err)
+	}
+}
+
+// nextBound is the count to persist when a hit's count passes what is
+// already written: count plus a margin that doubles with the count, up to
+// ahead, never past limit. The first hit of a window is written exactly, and
+// a client that sends a handful of requests costs a handful of writes; a hot
+// key costs one write per ahead hits.
+func nextBound(count, ahead, limit int64) int64 {
+	return min(count+min(count-1, ahead), limit)
+}
