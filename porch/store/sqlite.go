@@ -66,6 +66,8 @@ func (o Options) withDefaults() Options {
 type SQLite struct {
 	db       *sql.DB
 	wconn    *sql.Conn // the committer's connection; the only writer of porch rows
+	ckpt     *checkpointer
+	commits  int // batches committed by writeBatch; only the committer touches it
 	stmts    sqliteStmts
 	opt      Options
 	timeline porch.Timeline
@@ -90,6 +92,7 @@ func OpenSQLite(path string, opt Options) (*SQLite, error) {
 	q.Set("_journal_mode", "WAL")
 	q.Set("_synchronous", "FULL")
 	q.Set("_busy_timeout", "10000")
+	q.Set("_cache_size", "-32768") // 32 MiB of page cache per connection: a counter table stays hot
 	q.Set("_txlock", "immediate")
 	// Escape the path: a '#' or '?' in a file name must not end the URI's path.
 	db, err := sql.Open("sqlite3", "file:"+(&url.URL{Path: path}).EscapedPath()+"?"+q.Encode())
@@ -119,6 +122,16 @@ func (s *SQLite) init(ctx context.Context) error {
 		return fmt.Errorf("store: writer connection: %w", err)
 	}
 	s.wconn = conn
+	// The committer never checkpoints; the checkpointer does, off the
+	// request path.
+	if _, err := conn.ExecContext(ctx, "PRAGMA wal_autocheckpoint = 0"); err != nil {
+		return fmt.Errorf("store: writer connection: %w", err)
+	}
+	ckconn, err := s.db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("store: checkpoint connection: %w", err)
+	}
+	s.ckpt = newCheckpointer(ckconn)
 	for _, p := range []struct {
 		dst **sql.Stmt
 		sql string
@@ -288,6 +301,7 @@ func (s *SQLite) Close(ctx context.Context) error {
 		st.Close() // an open statement keeps SQLite's file descriptors open
 	}
 	s.wconn.Close()
+	s.ckpt.close()
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("store: close: %w", err)
 	}
@@ -333,6 +347,9 @@ func (s *SQLite) writeBatch(batch []op) (err error) {
 	}
 	if _, err := s.wconn.ExecContext(ctx, "COMMIT"); err != nil {
 		return fmt.Errorf("store: commit batch: %w", err)
+	}
+	if s.commits++; s.commits%checkpointEvery == 0 {
+		s.ckpt.poke()
 	}
 	return nil
 }

@@ -1,0 +1,37 @@
+package store
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// The committer never checkpoints (wal_autocheckpoint = 0), so without the
+// checkpointer the WAL would only grow. Close truncates it.
+func TestCheckpointerKeepsTheWALInCheck(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "porch.db")
+	s, err := OpenSQLite(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 * checkpointEvery {
+		done := make(chan error, 1)
+		c := Counter{Key: "k" + strconv.Itoa(i), WindowStart: s.Now(), Window: time.Hour, Count: 1}
+		if err := s.SaveCounter(c, func(err error) { done <- err }); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(path + "-wal")
+	if err == nil && fi.Size() != 0 {
+		t.Fatalf("WAL is %d bytes after Close, want truncated", fi.Size())
+	}
+}
