@@ -17,6 +17,10 @@ web-app *args:
 linkcheck:
     go run ./internal/tools/linkcheck
 
-# Benchmarks of the porch packages (a placeholder until the benchmark harness lands).
-bench:
-    go test -run '^$' -bench . -benchmem ./porch/...
+# Installs Debian's wrk if it is missing; docs/performance.md explains the
+# output. The go test benchmarks are separate:
+# go test -run '^$' -bench . -benchmem ./porch/...
+# The load harness: every limiter under wrk on loopback, memory, the targets (args are its flags, e.g. -duration 10s).
+bench *args:
+    command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk)
+    cd bench && go run ./cmd/bench {{args}}

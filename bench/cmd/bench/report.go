@@ -1,0 +1,172 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// printTable prints the main table, one line per row run, in row order.
+func printTable(h *harness) {
+	fmt.Println()
+	fmt.Println("| row | client keys | req/s | p50 | p99 | × httprate | writes/commit | errors |")
+	fmt.Println("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+	for _, r := range rows(h.cfg.replayKeys) {
+		res, ok := h.results[r.id()]
+		if !ok {
+			continue
+		}
+		keys := r.keys
+		if r.mode == "porch-idem" {
+			keys = "one (" + r.keys + ")"
+		}
+		if res.err != nil {
+			fmt.Printf("| %s | %s | failed: %s | | | | | |\n", r.label, keys, oneLine(res.err.Error()))
+			continue
+		}
+		ratio := "—"
+		if base, ok := h.results[r.baseTo]; ok && base.err == nil && base.rps > 0 {
+			ratio = fmt.Sprintf("%.2f", res.rps/base.rps)
+		}
+		batch := "—"
+		if r.porch || r.mode == "naive" {
+			batch = fmt.Sprintf("%.1f", res.batch)
+		}
+		fmt.Printf("| %s | %s | %s | %s | %s | %s | %s | %d |\n",
+			r.label, keys, thousands(res.rps), ms(res.p50), ms(res.p99), ratio, batch, res.errors)
+	}
+	fmt.Println()
+	fmt.Println("Ratios divide by go-chi/httprate with the same client keys (one key for the Idempotent rows).")
+	fmt.Println("writes/commit is the committer's mean batch over the measured runs; errors are non-2xx answers and socket errors.")
+}
+
+// printMemory prints the memory table.
+func printMemory(mem []memResult, cfg config) {
+	fmt.Println()
+	fmt.Println("| client keys | RSS at baseline | RSS after the keys | RSS after expiry | after expiry ÷ baseline | Go heap in use (baseline / keys / expiry) |")
+	fmt.Println("| ---: | ---: | ---: | ---: | ---: | --- |")
+	for _, m := range mem {
+		if m.err != nil {
+			fmt.Printf("| %s | failed: %s | | | | |\n", thousands(float64(m.keys)), oneLine(m.err.Error()))
+			continue
+		}
+		fmt.Printf("| %s | %s | %s | %s | %.2f | %s / %s / %s |\n", thousands(float64(m.keys)),
+			mib(m.baseline), mib(m.afterKeys), mib(m.afterExpiry), float64(m.afterExpiry)/float64(m.baseline),
+			mib(int64(m.heapBase)), mib(int64(m.heapKeys)), mib(int64(m.heapExpiry)))
+	}
+	fmt.Println()
+	fmt.Printf("porch Limiter on SQLite, window %s, keys sent from %d connections", cfg.memWindow, memConns)
+	for i, m := range mem {
+		if m.err == nil {
+			sep := ", "
+			if i == 0 {
+				sep = " ("
+			}
+			fmt.Printf("%s%s keys at %s req/s", sep, thousands(float64(m.keys)), thousands(m.driveRate))
+		}
+	}
+	fmt.Println("). RSS is VmRSS after runtime/debug.FreeOSMemory.")
+	fmt.Print("Expiry: the server's clock is moved past the window, then a trickle from other clients lets each actor forget")
+	for _, m := range mem {
+		if m.err == nil {
+			fmt.Printf("; %s requests after %s keys", thousands(float64(m.trickle)), thousands(float64(m.keys)))
+		}
+	}
+	fmt.Println(".")
+}
+
+// target is one of the issue's targets, measured.
+type target struct {
+	what     string
+	measured string
+	met      bool
+	known    bool
+}
+
+// printTargets prints the issue's targets that this run measured.
+func printTargets(h *harness, mem []memResult) {
+	var ts []target
+	ratio := func(a, b string) (float64, bool) {
+		x, ok1 := h.results[a]
+		y, ok2 := h.results[b]
+		if !ok1 || !ok2 || x.err != nil || y.err != nil || y.rps == 0 {
+			return 0, false
+		}
+		return x.rps / y.rps, true
+	}
+	p99 := func(a, b string) (float64, bool) {
+		x, ok1 := h.results[a]
+		y, ok2 := h.results[b]
+		if !ok1 || !ok2 || x.err != nil || y.err != nil || y.p99 == 0 {
+			return 0, false
+		}
+		return float64(x.p99) / float64(y.p99), true
+	}
+	add := func(what string, v float64, ok bool, met bool, unit string) {
+		ts = append(ts, target{what: what, measured: fmt.Sprintf("%.2f%s", v, unit), met: met, known: ok})
+	}
+	for _, k := range []struct {
+		keys string
+		min  float64
+	}{{"one", 0.8}, {"many", 0.7}} {
+		v, ok := ratio("porch-sqlite/"+k.keys, "httprate/"+k.keys)
+		add(fmt.Sprintf("porch SQLite ≥ %.1f × httprate req/s, %s key(s)", k.min, k.keys), v, ok, v >= k.min, " ×")
+	}
+	for _, k := range []string{"one", "many"} {
+		v, ok := p99("porch-sqlite/"+k, "httprate/"+k)
+		add(fmt.Sprintf("porch SQLite p99 ≤ 2 × httprate p99, %s key(s)", k), v, ok, v <= 2, " ×")
+	}
+	for _, k := range []string{"one", "many"} {
+		v, ok := ratio("porch-sqlite/"+k, "naive/"+k)
+		add(fmt.Sprintf("porch SQLite ≥ 15 × naive req/s, %s key(s)", k), v, ok, v >= 15, " ×")
+	}
+	v, ok := ratio("porch-idem/replay", "porch-idem/unkeyed")
+	add("keyed replays ≥ 0.5 × unkeyed req/s", v, ok, v >= 0.5, " ×")
+	for _, m := range mem {
+		if m.err == nil {
+			v := float64(m.afterExpiry)/float64(m.baseline) - 1
+			ts = append(ts, target{what: fmt.Sprintf("RSS within 10%% of baseline after %s keys expired", thousands(float64(m.keys))),
+				measured: fmt.Sprintf("%+.0f%%", v*100), met: v <= 0.10, known: true})
+		}
+	}
+	fmt.Println()
+	fmt.Println("| target (issue 5) | measured | met |")
+	fmt.Println("| --- | ---: | --- |")
+	for _, t := range ts {
+		if !t.known {
+			continue
+		}
+		met := "no"
+		if t.met {
+			met = "yes"
+		}
+		fmt.Printf("| %s | %s | %s |\n", t.what, t.measured, met)
+	}
+}
+
+func oneLine(s string) string {
+	s = strings.ReplaceAll(s, "|", "/")
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[:i]
+	}
+	return s
+}
+
+// thousands formats v rounded to an integer with thin thousands separators.
+func thousands(v float64) string {
+	s := fmt.Sprintf("%.0f", v)
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}
+
+func ms(d time.Duration) string {
+	return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond))
+}
+
+func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }

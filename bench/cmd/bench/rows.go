@@ -1,0 +1,181 @@
+package main
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"time"
+)
+
+// row is one line of the table: a server mode under one kind of load.
+type row struct {
+	label   string // what the table calls it
+	mode    string // benchserver -mode
+	keys    string // one, many, or for idempotency the kind of key
+	porch   bool   // report the mean commit batch
+	baseTo  string // id of the row the ratio column divides by
+	script  string // Lua script file name, or "" for a plain GET
+	replays bool   // store the replay keys before the runs
+}
+
+func (r row) id() string { return r.mode + "/" + r.keys }
+
+// manyKeys reports whether the row sends varied X-Forwarded-For.
+func (r row) manyKeys() bool { return r.keys == "many" }
+
+func rows(replayKeys int) []row {
+	var out []row
+	for _, m := range []struct {
+		label, mode string
+		porch       bool
+	}{
+		{"no limiter", "none", false},
+		{"go-chi/httprate (memory)", "httprate", false},
+		{"naive SQLite, commit per request", "naive", false},
+		{"porch Limiter, SQLite", "porch-sqlite", true},
+		{"porch Limiter, PostgreSQL", "porch-postgres", true},
+	} {
+		out = append(out,
+			row{label: m.label, mode: m.mode, keys: "one", porch: m.porch, baseTo: "httprate/one"},
+			row{label: m.label, mode: m.mode, keys: "many", porch: m.porch, baseTo: "httprate/many", script: "xff.lua"})
+	}
+	return append(out,
+		row{label: "porch Idempotent, POST without key", mode: "porch-idem", keys: "unkeyed", porch: true, baseTo: "httprate/one", script: "post.lua"},
+		row{label: "porch Idempotent, fresh key per request", mode: "porch-idem", keys: "fresh", porch: true, baseTo: "httprate/one", script: "fresh.lua"},
+		row{label: fmt.Sprintf("porch Idempotent, replays of %d keys", replayKeys), mode: "porch-idem", keys: "replay", porch: true, baseTo: "httprate/one", script: "replay.lua", replays: true},
+	)
+}
+
+// rowResult is a row's medians over the measured runs.
+type rowResult struct {
+	row      row
+	err      error
+	rps      float64
+	p50, p99 time.Duration
+	errors   int64   // non-2xx responses and socket errors, summed over the runs
+	batch    float64 // mean writes per commit during the runs; 0 if none
+}
+
+// serverArgs are the benchserver flags for r.
+func (h *harness) serverArgs(r row, extra ...string) []string {
+	args := []string{"-mode", r.mode}
+	if r.manyKeys() {
+		args = append(args, "-trust-proxy")
+	}
+	if h.cfg.postgresDSN != "" {
+		args = append(args, "-postgres", h.cfg.postgresDSN)
+	}
+	return append(args, extra...)
+}
+
+// loadFor is the wrk load for r; tag makes fresh keys unique to one run.
+func (h *harness) loadFor(r row, d time.Duration, tag string) load {
+	l := load{threads: h.cfg.threads, conns: h.cfg.conns, duration: d}
+	if r.script != "" {
+		l.script = filepath.Join(h.dir, r.script)
+	}
+	switch r.script {
+	case "xff.lua":
+		l.args = []string{strconv.Itoa(h.cfg.keyspace)}
+	case "fresh.lua":
+		l.args = []string{tag}
+	case "replay.lua":
+		l.args = []string{replayPrefix, strconv.Itoa(h.cfg.replayKeys)}
+	}
+	return l
+}
+
+const replayPrefix = "replay-"
+
+// measure starts r's server, warms it up, runs the measured runs and
+// returns their medians.
+func (h *harness) measure(r row) rowResult {
+	res := rowResult{row: r}
+	s, err := startServer(h.cfg.server, h.serverArgs(r)...)
+	if err != nil {
+		res.err = err
+		return res
+	}
+	defer s.stop()
+	if r.replays {
+		if err := storeReplays(s, h.cfg.replayKeys); err != nil {
+			res.err = err
+			return res
+		}
+	}
+	if h.cfg.warmup > 0 {
+		if _, _, err := runWrk(s.url("/"), h.loadFor(r, h.cfg.warmup, "warmup")); err != nil {
+			res.err = err
+			return res
+		}
+	}
+	before, err := s.stats()
+	if err != nil {
+		res.err = err
+		return res
+	}
+	var runs []wrkResult
+	for i := range h.cfg.reps {
+		w, _, err := runWrk(s.url("/"), h.loadFor(r, h.cfg.duration, fmt.Sprintf("run%d-%d", i, time.Now().UnixNano())))
+		if err != nil {
+			res.err = err
+			return res
+		}
+		runs = append(runs, w)
+		res.errors += w.non2xx + w.sockErrs
+	}
+	after, err := s.stats()
+	if err != nil {
+		res.err = err
+		return res
+	}
+	if c := after.Commits - before.Commits; c > 0 {
+		res.batch = float64(after.Writes-before.Writes) / float64(c)
+	}
+	if f := after.Failed - before.Failed; f > 0 {
+		fmt.Fprintf(os.Stderr, "bench: %s: %d commits failed\n", r.id(), f)
+	}
+	res.rps = median(runs, func(w wrkResult) float64 { return w.rps })
+	res.p50 = time.Duration(median(runs, func(w wrkResult) float64 { return float64(w.p50) }))
+	res.p99 = time.Duration(median(runs, func(w wrkResult) float64 { return float64(w.p99) }))
+	return res
+}
+
+func median(runs []wrkResult, f func(wrkResult) float64) float64 {
+	v := make([]float64, len(runs))
+	for i, r := range runs {
+		v[i] = f(r)
+	}
+	slices.Sort(v)
+	if len(v)%2 == 1 {
+		return v[len(v)/2]
+	}
+	return (v[len(v)/2-1] + v[len(v)/2]) / 2
+}
+
+// storeReplays stores the responses of the replay keys, then checks that
+// asking again replays.
+func storeReplays(s *server, n int) error {
+	for i := range n {
+		key := replayPrefix + strconv.Itoa(i)
+		res, err := s.post("/", "Idempotency-Key", key)
+		if err != nil {
+			return fmt.Errorf("store replay key %s: %w", key, err)
+		}
+		if res.StatusCode != http.StatusOK || res.Header.Get("Idempotency-Replayed") != "" {
+			return fmt.Errorf("store replay key %s: got status %d, replayed %q; want a fresh 200",
+				key, res.StatusCode, res.Header.Get("Idempotency-Replayed"))
+		}
+	}
+	res, err := s.post("/", "Idempotency-Key", replayPrefix+"0")
+	if err != nil {
+		return err
+	}
+	if res.Header.Get("Idempotency-Replayed") != "true" {
+		return fmt.Errorf("replay key %s0 was not replayed (status %d)", replayPrefix, res.StatusCode)
+	}
+	return nil
+}

@@ -1,0 +1,134 @@
+// Command benchserver serves a trivial "ok" handler through chi behind one
+// of the limiters porch's load harness compares, so that every row of the
+// table differs in the limiter alone. It is started by the harness
+// (bench/cmd/bench) on 127.0.0.1:0 and prints the address it listens on.
+//
+//	benchserver -mode porch-sqlite -trust-proxy
+//
+// Modes:
+//
+//	none            no limiter: the ceiling
+//	httprate        go-chi/httprate, in memory
+//	naive           a SQLite limiter that reads, increments and commits once
+//	                per request (synchronous=FULL), serialized by a mutex
+//	porch-sqlite    porch's rate.Limiter on store.OpenSQLite, durable
+//	porch-postgres  porch's rate.Limiter on store.OpenPostgres, in a fresh
+//	                schema dropped at exit
+//	porch-idem      porch's idem.Idempotent (on SQLite) in front of POST
+//
+// Every limiter keys on the client IP: the connection's peer, or with
+// -trust-proxy the address chi's ClientIPFromXFFTrustedProxies(1) resolved
+// from X-Forwarded-For. Limits default to 1e9 per window, so every request is
+// allowed and the harness measures the counting path, not refusals.
+//
+// Outside the limiter it serves GET /debug/stats (the store's commit
+// counters and the Go heap, as JSON), POST /debug/free
+// (runtime/debug.FreeOSMemory), with -debug-clock POST /debug/advance?by=D
+// (moves the limiter's clocks forward by D), and with -pprof net/http/pprof
+// under /debug/pprof/.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+)
+
+// config is the command line.
+type config struct {
+	mode       string
+	addr       string
+	trustProxy bool
+	limit      int
+	window     time.Duration
+	db         string
+	postgres   string
+	pool       int
+	mailbox    int
+	chain      bool
+	pprof      bool
+	debugClock bool
+}
+
+const defaultPostgres = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+
+func parseFlags(args []string) (config, error) {
+	var c config
+	fs := flag.NewFlagSet("benchserver", flag.ContinueOnError)
+	fs.StringVar(&c.mode, "mode", "none", "limiter: none, httprate, naive, porch-sqlite, porch-postgres or porch-idem")
+	fs.StringVar(&c.addr, "addr", "127.0.0.1:0", "listen address (port 0 picks a free port)")
+	fs.BoolVar(&c.trustProxy, "trust-proxy", false, "key clients on X-Forwarded-For as set by one trusted proxy hop")
+	fs.IntVar(&c.limit, "limit", 1_000_000_000, "requests allowed per client per window")
+	fs.DurationVar(&c.window, "window", time.Hour, "rate-limit window")
+	fs.StringVar(&c.db, "db", "", "SQLite file for naive and porch modes (if empty, one in a temporary directory removed at exit)")
+	fs.StringVar(&c.postgres, "postgres", envOr("PORCH_TEST_POSTGRES", defaultPostgres), "PostgreSQL DSN for porch-postgres")
+	fs.IntVar(&c.pool, "pool", 0, "porch actor pool size (0: porch.DefaultPoolSize)")
+	fs.IntVar(&c.mailbox, "mailbox", 0, "porch mailbox size per actor (0: porch.DefaultMailbox)")
+	fs.BoolVar(&c.chain, "chain", false, "porch-sqlite/porch-postgres: wire the limiter with porch.Chain instead of Limiter.Handler")
+	fs.BoolVar(&c.pprof, "pprof", false, "serve net/http/pprof under /debug/pprof/")
+	fs.BoolVar(&c.debugClock, "debug-clock", false, "serve POST /debug/advance?by=D, which moves porch's clocks forward")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	switch {
+	case !validMode(c.mode):
+		return c, fmt.Errorf("unknown -mode %q", c.mode)
+	case c.limit < 1:
+		return c, fmt.Errorf("-limit must be at least 1, got %d", c.limit)
+	case c.window < time.Millisecond:
+		return c, fmt.Errorf("-window must be at least 1ms, got %s", c.window)
+	case c.pool < 0 || c.mailbox < 0:
+		return c, fmt.Errorf("-pool and -mailbox must not be negative")
+	}
+	return c, nil
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+func main() {
+	cfg, err := parseFlags(os.Args[1:])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "benchserver:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	if err := run(ctx, cfg); err != nil {
+		slog.Error("benchserver", "err", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, cfg config) error {
+	if cfg.db == "" {
+		dir, err := os.MkdirTemp("", "benchserver-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		cfg.db = dir + "/bench.db"
+	}
+	app, err := newServer(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	l, err := net.Listen("tcp", cfg.addr)
+	if err != nil {
+		app.Close(context.Background())
+		return err
+	}
+	// The harness reads this line to learn the port.
+	fmt.Printf("benchserver: listening on %s\n", l.Addr())
+	return app.Serve(ctx, l)
+}

@@ -1,0 +1,109 @@
+package idem_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strconv"
+	"sync/atomic"
+	"testing"
+
+	"github.com/writeonce/writeonce/porch"
+	"github.com/writeonce/writeonce/porch/idem"
+	"github.com/writeonce/writeonce/porch/store"
+)
+
+// benchCallers is how many callers per GOMAXPROCS the benchmarks run: with
+// 2 cores, 64, the connection count of the load harness.
+const benchCallers = 32
+
+// benchReplayKeys is the size of the fixed key set replays cycle through.
+const benchReplayKeys = 16
+
+// benchChain is the middleware through porch.Chain in front of a handler
+// answering 200 "ok", on a SQLite file in b's temporary directory. The pool
+// closes before the store, as App does it.
+func benchChain(b *testing.B) (http.Handler, *store.SQLite) {
+	b.Helper()
+	st, err := store.OpenSQLite(filepath.Join(b.TempDir(), "porch.db"), store.Options{})
+	if err != nil {
+		b.Fatalf("open store: %v", err)
+	}
+	b.Cleanup(func() { st.Close(context.Background()) })
+	pool := porch.NewPool(porch.PoolOptions{})
+	b.Cleanup(func() { pool.Close(context.Background()) })
+	m := idem.New(pool, st, idem.Options{})
+	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Write([]byte("ok"))
+	})
+	return porch.Chain(m)(ok), st
+}
+
+// benchPost runs one POST through h, with key unless it is empty, and
+// returns the recorder.
+func benchPost(h http.Handler, key string) *httptest.ResponseRecorder {
+	r := httptest.NewRequest(http.MethodPost, "/orders", nil)
+	if key != "" {
+		r.Header.Set(idem.Header, key)
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w
+}
+
+// BenchmarkIdempotent measures a POST through the middleware, with
+// httptest recorders, in three cases:
+//
+//   - unkeyed: no Idempotency-Key, so the middleware lets the request
+//     through (the baseline replays are compared with);
+//   - replay: one of a small fixed set of keys whose responses are already
+//     stored, answered from the store without running the handler;
+//   - fresh: a new key per request, so the handler runs and its response is
+//     made durable (group commit) before it is answered.
+func BenchmarkIdempotent(b *testing.B) {
+	b.Run("unkeyed", func(b *testing.B) {
+		h, _ := benchChain(b)
+		benchParallel(b, h, func(int64) string { return "" }, false)
+	})
+	b.Run("replay", func(b *testing.B) {
+		h, _ := benchChain(b)
+		keys := make([]string, benchReplayKeys)
+		for i := range keys {
+			keys[i] = "replay-" + strconv.Itoa(i)
+			if w := benchPost(h, keys[i]); w.Code != http.StatusOK {
+				b.Fatalf("store %q: got status %d, want 200", keys[i], w.Code)
+			}
+		}
+		benchParallel(b, h, func(n int64) string { return keys[n%int64(len(keys))] }, true)
+	})
+	b.Run("fresh", func(b *testing.B) {
+		h, st := benchChain(b)
+		before := st.Stats()
+		benchParallel(b, h, func(n int64) string { return "fresh-" + strconv.FormatInt(n, 10) }, false)
+		after := st.Stats()
+		d := store.Stats{Commits: after.Commits - before.Commits, Writes: after.Writes - before.Writes}
+		b.ReportMetric(d.MeanBatch(), "writes/commit")
+	})
+}
+
+// benchParallel drives h from benchCallers callers per GOMAXPROCS, the n-th
+// request carrying key(n), and checks that each answer is a 200 (a replay
+// when replayed).
+func benchParallel(b *testing.B, h http.Handler, key func(n int64) string, replayed bool) {
+	b.Helper()
+	var next atomic.Int64
+	b.ReportAllocs()
+	b.SetParallelism(benchCallers)
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			w := benchPost(h, key(next.Add(1)))
+			if w.Code != http.StatusOK || (w.Header().Get(idem.ReplayedHeader) == "true") != replayed {
+				b.Errorf("got status %d, %s %q; want 200, replayed %v",
+					w.Code, idem.ReplayedHeader, w.Header().Get(idem.ReplayedHeader), replayed)
+				return
+			}
+		}
+	})
+}
