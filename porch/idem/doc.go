@@ -16,6 +16,11 @@
 // duplicate runs the handler again, and a key is never wedged pending. A 5xx
 // or a panic is not stored; ownership passes to a parked duplicate.
 //
-//	idem := idem.New(pool, st, idem.Options{RequireKey: true})
-//	r.With(porch.Adapt(idem)).Post("/checkout", checkout)
+//	keys := idem.New(pool, st, idem.Options{RequireKey: true})
+//	r.With(porch.Chain(limiter, keys)).Post("/checkout", checkout)
+//
+// Put it last in a chain, after any middleware that may refuse (a rate
+// limiter): a refusal then never reserves the key. Placed earlier it is still
+// correct (a refusal by a later middleware is not stored), but a refused
+// request briefly holds the key.
 package idem

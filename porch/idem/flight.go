@@ -16,7 +16,7 @@ type flight struct {
 	leader *caller // compared by identity
 	done   chan struct{}
 
-	kind outcome        // outcomeReplay, outcomeConflict, outcomeReleased or outcomeFailed
+	kind outcome        // outcomeReplay, outcomeReleased or outcomeFailed
 	res  store.Response // outcomeReplay
 	err  error          // outcomeFailed
 }

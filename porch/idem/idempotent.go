@@ -172,7 +172,11 @@ func (m *Idempotent) join(ctx context.Context, key string, digest []byte, c *cal
 // either answers from it or takes ownership, returned for After.
 func (m *Idempotent) lead(r *http.Request, key string, digest []byte, c *caller) (*ownership, *porch.Response) {
 	ctx := r.Context()
-	hold, err := m.store.Reserve(ctx, key)
+	hold, err := m.reserve(ctx, key)
+	if errors.Is(err, errWaitedTooLong) {
+		m.end(key, c, outcomeReleased, store.Response{}, nil)
+		return nil, m.inFlight()
+	}
 	if err != nil {
 		m.end(key, c, failedOrReleased(ctx, err), store.Response{}, err)
 		return nil, m.unavailable(r, err)
@@ -202,6 +206,25 @@ func (m *Idempotent) answer(stored store.Response, digest []byte) *porch.Respons
 	return replay(stored)
 }
 
+// errWaitedTooLong reports a reservation that outlasted MaxWait.
+var errWaitedTooLong = errors.New("idem: waited longer than MaxWait for the key")
+
+// reserve reserves key in the store. With a shared store it may wait for an
+// owner on another instance; MaxWait bounds that wait as it bounds a local
+// duplicate's.
+func (m *Idempotent) reserve(ctx context.Context, key string) (store.Reservation, error) {
+	if m.opt.MaxWait <= 0 {
+		return m.store.Reserve(ctx, key)
+	}
+	wctx, cancel := context.WithTimeout(ctx, m.opt.MaxWait)
+	defer cancel()
+	hold, err := m.store.Reserve(wctx, key)
+	if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+		return nil, errWaitedTooLong
+	}
+	return hold, err
+}
+
 // failedOrReleased tells a leader that left (its context ended: the waiters
 // should decide afresh) from a store that failed (the waiters fail too).
 func failedOrReleased(ctx context.Context, err error) outcome {
@@ -224,13 +247,19 @@ func (m *Idempotent) wait(r *http.Request, f *flight) *porch.Response {
 	case <-f.done:
 		return nil
 	case <-timeout:
-		res := problem(ProblemInFlight, http.StatusConflict, "Request in flight",
-			"a request with this Idempotency-Key is still being processed; retry later")
-		res.SetHeader("Retry-After", strconv.Itoa(porch.RetryAfterSeconds(m.opt.MaxWait)))
-		return res
+		return m.inFlight()
 	case <-r.Context().Done():
 		return m.unavailable(r, r.Context().Err())
 	}
+}
+
+// inFlight is the draft's answer to a duplicate that waited MaxWait for the
+// key's owner: 409, and when to retry.
+func (m *Idempotent) inFlight() *porch.Response {
+	res := problem(ProblemInFlight, http.StatusConflict, "Request in flight",
+		"a request with this Idempotency-Key is still being processed; retry later")
+	res.SetHeader("Retry-After", strconv.Itoa(porch.RetryAfterSeconds(m.opt.MaxWait)))
+	return res
 }
 
 // After stores the owner's response and lets it out only once it is

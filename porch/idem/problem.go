@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/writeonce/writeonce/porch"
+	"github.com/writeonce/writeonce/porch/store"
 )
 
 // Problem types this package answers with; clients may switch on them.
@@ -32,6 +33,8 @@ func (m *Idempotent) unavailable(r *http.Request, err error) *porch.Response {
 	switch {
 	case errors.Is(err, porch.ErrSaturated):
 		detail = "the idempotency pool is saturated"
+	case errors.Is(err, store.ErrNoKeyConn):
+		detail = "no database connection is free to hold this key"
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		detail = "the request ended before it was decided"
 	default:

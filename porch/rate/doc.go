@@ -13,7 +13,8 @@
 //
 //	pool := porch.NewPool(porch.PoolOptions{})
 //	st, _ := store.OpenSQLite("app.db", store.Options{})
-//	lim := rate.New(pool, st, 100, time.Minute, rate.Options{})
+//	lim, err := rate.New(pool, st, 100, time.Minute, rate.Options{})
+//	if err != nil { ... }
 //	r := chi.NewRouter()
 //	r.Use(lim.Handler)
 package rate

@@ -12,12 +12,18 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// DefaultPostgresConns is the connection pool size used when the DSN sets no
-// pool_max_conns. An idempotency owner holds one connection for as long as
-// its handler runs (its advisory lock lives on it), and so does one parked
-// leader per key on every other instance; size the pool for the number of
-// distinct keys in flight at once, plus the application's own queries.
-const DefaultPostgresConns = 64
+// DefaultPostgresConns is the size of the application's connection pool
+// (Pool) when the DSN sets no pool_max_conns.
+const DefaultPostgresConns = 32
+
+// DefaultPostgresKeyConns is Options.KeyConns's default for PostgreSQL.
+const DefaultPostgresKeyConns = 64
+
+// ErrNoKeyConn is returned by Postgres.Reserve when every connection kept for
+// holding idempotency keys is in use. The middleware answers 503 with
+// Retry-After: waiting for a connection would let in-flight keys starve each
+// other, and the handler must not run unreserved.
+var ErrNoKeyConn = errors.New("store: no connection free to hold an idempotency key")
 
 // Postgres is the store for several instances behind one load balancer.
 // Counters are counted by the database, one atomic statement per batch of
@@ -25,8 +31,10 @@ const DefaultPostgresConns = 64
 // by a session advisory lock on the owner's connection, which the server
 // releases if the owner's process dies. It is safe for concurrent use.
 type Postgres struct {
-	pool   *pgxpool.Pool // reservations and the application
-	writer *pgxpool.Pool // the committer's own connections, so that owners holding keys cannot starve counting
+	pool   *pgxpool.Pool // the application's queries
+	keys   *pgxpool.Pool // one connection per held idempotency key
+	slots  chan struct{} // admits at most keys' size reservations, failing fast beyond
+	writer *pgxpool.Pool // the committer's own connections
 	opt    Options
 	c      *committer
 }
@@ -49,21 +57,29 @@ func OpenPostgres(ctx context.Context, dsn string, opt Options) (*Postgres, erro
 	if !strings.Contains(dsn, "pool_max_conns") {
 		cfg.MaxConns = DefaultPostgresConns
 	}
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("store: postgres: %w", err)
+	// Three pools, so that no use can starve another: owners hold key
+	// connections for their handlers' whole run, the handlers query through
+	// the application's pool, and counting has connections of its own.
+	pools := make([]*pgxpool.Pool, 0, 3)
+	closeAll := func() {
+		for _, pl := range pools {
+			pl.Close()
+		}
 	}
-	wcfg := cfg.Copy()
-	wcfg.MaxConns = 2
-	writer, err := pgxpool.NewWithConfig(ctx, wcfg)
-	if err != nil {
-		pool.Close()
-		return nil, fmt.Errorf("store: postgres: %w", err)
+	for _, size := range []int32{cfg.MaxConns, int32(opt.KeyConns), 2} {
+		c := cfg.Copy()
+		c.MaxConns = size
+		pl, err := pgxpool.NewWithConfig(ctx, c)
+		if err != nil {
+			closeAll()
+			return nil, fmt.Errorf("store: postgres: %w", err)
+		}
+		pools = append(pools, pl)
 	}
-	p := &Postgres{pool: pool, writer: writer, opt: opt}
+	p := &Postgres{pool: pools[0], keys: pools[1], writer: pools[2], opt: opt,
+		slots: make(chan struct{}, opt.KeyConns)}
 	if err := p.migrate(ctx); err != nil {
-		pool.Close()
-		writer.Close()
+		closeAll()
 		return nil, err
 	}
 	p.c = newCommitter(p, opt.QueueSize, opt.MaxBatch)
@@ -97,8 +113,9 @@ func (p *Postgres) migrate(ctx context.Context) error {
 	})
 }
 
-// Pool is the connection pool, for an application's own tables. Porch's
-// tables must not be written through it.
+// Pool is the application's connection pool (pool_max_conns in the DSN, or
+// DefaultPostgresConns), for its own tables; porch holds keys and counts on
+// pools of its own. Porch's tables must not be written through it.
 func (p *Postgres) Pool() *pgxpool.Pool { return p.pool }
 
 // Wall reads the wall clock.
@@ -124,6 +141,7 @@ func (p *Postgres) Close(ctx context.Context) error {
 		return ctx.Err()
 	}
 	p.pool.Close()
+	p.keys.Close()
 	p.writer.Close()
 	return nil
 }
@@ -215,17 +233,24 @@ func (p *Postgres) writeBatch(batch []op) error {
 // as that connection: if this process dies, the server drops the connection
 // and the lock with it, so no lease timer is needed.
 func (p *Postgres) Reserve(ctx context.Context, key string) (Reservation, error) {
-	conn, err := p.pool.Acquire(ctx)
+	select {
+	case p.slots <- struct{}{}:
+	default:
+		return nil, ErrNoKeyConn
+	}
+	conn, err := p.keys.Acquire(ctx)
 	if err != nil {
+		<-p.slots
 		return nil, fmt.Errorf("store: reserve: %w", err)
 	}
 	if _, err := conn.Exec(ctx, pgLockKey, key); err != nil {
 		// A lock granted just as ctx ended must not stay on a pooled
 		// connection: close it, which releases every lock it holds.
 		discard(conn)
+		<-p.slots
 		return nil, fmt.Errorf("store: reserve: %w", err)
 	}
-	return &pgReservation{conn: conn, key: key}, nil
+	return &pgReservation{p: p, conn: conn, key: key}, nil
 }
 
 // discard closes a connection instead of returning it to the pool.
@@ -234,6 +259,7 @@ func discard(conn *pgxpool.Conn) {
 }
 
 type pgReservation struct {
+	p    *Postgres
 	conn *pgxpool.Conn // nil once released
 	key  string
 }
@@ -253,18 +279,29 @@ func (r *pgReservation) Load(ctx context.Context) (Response, bool, error) {
 	return res, true, nil
 }
 
+// Save stores res and, in the same round trip, prunes a bounded batch of
+// expired responses, so an application that uses idempotency without the
+// limiter still keeps its table in check.
 func (r *pgReservation) Save(ctx context.Context, res Response, ttl time.Duration) error {
 	if res.Body == nil {
 		res.Body = []byte{} // NOT NULL: an empty body is a value
 	}
-	var created, expires int64
-	err := r.conn.QueryRow(ctx, pgSaveResponse, r.key, res.Digest, res.Status, res.ContentType, res.Body,
-		ttl.Milliseconds()).Scan(&created, &expires)
-	if err != nil {
+	ctx, cancel := context.WithTimeout(ctx, pgSaveTimeout)
+	defer cancel()
+	b := &pgx.Batch{}
+	b.Queue(pgSaveResponse, r.key, res.Digest, res.Status, res.ContentType, res.Body, ttl.Milliseconds())
+	if r.p.opt.PruneRows > 0 {
+		b.Queue(pgPruneResponses, r.p.opt.PruneRows)
+	}
+	if err := r.conn.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("store: save response: %w", err)
 	}
 	return nil
 }
+
+// pgSaveTimeout bounds an owner's write, so a hung database turns into a 503
+// rather than a request that never ends.
+const pgSaveTimeout = 10 * time.Second
 
 func (r *pgReservation) Release() {
 	if r.conn == nil {
@@ -275,6 +312,7 @@ func (r *pgReservation) Release() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	var unlocked bool
+	defer func() { <-r.p.slots }()
 	if err := conn.QueryRow(ctx, pgUnlockKey, r.key).Scan(&unlocked); err != nil || !unlocked {
 		discard(conn) // closing the connection is the unlock of last resort
 		return

@@ -66,6 +66,5 @@ const (
 		VALUES ($1, $2, $3, $4, $5, ` + pgNowMS + `, ` + pgNowMS + ` + $6)
 		ON CONFLICT (key) DO UPDATE SET
 			digest = excluded.digest, status = excluded.status, content_type = excluded.content_type,
-			body = excluded.body, created_at = excluded.created_at, expires_at = excluded.expires_at
-		RETURNING created_at, expires_at`
+			body = excluded.body, created_at = excluded.created_at, expires_at = excluded.expires_at`
 )

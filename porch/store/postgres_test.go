@@ -234,3 +234,38 @@ func TestPostgresExpiredResponseIsPrunedOnLoad(t *testing.T) {
 		t.Fatalf("expired row still in the table after Load: %d rows", left)
 	}
 }
+
+// Holding keys never waits for a connection: beyond KeyConns a reservation
+// fails at once, so in-flight keys cannot starve each other or the
+// application's queries, and the caller answers 503.
+func TestPostgresReserveFailsFastBeyondKeyConns(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	s, err := store.OpenPostgres(ctx, pgtest.DSN(t), store.Options{KeyConns: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close(context.Background()) })
+	a, err := s.Reserve(ctx, "idem:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := s.Reserve(ctx, "idem:2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Reserve(ctx, "idem:3"); !errors.Is(err, store.ErrNoKeyConn) {
+		t.Fatalf("third Reserve with KeyConns 2: err = %v, want ErrNoKeyConn", err)
+	}
+	var one int
+	if err := s.Pool().QueryRow(ctx, "SELECT 1").Scan(&one); err != nil {
+		t.Fatalf("application query while every key connection is held: %v", err)
+	}
+	a.Release()
+	c, err := s.Reserve(ctx, "idem:3")
+	if err != nil {
+		t.Fatalf("Reserve after a release: %v", err)
+	}
+	b.Release()
+	c.Release()
+}

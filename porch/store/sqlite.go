@@ -37,6 +37,12 @@ type Options struct {
 	// PruneRows is how many expired rows of each table one commit deletes.
 	// If zero, DefaultPruneRows; negative disables pruning.
 	PruneRows int
+	// KeyConns is how many idempotency keys one process may hold at once
+	// on a shared store (PostgreSQL), one connection each for the owner's
+	// handler's whole run; a reservation beyond it fails with ErrNoKeyConn
+	// and its request answers 503. If zero, DefaultPostgresKeyConns. SQLite
+	// holds keys in memory and ignores it.
+	KeyConns int
 	// CommitDelay makes every commit take at least this long. It is fault
 	// injection for tests and the acceptance gate (a slow disk); leave it
 	// zero in production.
@@ -55,6 +61,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.PruneRows == 0 {
 		o.PruneRows = DefaultPruneRows
+	}
+	if o.KeyConns == 0 {
+		o.KeyConns = DefaultPostgresKeyConns
 	}
 	return o
 }

@@ -164,6 +164,9 @@ func (s *shop) checkout(w http.ResponseWriter, r *http.Request) {
 		select {
 		case <-time.After(s.cfg.checkoutDelay):
 		case <-r.Context().Done():
+			// A 5xx, so that idempotency stores nothing and a retry runs
+			// the checkout; returning silently would read as an empty 200.
+			porch.Unavailable(problemBase+"cancelled", "the request ended before the order was placed", time.Second).Write(w)
 			return
 		}
 	}
