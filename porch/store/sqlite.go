@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"os"
 	"time"
 
 	_ "github.com/mattn/go-sqlite3" // registers the "sqlite3" driver
@@ -82,6 +83,7 @@ type SQLite struct {
 	timeline porch.Timeline
 	c        *committer
 	seen     map[string]int // batch scratch: newest counter write per key
+	lock     *os.File       // held while open; see lockFile
 }
 
 type sqliteStmts struct {
@@ -97,6 +99,10 @@ var (
 // schema, anchors the timeline and starts the committer.
 func OpenSQLite(path string, opt Options) (*SQLite, error) {
 	opt = opt.withDefaults()
+	lock, err := lockFile(path)
+	if err != nil {
+		return nil, err
+	}
 	q := url.Values{}
 	q.Set("_journal_mode", "WAL")
 	q.Set("_synchronous", "FULL")
@@ -106,11 +112,13 @@ func OpenSQLite(path string, opt Options) (*SQLite, error) {
 	// Escape the path: a '#' or '?' in a file name must not end the URI's path.
 	db, err := sql.Open("sqlite3", "file:"+(&url.URL{Path: path}).EscapedPath()+"?"+q.Encode())
 	if err != nil {
+		lock.Close()
 		return nil, fmt.Errorf("store: open %s: %w", path, err)
 	}
-	s := &SQLite{db: db, opt: opt, seen: make(map[string]int)}
+	s := &SQLite{db: db, opt: opt, seen: make(map[string]int), lock: lock}
 	if err := s.init(context.Background()); err != nil {
 		db.Close()
+		lock.Close()
 		return nil, err
 	}
 	s.c = newCommitter(s, opt.QueueSize, opt.MaxBatch)
@@ -311,7 +319,9 @@ func (s *SQLite) Close(ctx context.Context) error {
 	}
 	s.wconn.Close()
 	s.ckpt.close()
-	if err := s.db.Close(); err != nil {
+	err := s.db.Close()
+	s.lock.Close() // after the database: the next process must find it closed
+	if err != nil {
 		return fmt.Errorf("store: close: %w", err)
 	}
 	return nil

@@ -10,6 +10,10 @@ import (
 var (
 	// ErrClosed is returned by writes queued after Close has begun.
 	ErrClosed = errors.New("store: closed")
+	// ErrLocked is returned by OpenSQLite when another process has the
+	// same database open: one process per SQLite file is what keeps its
+	// counts exact. Several instances share a PostgreSQL store instead.
+	ErrLocked = errors.New("store: database is open in another process")
 )
 
 // Counter is one client key's count within one fixed window. Times are on the
