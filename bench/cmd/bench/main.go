@@ -130,7 +130,7 @@ func run(cfg config) error {
 	if err := writeScripts(dir); err != nil {
 		return err
 	}
-	h := &harness{cfg: cfg, dir: dir, results: map[string]rowResult{}}
+	h := &harness{cfg: cfg, dir: dir, results: map[string]rowResult{}, loadStart: loadAvg()}
 	start := time.Now()
 	printPreamble(cfg)
 
@@ -158,7 +158,8 @@ func run(cfg config) error {
 			return err
 		}
 	}
-	fmt.Printf("\nTotal time %s.\n", time.Since(start).Round(time.Second))
+	fmt.Printf("\nTotal time %s. Load average at the start %s, at the end %s (other work on the machine skews a run).\n",
+		time.Since(start).Round(time.Second), h.loadStart, loadAvg())
 	return nil
 }
 
@@ -192,9 +193,19 @@ func cpuModel() string {
 
 // harness holds a run's configuration and results.
 type harness struct {
-	cfg     config
-	dir     string
-	results map[string]rowResult // by row id
+	cfg       config
+	dir       string
+	results   map[string]rowResult // by row id
+	loadStart string               // /proc/loadavg when the run began
+}
+
+// loadAvg is the 1, 5 and 15 minute load averages.
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(b)); err == nil && len(f) >= 3 {
+		return strings.Join(f[:3], " ")
+	}
+	return "unknown"
 }
 
 func (h *harness) selected(id string) bool {

@@ -9,8 +9,8 @@ import (
 // printTable prints the main table, one line per row run, in row order.
 func printTable(h *harness) {
 	fmt.Println()
-	fmt.Println("| row | client keys | req/s | p50 | p99 | × httprate | writes/commit | errors |")
-	fmt.Println("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+	fmt.Println("| row | client keys | req/s (runs' range) | p50 | p99 | × httprate | writes/commit | req/commit | errors |")
+	fmt.Println("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 	for _, r := range rows(h.cfg.replayKeys) {
 		res, ok := h.results[r.id()]
 		if !ok {
@@ -21,23 +21,28 @@ func printTable(h *harness) {
 			keys = "one (" + r.keys + ")"
 		}
 		if res.err != nil {
-			fmt.Printf("| %s | %s | failed: %s | | | | | |\n", r.label, keys, oneLine(res.err.Error()))
+			fmt.Printf("| %s | %s | failed: %s | | | | | | |\n", r.label, keys, oneLine(res.err.Error()))
 			continue
 		}
 		ratio := "—"
 		if base, ok := h.results[r.baseTo]; ok && base.err == nil && base.rps > 0 {
 			ratio = fmt.Sprintf("%.2f", res.rps/base.rps)
 		}
-		batch := "—"
+		batch, perCommit := "—", "—"
 		if r.porch || r.mode == "naive" {
-			batch = fmt.Sprintf("%.1f", res.batch)
+			batch, perCommit = fmt.Sprintf("%.1f", res.batch), fmt.Sprintf("%.1f", res.perCommit)
+			if res.perCommit == 0 {
+				perCommit = "no commits"
+			}
 		}
-		fmt.Printf("| %s | %s | %s | %s | %s | %s | %s | %d |\n",
-			r.label, keys, thousands(res.rps), ms(res.p50), ms(res.p99), ratio, batch, res.errors)
+		fmt.Printf("| %s | %s | %s (%s–%s) | %s | %s | %s | %s | %s | %d |\n",
+			r.label, keys, thousands(res.rps), thousands(res.min), thousands(res.max),
+			ms(res.p50), ms(res.p99), ratio, batch, perCommit, res.errors)
 	}
 	fmt.Println()
 	fmt.Println("Ratios divide by go-chi/httprate with the same client keys (one key for the Idempotent rows).")
-	fmt.Println("writes/commit is the committer's mean batch over the measured runs; errors are non-2xx answers and socket errors.")
+	fmt.Println("writes/commit is the committer's mean batch over the measured runs, req/commit the requests answered per commit;")
+	fmt.Println("errors are non-2xx answers and socket errors.")
 }
 
 // printMemory prints the memory table.
@@ -105,20 +110,21 @@ func printTargets(h *harness, mem []memResult) {
 	add := func(what string, v float64, ok bool, met bool, unit string) {
 		ts = append(ts, target{what: what, measured: fmt.Sprintf("%.2f%s", v, unit), met: met, known: ok})
 	}
+	keys := map[string]string{"one": "one key", "many": "many keys"}
 	for _, k := range []struct {
 		keys string
 		min  float64
 	}{{"one", 0.8}, {"many", 0.7}} {
 		v, ok := ratio("porch-sqlite/"+k.keys, "httprate/"+k.keys)
-		add(fmt.Sprintf("porch SQLite ≥ %.1f × httprate req/s, %s key(s)", k.min, k.keys), v, ok, v >= k.min, " ×")
+		add(fmt.Sprintf("porch SQLite ≥ %.1f × httprate req/s, %s", k.min, keys[k.keys]), v, ok, v >= k.min, " ×")
 	}
 	for _, k := range []string{"one", "many"} {
 		v, ok := p99("porch-sqlite/"+k, "httprate/"+k)
-		add(fmt.Sprintf("porch SQLite p99 ≤ 2 × httprate p99, %s key(s)", k), v, ok, v <= 2, " ×")
+		add(fmt.Sprintf("porch SQLite p99 ≤ 2 × httprate p99, %s", keys[k]), v, ok, v <= 2, " ×")
 	}
 	for _, k := range []string{"one", "many"} {
 		v, ok := ratio("porch-sqlite/"+k, "naive/"+k)
-		add(fmt.Sprintf("porch SQLite ≥ 15 × naive req/s, %s key(s)", k), v, ok, v >= 15, " ×")
+		add(fmt.Sprintf("porch SQLite ≥ 15 × naive req/s, %s", keys[k]), v, ok, v >= 15, " ×")
 	}
 	v, ok := ratio("porch-idem/replay", "porch-idem/unkeyed")
 	add("keyed replays ≥ 0.5 × unkeyed req/s", v, ok, v >= 0.5, " ×")

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"net/http"
 	"os"
@@ -51,12 +52,14 @@ func rows(replayKeys int) []row {
 
 // rowResult is a row's medians over the measured runs.
 type rowResult struct {
-	row      row
-	err      error
-	rps      float64
-	p50, p99 time.Duration
-	errors   int64   // non-2xx responses and socket errors, summed over the runs
-	batch    float64 // mean writes per commit during the runs; 0 if none
+	row       row
+	err       error
+	rps       float64
+	p50, p99  time.Duration
+	min, max  float64 // the lowest and highest req/s of the runs
+	errors    int64   // non-2xx responses and socket errors, summed over the runs
+	batch     float64 // mean writes per commit during the runs; 0 if none
+	perCommit float64 // requests answered per commit during the runs; 0 if none
 }
 
 // serverArgs are the benchserver flags for r.
@@ -118,6 +121,7 @@ func (h *harness) measure(r row) rowResult {
 		return res
 	}
 	var runs []wrkResult
+	var requests int64
 	for i := range h.cfg.reps {
 		w, _, err := runWrk(s.url("/"), h.loadFor(r, h.cfg.duration, fmt.Sprintf("run%d-%d", i, time.Now().UnixNano())))
 		if err != nil {
@@ -125,6 +129,7 @@ func (h *harness) measure(r row) rowResult {
 			return res
 		}
 		runs = append(runs, w)
+		requests += w.requests
 		res.errors += w.non2xx + w.sockErrs
 	}
 	after, err := s.stats()
@@ -134,11 +139,14 @@ func (h *harness) measure(r row) rowResult {
 	}
 	if c := after.Commits - before.Commits; c > 0 {
 		res.batch = float64(after.Writes-before.Writes) / float64(c)
+		res.perCommit = float64(requests) / float64(c)
 	}
 	if f := after.Failed - before.Failed; f > 0 {
 		fmt.Fprintf(os.Stderr, "bench: %s: %d commits failed\n", r.id(), f)
 	}
 	res.rps = median(runs, func(w wrkResult) float64 { return w.rps })
+	res.min = slices.MinFunc(runs, func(a, b wrkResult) int { return cmp.Compare(a.rps, b.rps) }).rps
+	res.max = slices.MaxFunc(runs, func(a, b wrkResult) int { return cmp.Compare(a.rps, b.rps) }).rps
 	res.p50 = time.Duration(median(runs, func(w wrkResult) float64 { return float64(w.p50) }))
 	res.p99 = time.Duration(median(runs, func(w wrkResult) float64 { return float64(w.p99) }))
 	return res
