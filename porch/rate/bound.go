@@ -3,7 +3,7 @@ package rate
 import "sync"
 
 // DefaultWriteAhead is Options.WriteAhead's default.
-const DefaultWriteAhead = 64
+const DefaultWriteAhead = 256
 
 // boundWrite is one queued write of a key's counter. Hits whose count it
 // covers answer when it settles; until then they wait on it. The actor
@@ -30,18 +30,11 @@ func (b *boundWrite) wait(fn func(error)) {
 	fn(err)
 }
 
-// durable reports whether the write has committed.
-func (b *boundWrite) durable() bool {
+// state reports whether the write has committed, or has failed.
+func (b *boundWrite) state() (durable, failed bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.settled && b.err == nil
-}
-
-// failed reports whether the write has settled with an error.
-func (b *boundWrite) failed() bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.settled && b.err != nil
+	return b.settled && b.err == nil, b.settled && b.err != nil
 }
 
 // settle records the outcome and answers every waiter. The committer calls

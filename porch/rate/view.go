@@ -20,11 +20,17 @@ type view struct {
 type tally struct {
 	start time.Time
 	count int64
-	// written is the count last queued for the store, at least count:
-	// hits up to it need no write of their own, only its commit.
-	written int64
-	w       *boundWrite // the write of written; nil when loaded from the store
+	// durable is the highest count known committed: hits up to it answer
+	// at once.
+	durable int64
+	// pending is the newest queued write, of count pendingAt, until the
+	// actor sees it settle; hits up to pendingAt wait for it.
+	pending   *boundWrite
+	pendingAt int64
 }
+
+// written is the highest count the store holds or will hold.
+func (t tally) written() int64 { return max(t.durable, t.pendingAt) }
 
 type opened struct {
 	key   string
