@@ -1,7 +1,11 @@
 // Package acceptance is porch's acceptance gate: it builds the storefront
 // sample, starts real storefront processes on loopback, and checks the
-// contract of issue 2 with real HTTP and by reading the SQLite tables the
-// processes leave behind.
+// contracts of issues 2 (rate limiting), 3 (idempotency keys) and 4 (several
+// instances on PostgreSQL) with real HTTP and by reading the tables the
+// processes write: the SQLite file, or the PostgreSQL schema two instances
+// share (internal/pgtest gives each leg a fresh one; PORCH_TEST_POSTGRES
+// names the server, and PORCH_REQUIRE_POSTGRES=1 fails rather than skips
+// those legs when there is none).
 //
 // Its tests carry the build tag "acceptance", so go test ./... does not run
 // them. Run the gate from the repository root:
@@ -10,5 +14,7 @@
 //	./acceptance.sh -run Rate  # extra arguments go to go test
 //
 // storefront_test.go holds the process helper and the shared HTTP and table
-// readers; each *_test.go beside it is one area of the contract.
+// readers, pgdb_test.go the PostgreSQL ones and pgproxy_test.go a relay the
+// gate can cut to simulate connection loss; each other *_test.go is one area
+// of the contract (rate, shop, idem, postgres).
 package acceptance

@@ -42,6 +42,7 @@ const listeningPrefix = "storefront: listening on "
 type storefront struct {
 	db  string // the -db file, which a restart passes again
 	url string // http://127.0.0.1:PORT
+	app string // its PostgreSQL application_name when started by startOnPostgres
 
 	cmd    *exec.Cmd
 	exited chan struct{} // closed once cmd.Wait has returned
