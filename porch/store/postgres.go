@@ -13,11 +13,13 @@ import (
 )
 
 // DefaultPostgresConns is the size of the application's connection pool
-// (Pool) when the DSN sets no pool_max_conns.
-const DefaultPostgresConns = 32
+// (Pool) when the DSN sets no pool_max_conns. With DefaultPostgresKeyConns
+// and the committer's 2, one instance opens at most 44 connections, so two
+// fit PostgreSQL's default max_connections of 100.
+const DefaultPostgresConns = 10
 
 // DefaultPostgresKeyConns is Options.KeyConns's default for PostgreSQL.
-const DefaultPostgresKeyConns = 64
+const DefaultPostgresKeyConns = 32
 
 // ErrNoKeyConn is returned by Postgres.Reserve when every connection kept for
 // holding idempotency keys is in use. The middleware answers 503 with

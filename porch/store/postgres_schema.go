@@ -27,7 +27,9 @@ var postgresMigrations = []string{
 }
 
 // pgNowMS is the database's clock in Unix milliseconds. now() is the
-// transaction's start, so every statement of one batch agrees on it.
+// transaction's start, so every statement of one batch agrees on it; another
+// instance's transaction that started later may have opened a window "after"
+// it, which is why the time left is capped at the window.
 const pgNowMS = `(extract(epoch FROM now()) * 1000)::bigint`
 
 const (
@@ -43,7 +45,7 @@ const (
 			window_ms    = CASE WHEN c.expires_at <= excluded.window_start THEN excluded.window_ms    ELSE c.window_ms    END,
 			count        = CASE WHEN c.expires_at <= excluded.window_start THEN excluded.count        ELSE c.count + excluded.count END,
 			expires_at   = CASE WHEN c.expires_at <= excluded.window_start THEN excluded.expires_at   ELSE c.expires_at   END
-		RETURNING c.key, c.count, c.expires_at - ` + pgNowMS
+		RETURNING c.key, c.count, least(c.expires_at - ` + pgNowMS + `, c.window_ms)`
 	// The prunes run after the batch's upserts and skip locked rows, so they
 	// never wait on another instance's transaction: no deadlock cycle can
 	// pass through them.

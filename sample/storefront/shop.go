@@ -197,10 +197,13 @@ func badRequest(w http.ResponseWriter, typ, detail string) {
 	porch.Problem{Type: problemBase + typ, Title: "Bad Request", Status: http.StatusBadRequest, Detail: detail}.Write(w)
 }
 
-// serverError logs err and answers 500 without it: internals stay in the log.
+// serverError logs err and answers 503 with Retry-After, without err:
+// internals stay in the log. Every error the shop's handlers can meet is the
+// database failing (a dropped connection, a busy file), which a retry may
+// get past; a 5xx also keeps idempotency from storing the answer.
 func serverError(w http.ResponseWriter, err error) {
 	slog.Error("storefront: request failed", "err", err)
-	porch.Problem{Type: "about:blank", Title: "Internal Server Error", Status: http.StatusInternalServerError}.Write(w)
+	porch.Unavailable(problemBase+"database-unavailable", "the database could not be reached; retry", time.Second).Write(w)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
