@@ -68,7 +68,10 @@ type Limiter struct {
 	opt       Options
 	views     []*view // indexed by pool shard; views[i] is touched only by actor i
 	policy    string  // RateLimit-Policy value, fixed per limiter
-	prefix    string  // counter key prefix
+	// Header values fixed per limiter, built once.
+	limitValue, policyValue []string
+	rateLimitPrefix         string
+	prefix                  string // counter key prefix
 }
 
 // Verdict is a limiter's decision for one request, with what the response
@@ -117,6 +120,9 @@ func New(pool *porch.Pool, st store.Store, limit int, window time.Duration, opt 
 		policy: fmt.Sprintf(`%q;q=%d;w=%d`, opt.Name, limit, porch.RetryAfterSeconds(window)),
 		prefix: "rate:" + opt.Name + ":",
 	}
+	l.limitValue = []string{strconv.Itoa(limit)}
+	l.policyValue = []string{l.policy}
+	l.rateLimitPrefix = `"` + opt.Name + `";r=`
 	switch c := st.(type) {
 	case store.ExclusiveCounters:
 		l.exclusive = c
@@ -309,12 +315,25 @@ func (l *Limiter) setHeaders(h http.Header, v Verdict) {
 	if v.ResetAt.Nanosecond() > 0 {
 		resetUnix++ // round up: the window is not over before this second
 	}
-	h.Set("X-RateLimit-Limit", strconv.FormatInt(v.Limit, 10))
-	h.Set("X-RateLimit-Remaining", strconv.FormatInt(v.Remaining, 10))
-	h.Set("X-RateLimit-Reset", strconv.FormatInt(resetUnix, 10))
-	h.Set("RateLimit-Policy", l.policy)
-	h.Set("RateLimit", `"`+l.opt.Name+`";r=`+strconv.FormatInt(v.Remaining, 10)+";t="+strconv.FormatInt(secs, 10))
+	remaining := strconv.FormatInt(v.Remaining, 10)
+	// Canonical keys assigned directly: Header.Set would canonicalize and
+	// allocate on every response. The fixed values share one slice per
+	// limiter, which net/http only reads.
+	h[hdrLimit] = l.limitValue
+	h[hdrPolicy] = l.policyValue
+	h[hdrRemaining] = []string{remaining}
+	h[hdrReset] = []string{strconv.FormatInt(resetUnix, 10)}
+	h[hdrRateLimit] = []string{l.rateLimitPrefix + remaining + ";t=" + strconv.FormatInt(secs, 10)}
 }
+
+// Canonical header keys, as http.CanonicalHeaderKey spells them.
+var (
+	hdrLimit     = http.CanonicalHeaderKey("X-RateLimit-Limit")
+	hdrRemaining = http.CanonicalHeaderKey("X-RateLimit-Remaining")
+	hdrReset     = http.CanonicalHeaderKey("X-RateLimit-Reset")
+	hdrPolicy    = http.CanonicalHeaderKey("RateLimit-Policy")
+	hdrRateLimit = http.CanonicalHeaderKey("RateLimit")
+)
 
 // refusal is the 429 for v: Retry-After is the time until this key's window
 // closes, not the whole window.

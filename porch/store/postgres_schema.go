@@ -48,13 +48,15 @@ const (
 		RETURNING c.key, c.count, least(c.expires_at - ` + pgNowMS + `, c.window_ms)`
 	// The prunes run after the batch's upserts and skip locked rows, so they
 	// never wait on another instance's transaction: no deadlock cycle can
-	// pass through them.
+	// pass through them. ORDER BY expires_at makes the planner walk the
+	// expires_at index even before the table has statistics; without it a
+	// fresh table is scanned whole on every commit.
 	pgPruneCounters = `DELETE FROM porch_rate_counters WHERE key IN (
 		SELECT key FROM porch_rate_counters WHERE expires_at <= ` + pgNowMS + `
-		LIMIT $1 FOR UPDATE SKIP LOCKED)`
+		ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)`
 	pgPruneResponses = `DELETE FROM porch_idem_responses WHERE key IN (
 		SELECT key FROM porch_idem_responses WHERE expires_at <= ` + pgNowMS + `
-		LIMIT $1 FOR UPDATE SKIP LOCKED)`
+		ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)`
 	pgLockKey   = `SELECT pg_advisory_lock(hashtextextended($1, 0))`
 	pgUnlockKey = `SELECT pg_advisory_unlock(hashtextextended($1, 0))`
 	// Load prunes the key's row if it has expired and returns it otherwise,

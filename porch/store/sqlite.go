@@ -87,7 +87,8 @@ type SQLite struct {
 }
 
 type sqliteStmts struct {
-	upsertCounter, upsertResponse, deleteResponse, pruneCounters, pruneResponses *sql.Stmt
+	upsertCounter, upsertResponse, deleteResponse, pruneCounters, pruneResponses *sql.Stmt // on the writer
+	loadResponse                                                                 *sql.Stmt // on the reader pool
 }
 
 var (
@@ -149,6 +150,9 @@ func (s *SQLite) init(ctx context.Context) error {
 		return fmt.Errorf("store: checkpoint connection: %w", err)
 	}
 	s.ckpt = newCheckpointer(ckconn)
+	if s.stmts.loadResponse, err = s.db.PrepareContext(ctx, sqlLoadResponse); err != nil {
+		return fmt.Errorf("store: prepare: %w", err)
+	}
 	for _, p := range []struct {
 		dst **sql.Stmt
 		sql string
@@ -237,7 +241,7 @@ func (s *SQLite) SaveCounter(c Counter, done func(error)) error {
 func (s *SQLite) LoadResponse(ctx context.Context, key string) (Response, bool, error) {
 	r := Response{Key: key}
 	var created, expires int64
-	err := s.db.QueryRowContext(ctx, sqlLoadResponse, key).
+	err := s.stmts.loadResponse.QueryRowContext(ctx, key).
 		Scan(&r.Digest, &r.Status, &r.ContentType, &r.Body, &created, &expires)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Response{}, false, nil
@@ -314,7 +318,7 @@ func (s *SQLite) Close(ctx context.Context) error {
 		return ctx.Err()
 	}
 	for _, st := range []*sql.Stmt{s.stmts.upsertCounter, s.stmts.upsertResponse, s.stmts.deleteResponse,
-		s.stmts.pruneCounters, s.stmts.pruneResponses} {
+		s.stmts.pruneCounters, s.stmts.pruneResponses, s.stmts.loadResponse} {
 		st.Close() // an open statement keeps SQLite's file descriptors open
 	}
 	s.wconn.Close()
