@@ -140,7 +140,7 @@ func New(pool *porch.Pool, st store.Store, limit int, window time.Duration, opt 
 func (l *Limiter) load() error {
 	l.views = make([]*view, l.pool.Size())
 	for i := range l.views {
-		l.views[i] = newView()
+		l.views[i] = newView(i)
 	}
 	err := l.exclusive.LoadCounters(context.Background(), l.exclusive.Now(), func(c store.Counter) {
 		if c.Window != l.window || !strings.HasPrefix(c.Key, l.prefix) {
@@ -201,6 +201,7 @@ func (l *Limiter) hit(v *view, key string, reply porch.Reply[Verdict]) {
 	w, ok := v.counts[key]
 	if !ok || !now.Before(w.start.Add(l.window)) {
 		w = v.open(key, now) // a closed window is reset on this access
+		l.armForget(v, now)
 	}
 	verdict := Verdict{Limit: l.limit, ResetAt: l.store.Wall().Add(w.start.Add(l.window).Sub(now))}
 	if w.count >= l.limit {
@@ -231,6 +232,43 @@ func (l *Limiter) hit(v *view, key string, reply porch.Reply[Verdict]) {
 		l.writeAhead(key, &w, func(err error) { reply.Send(verdict, err) })
 	}
 	v.counts[key] = w
+}
+
+// forgetPerTick bounds how many closed windows one timer-driven forget job
+// lets go of before it yields the actor to requests again.
+const forgetPerTick = 4096
+
+// armForget runs on v's actor: unless armed already, it sets v's timer to
+// send the actor a forget job when v's oldest window closes. Hits let go of
+// a few closed windows each; the timer is for an actor that gets no more
+// hits, whose keys would otherwise stay in memory for good.
+func (l *Limiter) armForget(v *view, now time.Time) {
+	end, ok := v.oldest(l.window)
+	if v.armed || !ok {
+		return
+	}
+	v.armed = true
+	wait := end.Sub(now) + time.Millisecond
+	if v.timer != nil {
+		v.timer.Reset(wait)
+		return
+	}
+	v.timer = time.AfterFunc(wait, func() { l.forgetTick(v) })
+}
+
+// forgetTick runs on v's timer: it hands v's actor a forget job, and tries
+// again in a second while the mailbox is full (hits are forgetting
+// meanwhile). After Close the pool refuses, and the ticking stops.
+func (l *Limiter) forgetTick(v *view) {
+	err := l.pool.SendShard(v.shard, func(int) {
+		now := l.exclusive.Now()
+		v.forget(now, l.window, forgetPerTick)
+		v.armed = false
+		l.armForget(v, now)
+	})
+	if errors.Is(err, porch.ErrSaturated) {
+		time.AfterFunc(time.Second, func() { l.forgetTick(v) })
+	}
 }
 
 // writeAhead queues the write of key's next bound and records it as pending;
@@ -390,6 +428,9 @@ func (l *Limiter) Close(ctx context.Context) error {
 		wg.Add(1)
 		err := l.pool.SendShard(shard, func(i int) {
 			defer wg.Done()
+			if t := l.views[i].timer; t != nil {
+				t.Stop()
+			}
 			now := l.exclusive.Now()
 			for key, w := range l.views[i].counts {
 				if w.written() <= w.count || !now.Before(w.start.Add(l.window)) {

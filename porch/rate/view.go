@@ -1,6 +1,7 @@
 package rate
 
 import (
+	"maps"
 	"slices"
 	"time"
 )
@@ -9,12 +10,21 @@ import (
 // actor touches it, so it has no lock. It is exact because the actor is the
 // only writer of its keys in the store.
 type view struct {
+	shard  int // the actor this view belongs to
 	counts map[string]tally
 	// expiry lists window starts in the order they were opened. Every window
 	// of a limiter has the same length, so the oldest is always first and
 	// expired keys are let go in O(1) per key, with no sweeper.
 	expiry []opened
 	head   int
+	// peak is len(counts) at its largest since the map was last rebuilt.
+	// Go maps never give memory back as entries are deleted, so forget
+	// rebuilds the map once it has shrunk to a quarter of that.
+	peak int
+	// timer, when armed, sends this actor a forget job once its oldest
+	// window closes, so an idle actor lets its keys go too.
+	timer *time.Timer
+	armed bool
 }
 
 type tally struct {
@@ -37,12 +47,13 @@ type opened struct {
 	start time.Time
 }
 
-func newView() *view { return &view{counts: make(map[string]tally)} }
+func newView(shard int) *view { return &view{shard: shard, counts: make(map[string]tally)} }
 
 // open starts a new window for key at now.
 func (v *view) open(key string, now time.Time) tally {
 	w := tally{start: now}
 	v.counts[key] = w
+	v.peak = max(v.peak, len(v.counts))
 	v.expiry = append(v.expiry, opened{key: key, start: now})
 	return w
 }
@@ -65,6 +76,19 @@ func (v *view) forget(now time.Time, length time.Duration, max int) {
 		v.expiry = append(v.expiry[:0:0], v.expiry[v.head:]...)
 		v.head = 0
 	}
+	if v.peak > 1024 && len(v.counts) < v.peak/4 {
+		v.counts = maps.Clone(v.counts) // a fresh map sized for what is left
+		v.peak = len(v.counts)
+	}
+}
+
+// oldest reports when the oldest window still listed closes; ok is false
+// when none is listed.
+func (v *view) oldest(length time.Duration) (end time.Time, ok bool) {
+	if v.head == len(v.expiry) {
+		return time.Time{}, false
+	}
+	return v.expiry[v.head].start.Add(length), true
 }
 
 // sortOpened orders loaded windows oldest first, as forget expects.

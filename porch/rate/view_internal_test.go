@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -38,7 +39,7 @@ func TestViewForget(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			v := newView()
+			v := newView(0)
 			v.open("a", t0)
 			v.open("b", t0)
 			v.open("c", t0.Add(30*time.Second))
@@ -53,7 +54,7 @@ func TestViewForget(t *testing.T) {
 
 func TestViewForgetKeepsAReopenedWindow(t *testing.T) {
 	const window = time.Minute
-	v := newView()
+	v := newView(0)
 	v.open("a", t0)
 	v.open("a", t0.Add(time.Minute)) // the key came back after its window closed
 	v.forget(t0.Add(90*time.Second), window, 10)
@@ -69,7 +70,7 @@ func TestViewForgetKeepsAReopenedWindow(t *testing.T) {
 
 func TestViewMemoryFollowsLiveKeys(t *testing.T) {
 	const window, n = time.Minute, 5000
-	v := newView()
+	v := newView(0)
 	for i := range n {
 		v.open(fmt.Sprintf("k%d", i), t0.Add(time.Duration(i)*time.Millisecond))
 	}
@@ -125,5 +126,76 @@ func TestLimiterForgetsClosedWindows(t *testing.T) {
 	}
 	if want := []string{"new"}; !slices.Equal(got, want) {
 		t.Errorf("got keys %q in the view, want %q", got, want)
+	}
+}
+
+// An actor that gets no more hits still lets its closed windows go: its
+// timer hands it a forget job once the oldest window closes.
+func TestIdleActorForgets(t *testing.T) {
+	clock := porch.NewFakeClock(t0)
+	st, err := store.OpenSQLite(filepath.Join(t.TempDir(), "porch.db"), store.Options{Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close(context.Background()) })
+	pool := porch.NewPool(porch.PoolOptions{Size: 2})
+	t.Cleanup(func() { pool.Close(context.Background()) })
+	// A window of 20ms: the timer's wait is computed on the fake clock, so
+	// it fires after 20ms of real time and finds the fake clock not yet
+	// moved, re-arms, and fires again until the test advances it.
+	l, err := New(pool, st, 5, 20*time.Millisecond, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close(context.Background()) })
+	ctx := context.Background()
+	for i := range 50 {
+		if _, err := l.Allow(ctx, fmt.Sprintf("k-%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clock.Advance(20 * time.Millisecond)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		left := 0
+		for shard, v := range l.views {
+			reply := porch.NewReply[int]()
+			if err := pool.SendShard(shard, func(int) { reply.Send(len(v.counts), nil) }); err != nil {
+				t.Fatal(err)
+			}
+			n, err := reply.Wait(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			left += n
+		}
+		if left == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d keys still in the views 5s after their windows closed, with no hits", left)
+		}
+		time.Sleep(5 * time.Millisecond) // polling the actors: the timer has no event to wait on
+	}
+}
+
+// Once most keys are gone the map is rebuilt, since Go maps keep their
+// peak's memory.
+func TestForgetRebuildsAShrunkMap(t *testing.T) {
+	v := newView(0)
+	for i := range 4096 {
+		v.open(fmt.Sprintf("k-%d", i), t0)
+	}
+	v.open("late", t0.Add(time.Hour))
+	before := v.counts
+	v.forget(t0.Add(time.Minute), time.Minute, 5000)
+	if len(v.counts) != 1 {
+		t.Fatalf("got %d keys after forgetting, want 1", len(v.counts))
+	}
+	if reflect.ValueOf(v.counts).UnsafePointer() == reflect.ValueOf(before).UnsafePointer() {
+		t.Fatal("the map that held 4097 keys is still in use for 1: its memory is never given back")
+	}
+	if v.peak != 1 {
+		t.Fatalf("peak = %d after the rebuild, want 1", v.peak)
 	}
 }

@@ -108,7 +108,6 @@ func OpenSQLite(path string, opt Options) (*SQLite, error) {
 	q.Set("_journal_mode", "WAL")
 	q.Set("_synchronous", "FULL")
 	q.Set("_busy_timeout", "10000")
-	q.Set("_cache_size", "-32768") // 32 MiB of page cache per connection: a counter table stays hot
 	q.Set("_txlock", "immediate")
 	// Escape the path: a '#' or '?' in a file name must not end the URI's path.
 	db, err := sql.Open("sqlite3", "file:"+(&url.URL{Path: path}).EscapedPath()+"?"+q.Encode())
@@ -116,6 +115,9 @@ func OpenSQLite(path string, opt Options) (*SQLite, error) {
 		lock.Close()
 		return nil, fmt.Errorf("store: open %s: %w", path, err)
 	}
+	// Idle readers close, and their page caches go with them: memory
+	// follows the load rather than its peak.
+	db.SetConnMaxIdleTime(time.Minute)
 	s := &SQLite{db: db, opt: opt, seen: make(map[string]int), lock: lock}
 	if err := s.init(context.Background()); err != nil {
 		db.Close()
