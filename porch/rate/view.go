@@ -1,7 +1,6 @@
 package rate
 
 import (
-	"maps"
 	"slices"
 	"time"
 )
@@ -77,7 +76,13 @@ func (v *view) forget(now time.Time, length time.Duration, max int) {
 		v.head = 0
 	}
 	if v.peak > 1024 && len(v.counts) < v.peak/4 {
-		v.counts = maps.Clone(v.counts) // a fresh map sized for what is left
+		// A fresh map sized for what is left. Not maps.Clone: a clone
+		// keeps the source's table size, which is the memory to let go.
+		fresh := make(map[string]tally, len(v.counts))
+		for k, w := range v.counts {
+			fresh[k] = w
+		}
+		v.counts = fresh
 		v.peak = len(v.counts)
 	}
 }
