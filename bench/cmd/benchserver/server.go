@@ -123,6 +123,7 @@ func newLimiter(ctx context.Context, cfg config, app *porch.App, clock porch.Clo
 	if err != nil {
 		return nil, nil, err
 	}
+	app.OnShutdown(lim.Close) // runs before the pool's Close: exact counts on the way out
 	if cfg.chain {
 		return porch.Adapt(lim), st, nil
 	}
