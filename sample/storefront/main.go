@@ -26,6 +26,7 @@ type config struct {
 	rateWindow     time.Duration
 	trustProxy     bool
 	rateWriteAhead int
+	noRateLimit    bool
 	pool           int
 	mailbox        int
 	idemTTL        time.Duration
@@ -43,6 +44,7 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&c.rateLimit, "rate-limit", 100, "requests allowed per client per window")
 	fs.DurationVar(&c.rateWindow, "rate-window", time.Minute, "rate-limit window")
 	fs.IntVar(&c.rateWriteAhead, "rate-write-ahead", 0, "how far a stored count may run ahead of the true one (0: rate.DefaultWriteAhead; negative: write every hit exactly)")
+	fs.BoolVar(&c.noRateLimit, "no-rate-limit", false, "serve without the rate limiter: a baseline for load runs only")
 	fs.BoolVar(&c.trustProxy, "trust-proxy", false, "key clients on X-Forwarded-For as set by one trusted proxy hop")
 	fs.IntVar(&c.pool, "pool", 0, "actor pool size (0: porch.DefaultPoolSize)")
 	fs.IntVar(&c.mailbox, "mailbox", 0, "mailbox size per actor (0: porch.DefaultMailbox)")
