@@ -265,17 +265,17 @@ func TestPostgresConnectionLoss(t *testing.T) {
 		len(refused), refusedAfter, served, c.Count, len(ids))
 }
 
-// More distinct keys in flight on one instance than it has connections:
-// each owner holds a connection (its key's advisory lock) for as long as its
-// handler runs, and the handler needs one for its own queries. Exceeding
-// the pool must degrade to waiting or to 503 with Retry-After, never to
-// every request hanging: each is answered in time, 201 or 503, and the
-// orders rows are the 201s.
+// More distinct keys in flight on one instance than it may hold: each owner
+// holds a connection (its key's advisory lock) for as long as its handler
+// runs, and the handler needs one of the application's for its own queries.
+// With -key-conns 4 and 16 keys in flight, the keys beyond 4 must be
+// refused at once with 503 and Retry-After, never hang: each is answered in
+// time, at least one is refused, and the orders rows are the 201s.
 func TestPostgresDistinctKeysBeyondPool(t *testing.T) {
 	t.Parallel()
 	const k, answerWithin = 16, 10 * time.Second // legDSN: 8 connections
 	dsn := legDSN(t)
-	s := startOnPostgres(t, dsn, "keys", "-checkout-delay", "200ms")
+	s := startOnPostgres(t, dsn, "keys", "-checkout-delay", "200ms", "-key-conns", "4")
 	pg := openPG(t, dsn)
 	s.warm(t, k)
 	s.client.Timeout = answerWithin
@@ -300,6 +300,9 @@ func TestPostgresDistinctKeysBeyondPool(t *testing.T) {
 			t.Errorf("key %d of %d: got %s, want 201 or 503", i+1, k, r.reply)
 		}
 	}
+	if len(ids) == k {
+		t.Errorf("all %d keys got 201 with -key-conns 4: the fail-fast path was never reached", k)
+	}
 	checkOrders(t, pg.orders(t), ids...)
-	t.Logf("%d distinct keys in flight on pool_max_conns=8: %v in %s", k, statuses(replies(ts)), took.Round(time.Millisecond))
+	t.Logf("%d distinct keys in flight with -key-conns 4: %v in %s", k, statuses(replies(ts)), took.Round(time.Millisecond))
 }

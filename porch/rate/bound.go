@@ -54,7 +54,8 @@ func (b *boundWrite) settle(err error) {
 // already written: count plus a margin that doubles with the count, up to
 // ahead, never past limit. The first hit of a window is written exactly, and
 // a client that sends a handful of requests costs a handful of writes; a hot
-// key costs one write per ahead hits.
+// key, whose next bound is queued while half the margin is left, costs about
+// one write per ahead/2 hits.
 func nextBound(count, ahead, limit int64) int64 {
 	return min(count+min(count-1, ahead), limit)
 }

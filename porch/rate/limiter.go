@@ -153,8 +153,11 @@ func (l *Limiter) load() error {
 	if err != nil {
 		return fmt.Errorf("rate: %w", err)
 	}
+	now := l.exclusive.Now()
 	for _, v := range l.views {
 		sortOpened(v.expiry)
+		v.peak = len(v.counts)
+		l.armForget(v, now) // no actor runs a job yet, so touching v here is safe
 	}
 	return nil
 }

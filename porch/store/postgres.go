@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"time"
@@ -71,6 +72,7 @@ func OpenPostgres(ctx context.Context, dsn string, opt Options) (*Postgres, erro
 	for _, size := range []int32{cfg.MaxConns, int32(opt.KeyConns), 2} {
 		c := cfg.Copy()
 		c.MaxConns = size
+		c.MinConns = min(c.MinConns, size)
 		pl, err := pgxpool.NewWithConfig(ctx, c)
 		if err != nil {
 			closeAll()
@@ -281,22 +283,24 @@ func (r *pgReservation) Load(ctx context.Context) (Response, bool, error) {
 	return res, true, nil
 }
 
-// Save stores res and, in the same round trip, prunes a bounded batch of
-// expired responses, so an application that uses idempotency without the
-// limiter still keeps its table in check.
+// Save stores res, then prunes a bounded batch of expired responses, so an
+// application that uses idempotency without the limiter still keeps its
+// table in check. The prune is its own statement: its failure must not take
+// the stored response with it.
 func (r *pgReservation) Save(ctx context.Context, res Response, ttl time.Duration) error {
 	if res.Body == nil {
 		res.Body = []byte{} // NOT NULL: an empty body is a value
 	}
 	ctx, cancel := context.WithTimeout(ctx, pgSaveTimeout)
 	defer cancel()
-	b := &pgx.Batch{}
-	b.Queue(pgSaveResponse, r.key, res.Digest, res.Status, res.ContentType, res.Body, ttl.Milliseconds())
-	if r.p.opt.PruneRows > 0 {
-		b.Queue(pgPruneResponses, r.p.opt.PruneRows)
-	}
-	if err := r.conn.SendBatch(ctx, b).Close(); err != nil {
+	if _, err := r.conn.Exec(ctx, pgSaveResponse, r.key, res.Digest, res.Status, res.ContentType, res.Body,
+		ttl.Milliseconds()); err != nil {
 		return fmt.Errorf("store: save response: %w", err)
+	}
+	if r.p.opt.PruneRows > 0 {
+		if _, err := r.conn.Exec(ctx, pgPruneResponses, r.p.opt.PruneRows); err != nil {
+			slog.Warn("store: prune responses", "err", err) // the next save prunes again
+		}
 	}
 	return nil
 }

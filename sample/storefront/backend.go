@@ -20,6 +20,7 @@ func openBackend(cfg config) (store.Store, *sql.DB, error) {
 		Clock:       porch.SystemClock{Offset: cfg.wallOffset},
 		QueueSize:   queueSize(cfg),
 		CommitDelay: cfg.storeDelay,
+		KeyConns:    cfg.keyConns,
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -27,6 +27,7 @@ type config struct {
 	trustProxy     bool
 	rateWriteAhead int
 	noRateLimit    bool
+	keyConns       int
 	pool           int
 	mailbox        int
 	idemTTL        time.Duration
@@ -44,6 +45,7 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&c.rateLimit, "rate-limit", 100, "requests allowed per client per window")
 	fs.DurationVar(&c.rateWindow, "rate-window", time.Minute, "rate-limit window")
 	fs.IntVar(&c.rateWriteAhead, "rate-write-ahead", 0, "how far a stored count may run ahead of the true one (0: rate.DefaultWriteAhead; negative: write every hit exactly)")
+	fs.IntVar(&c.keyConns, "key-conns", 0, "with -postgres: idempotency keys held at once, one connection each (0: store.DefaultPostgresKeyConns)")
 	fs.BoolVar(&c.noRateLimit, "no-rate-limit", false, "serve without the rate limiter: a baseline for load runs only")
 	fs.BoolVar(&c.trustProxy, "trust-proxy", false, "key clients on X-Forwarded-For as set by one trusted proxy hop")
 	fs.IntVar(&c.pool, "pool", 0, "actor pool size (0: porch.DefaultPoolSize)")
@@ -60,8 +62,8 @@ func parseFlags(args []string) (config, error) {
 		return c, fmt.Errorf("-rate-limit must be at least 1, got %d", c.rateLimit)
 	case c.rateWindow < time.Millisecond:
 		return c, fmt.Errorf("-rate-window must be at least 1ms, got %s", c.rateWindow)
-	case c.pool < 0 || c.mailbox < 0:
-		return c, fmt.Errorf("-pool and -mailbox must not be negative")
+	case c.pool < 0 || c.mailbox < 0 || c.keyConns < 0:
+		return c, fmt.Errorf("-pool, -mailbox and -key-conns must not be negative")
 	case c.idemTTL <= 0:
 		return c, fmt.Errorf("-idem-ttl must be positive, got %s", c.idemTTL)
 	case c.checkoutDelay < 0 || c.storeDelay < 0:

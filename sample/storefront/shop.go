@@ -107,7 +107,8 @@ func queueSize(cfg config) int {
 
 func (s *shop) healthz(w http.ResponseWriter, r *http.Request) {
 	if err := s.db.PingContext(r.Context()); err != nil {
-		porch.Unavailable("https://porch.dev/problems/not-ready", err.Error(), time.Second).Write(w)
+		slog.Error("storefront: not ready", "err", err)
+		porch.Unavailable(problemBase+"not-ready", "the database does not answer", time.Second).Write(w)
 		return
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
