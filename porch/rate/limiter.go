@@ -196,8 +196,8 @@ func (l *Limiter) Allow(ctx context.Context, key string) (Verdict, error) {
 // verdict is sent once the store holds a count at least this hit's: at once
 // when a committed write already covers it, after the queued write that
 // covers it commits, or after a new write (see nextBound) commits. A hot key
-// queues its next write while half its margin is left, so its hits seldom
-// wait for a commit at all.
+// (see hot) queues its next write while half its margin is left, so its hits
+// seldom wait for a commit at all.
 func (l *Limiter) hit(v *view, key string, reply porch.Reply[Verdict]) {
 	now := l.exclusive.Now()
 	v.forget(now, l.window, forgetPerHit)
@@ -226,7 +226,7 @@ func (l *Limiter) hit(v *view, key string, reply porch.Reply[Verdict]) {
 	switch {
 	case w.count <= w.durable:
 		reply.Send(verdict, nil) // the common case: no write, no wait
-		if w.pending == nil && w.durable < l.limit && w.durable-w.count < l.ahead/2 {
+		if l.hot(w) {
 			l.writeAhead(key, &w, nil)
 		}
 	case w.pending != nil && w.count <= w.pendingAt:
@@ -272,6 +272,17 @@ func (l *Limiter) forgetTick(v *view) {
 	if errors.Is(err, porch.ErrSaturated) {
 		time.AfterFunc(time.Second, func() { l.forgetTick(v) })
 	}
+}
+
+// hot reports whether a hit answered from the committed bound should queue
+// the next bound now, before any hit has to wait for it: only for a key that
+// has already had ahead/2 hits in this window and has less than half its
+// margin left. A queued write no request waits on is not bounded by the
+// number of connections, so doing this for every key would let a crowd of
+// cool keys pile writes up in the committer's queue, and every first hit
+// would wait behind them.
+func (l *Limiter) hot(w tally) bool {
+	return w.pending == nil && w.durable < l.limit && w.count >= l.ahead/2 && w.durable-w.count < l.ahead/2
 }
 
 // writeAhead queues the write of key's next bound and records it as pending;

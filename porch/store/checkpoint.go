@@ -11,10 +11,11 @@ import (
 const checkpointEvery = 64
 
 // checkpointer copies the WAL back into the database file on a connection of
-// its own. SQLite would otherwise run that checkpoint inside whichever commit
+// its own. SQLite otherwise does all that copying inside whichever commit
 // crosses the WAL's size threshold, stalling the committer, and with it every
-// caller of that batch, for as long as the copy takes. A PASSIVE checkpoint
-// never blocks the writer, so moving it here takes it off the request path.
+// caller of that batch. A PASSIVE checkpoint never blocks the writer, so most
+// of the copying moves off the request path; the writer's own checkpoint then
+// finds little left and restarts the WAL (see SQLite.init).
 type checkpointer struct {
 	conn *sql.Conn
 	kick chan struct{} // buffered 1: a kick while one runs coalesces

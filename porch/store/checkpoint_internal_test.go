@@ -9,8 +9,7 @@ import (
 	"time"
 )
 
-// The committer never checkpoints (wal_autocheckpoint = 0), so without the
-// checkpointer the WAL would only grow. Close truncates it.
+// Close truncates the WAL: a stopped store leaves no log to replay.
 func TestCheckpointerKeepsTheWALInCheck(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "porch.db")
 	s, err := OpenSQLite(path, Options{})

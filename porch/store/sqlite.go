@@ -142,9 +142,13 @@ func (s *SQLite) init(ctx context.Context) error {
 		return fmt.Errorf("store: writer connection: %w", err)
 	}
 	s.wconn = conn
-	// The committer never checkpoints; the checkpointer does, off the
-	// request path.
-	if _, err := conn.ExecContext(ctx, "PRAGMA wal_autocheckpoint = 0"); err != nil {
+	// The checkpointer copies the WAL back off the request path, but only
+	// the writer can start the WAL over once it is copied: a checkpointer
+	// racing a committer that always appends never sees it whole. So the
+	// writer keeps SQLite's own checkpoint at 1000 pages, which finds the
+	// frames already copied and costs little, and the WAL is cut back to
+	// journal_size_limit when it restarts.
+	if _, err := conn.ExecContext(ctx, "PRAGMA journal_size_limit = 67108864"); err != nil {
 		return fmt.Errorf("store: writer connection: %w", err)
 	}
 	ckconn, err := s.db.Conn(ctx)
