@@ -13,7 +13,17 @@ type op struct {
 	response *Response
 	delete   *deletion
 	hit      *hitOp
+	exec     *execOp
 	done     func(error)
+	// failed is this write's own error, set by the batch writer when the
+	// write failed alone and the rest of its batch committed.
+	failed error
+}
+
+// execOp is an application's statement run in the committer's transaction.
+type execOp struct {
+	query string
+	args  []any
 }
 
 // hitOp is one request counted in a shared counter. The batch writer fills
@@ -94,11 +104,15 @@ func (c *committer) run() {
 			c.writes.Add(int64(len(batch)))
 		}
 		for i := range batch {
+			opErr := err
+			if opErr == nil {
+				opErr = batch[i].failed
+			}
 			switch o := batch[i]; {
 			case o.hit != nil:
-				o.hit.done(o.hit.result, err)
+				o.hit.done(o.hit.result, opErr)
 			case o.done != nil:
-				o.done(err)
+				o.done(opErr)
 			}
 			batch[i] = op{} // let the payloads go
 		}

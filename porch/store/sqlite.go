@@ -410,6 +410,48 @@ func (s *SQLite) apply(ctx context.Context, batch []op, i int) error {
 		if _, err := s.stmts.deleteResponse.ExecContext(ctx, o.delete.key, o.delete.now); err != nil {
 			return fmt.Errorf("store: delete response: %w", err)
 		}
+	case o.exec != nil:
+		batch[i].failed = s.applyExec(ctx, o.exec)
 	}
 	return nil
+}
+
+// applyExec runs an application's statement inside a savepoint, so that its
+// failure (a constraint, a typo) is its caller's alone and the rest of the
+// batch still commits. Only an error of the savepoint itself fails the batch.
+func (s *SQLite) applyExec(ctx context.Context, e *execOp) error {
+	if _, err := s.wconn.ExecContext(ctx, "SAVEPOINT porch_exec"); err != nil {
+		return err
+	}
+	_, execErr := s.wconn.ExecContext(ctx, e.query, e.args...)
+	if execErr != nil {
+		s.wconn.ExecContext(ctx, "ROLLBACK TO porch_exec") //nolint:errcheck // the release below reports a broken transaction
+	}
+	if _, err := s.wconn.ExecContext(ctx, "RELEASE porch_exec"); err != nil && execErr == nil {
+		return err
+	}
+	return execErr
+}
+
+// Exec runs an application's write in the committer's next transaction and
+// returns once that transaction has committed. A SQLite file has one writer
+// at a time: an application writing through its own connection contends
+// with the committer for the write lock, and SQLite's busy handler sleeps
+// in steps of up to 100 ms while it waits. Through Exec the write joins
+// group commit instead. Its own failure is returned to its caller alone; it
+// cannot roll back other callers' writes. ctx bounds only the wait.
+func (s *SQLite) Exec(ctx context.Context, query string, args ...any) error {
+	done := make(chan error, 1)
+	if err := s.c.enqueue(op{exec: &execOp{query: query, args: args}, done: func(err error) { done <- err }}); err != nil {
+		return err
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			return fmt.Errorf("store: exec: %w", err)
+		}
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }

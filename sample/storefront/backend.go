@@ -69,3 +69,16 @@ func createSchemaPostgres(ctx context.Context, db *sql.DB) error {
 	}
 	return nil
 }
+
+// writer is how the shop writes: through the SQLite store's committer, so
+// that the shop and porch are not two writers fighting over one file's lock,
+// or through database/sql on PostgreSQL, which has no such limit.
+func writer(st store.Store, db *sql.DB) func(ctx context.Context, query string, args ...any) error {
+	if sq, ok := st.(*store.SQLite); ok {
+		return sq.Exec
+	}
+	return func(ctx context.Context, query string, args ...any) error {
+		_, err := db.ExecContext(ctx, query, args...)
+		return err
+	}
+}

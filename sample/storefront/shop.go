@@ -48,7 +48,11 @@ const maxCheckoutBody = 64 << 10
 
 type shop struct {
 	cfg config
-	db  *sql.DB
+	db  *sql.DB // reads
+	// write runs one write statement durably: through the SQLite store's
+	// group commit (store.SQLite.Exec), which is that file's only writer,
+	// or straight to PostgreSQL.
+	write func(ctx context.Context, query string, args ...any) error
 }
 
 type product struct {
@@ -75,7 +79,7 @@ func newShop(cfg config) (*porch.App, error) {
 	}
 	app.OnShutdown(lim.Close) // runs before the pool closes: writes exact counts
 	keys := idem.New(pool, st, idem.Options{RequireKey: true, TTL: cfg.idemTTL})
-	s := &shop{cfg: cfg, db: db}
+	s := &shop{cfg: cfg, db: db, write: writer(st, db)}
 
 	app.Get("/healthz", s.healthz)
 	app.Group(func(r chi.Router) {
@@ -188,7 +192,10 @@ func (s *shop) checkout(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	o := order{OrderID: uuid.NewString(), SKU: req.SKU, Qty: req.Qty, TotalCents: price * req.Qty}
-	if _, err := s.db.ExecContext(r.Context(),
+	// Not under the request's context: once the order is sent to the
+	// database its outcome must be known, or a client that left would get
+	// no stored answer and its retry would order twice.
+	if err := s.write(context.WithoutCancel(r.Context()),
 		`INSERT INTO orders (order_id, sku, qty, total_cents, created_at) VALUES ($1, $2, $3, $4, $5)`,
 		o.OrderID, o.SKU, o.Qty, o.TotalCents, time.Now().UnixMilli()); err != nil {
 		serverError(w, err)
