@@ -71,17 +71,7 @@ func Adapt(m Middleware) func(http.Handler) http.Handler { return Chain(m) }
 func serve(ms []Middleware, next http.Handler, w http.ResponseWriter, r *http.Request) {
 	var stack [4]*http.Request // the common chain fits without a heap allocation
 	reqs := stack[:0]
-	var res *Response
-	for _, m := range ms {
-		var short *Response
-		r, short = m.Before(r)
-		reqs = append(reqs, r)
-		if short != nil {
-			res = short
-			break
-		}
-	}
-	c := ShortCircuited
+	res, c, r := runBefores(ms, r, &reqs)
 	if res == nil {
 		res, c = runHandler(next, r)
 	}
@@ -89,6 +79,29 @@ func serve(ms []Middleware, next http.Handler, w http.ResponseWriter, r *http.Re
 		ms[i].After(reqs[i], res, c)
 	}
 	res.Write(w)
+}
+
+// runBefores runs the before hooks, appending to reqs the request each one
+// returned, until one short-circuits, and returns the request for the
+// handler. A hook that panics (or a callback it
+// runs: a key or principal function) becomes a 500 like a handler's panic,
+// so that the after hooks of those before it still run: a middleware that
+// took a resource in Before (an idempotency key) must get to give it back.
+func runBefores(ms []Middleware, r *http.Request, reqs *[]*http.Request) (res *Response, c Completion, out *http.Request) {
+	defer func() {
+		if v := recover(); v != nil {
+			res, c = recovered(r, v), Panicked
+		}
+	}()
+	for _, m := range ms {
+		next, short := m.Before(r)
+		r = next
+		*reqs = append(*reqs, r)
+		if short != nil {
+			return short, ShortCircuited, r
+		}
+	}
+	return nil, Handled, r
 }
 
 // runHandler runs h into a buffer. Any panic, http.ErrAbortHandler included,
@@ -99,19 +112,24 @@ func runHandler(h http.Handler, r *http.Request) (res *Response, c Completion) {
 	bw := newBufferWriter()
 	defer func() {
 		if v := recover(); v != nil {
-			if v != http.ErrAbortHandler {
-				slog.ErrorContext(r.Context(), "porch: handler panicked",
-					"method", r.Method, "path", r.URL.Path,
-					"panic", fmt.Sprint(v), "stack", string(debug.Stack()))
-			}
-			res = Problem{
-				Type:   "about:blank",
-				Title:  "Internal Server Error",
-				Status: http.StatusInternalServerError,
-			}.Response()
-			c = Panicked
+			res, c = recovered(r, v), Panicked
 		}
 	}()
 	h.ServeHTTP(bw, r)
 	return bw.res, Handled
+}
+
+// recovered logs a recovered panic (but http.ErrAbortHandler, which is
+// raised on purpose) and returns the 500 that replaces the response.
+func recovered(r *http.Request, v any) *Response {
+	if v != http.ErrAbortHandler {
+		slog.ErrorContext(r.Context(), "porch: panic",
+			"method", r.Method, "path", r.URL.Path,
+			"panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+	}
+	return Problem{
+		Type:   "about:blank",
+		Title:  "Internal Server Error",
+		Status: http.StatusInternalServerError,
+	}.Response()
 }

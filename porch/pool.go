@@ -120,13 +120,18 @@ func (p *Pool) SendShard(shard int, job func(shard int)) error {
 // handing back its key), never for admitting new work: admission fails fast
 // so that overload becomes 503s. It fails with ErrClosed once Close has begun.
 func (p *Pool) SendWait(key string, job func(shard int)) error {
+	return p.SendShardWait(p.Shard(key), job)
+}
+
+// SendShardWait is SendWait for a shard already chosen.
+func (p *Pool) SendShardWait(shard int, job func(shard int)) error {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	if p.closed {
 		return ErrClosed
 	}
 	select {
-	case p.mailboxes[p.Shard(key)] <- job:
+	case p.mailboxes[shard] <- job:
 		return nil
 	case <-p.closing:
 		return ErrClosed

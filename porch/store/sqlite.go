@@ -411,26 +411,32 @@ func (s *SQLite) apply(ctx context.Context, batch []op, i int) error {
 			return fmt.Errorf("store: delete response: %w", err)
 		}
 	case o.exec != nil:
-		batch[i].failed = s.applyExec(ctx, o.exec)
+		execErr, txErr := s.applyExec(ctx, o.exec)
+		if txErr != nil {
+			return fmt.Errorf("store: exec: %w", txErr)
+		}
+		batch[i].failed = execErr
 	}
 	return nil
 }
 
 // applyExec runs an application's statement inside a savepoint, so that its
-// failure (a constraint, a typo) is its caller's alone and the rest of the
-// batch still commits. Only an error of the savepoint itself fails the batch.
-func (s *SQLite) applyExec(ctx context.Context, e *execOp) error {
+// failure (a constraint, a typo) is its caller's alone, execErr, and the rest
+// of the batch still commits. An error of the savepoint itself, txErr, leaves
+// the transaction in doubt and fails the whole batch.
+func (s *SQLite) applyExec(ctx context.Context, e *execOp) (execErr, txErr error) {
 	if _, err := s.wconn.ExecContext(ctx, "SAVEPOINT porch_exec"); err != nil {
-		return err
+		return nil, err
 	}
-	_, execErr := s.wconn.ExecContext(ctx, e.query, e.args...)
-	if execErr != nil {
-		s.wconn.ExecContext(ctx, "ROLLBACK TO porch_exec") //nolint:errcheck // the release below reports a broken transaction
+	if _, execErr = s.wconn.ExecContext(ctx, e.query, e.args...); execErr != nil {
+		if _, err := s.wconn.ExecContext(ctx, "ROLLBACK TO porch_exec"); err != nil {
+			return execErr, err
+		}
 	}
-	if _, err := s.wconn.ExecContext(ctx, "RELEASE porch_exec"); err != nil && execErr == nil {
-		return err
+	if _, err := s.wconn.ExecContext(ctx, "RELEASE porch_exec"); err != nil {
+		return execErr, err
 	}
-	return execErr
+	return execErr, nil
 }
 
 // Exec runs an application's write in the committer's next transaction and

@@ -7,6 +7,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -16,6 +17,9 @@ import (
 	"syscall"
 	"time"
 )
+
+// errFlagSyntax marks an error the flag package has already printed.
+var errFlagSyntax = errors.New("bad flag")
 
 // config is the storefront's command line.
 type config struct {
@@ -55,7 +59,10 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&c.storeDelay, "store-delay", 0, "fault injection: every store commit takes at least this long")
 	fs.DurationVar(&c.wallOffset, "wall-offset", 0, "added to the wall clock this process reads (simulates a clock jump)")
 	if err := fs.Parse(args); err != nil {
-		return c, err
+		if errors.Is(err, flag.ErrHelp) {
+			return c, err
+		}
+		return c, fmt.Errorf("%w: %w", errFlagSyntax, err)
 	}
 	switch {
 	case c.rateLimit < 1:
@@ -75,7 +82,10 @@ func parseFlags(args []string) (config, error) {
 func main() {
 	cfg, err := parseFlags(os.Args[1:])
 	if err != nil {
-		os.Exit(2) // flag has printed the error and usage
+		if !errors.Is(err, flag.ErrHelp) && !errors.Is(err, errFlagSyntax) {
+			fmt.Fprintln(os.Stderr, "storefront:", err) // flag prints only its own errors
+		}
+		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()

@@ -69,15 +69,17 @@ func newShop(cfg config) (*porch.App, error) {
 	}
 	pool := porch.NewPool(porch.PoolOptions{Size: cfg.pool, Mailbox: cfg.mailbox})
 	app := porch.New()
-	app.OnShutdown(st.Close)   // runs last: flushes what the pool's last jobs wrote
-	app.OnShutdown(pool.Close) // runs first
+	// Closers run in reverse: the limiter's exact counts, then the pool's
+	// last jobs, then the store, which flushes what they wrote.
+	app.OnShutdown(st.Close)
+	app.OnShutdown(pool.Close)
 	lim, err := rate.New(pool, st, cfg.rateLimit, cfg.rateWindow,
 		rate.Options{TrustProxy: cfg.trustProxy, WriteAhead: cfg.rateWriteAhead})
 	if err != nil {
 		app.Close(context.Background())
 		return nil, err
 	}
-	app.OnShutdown(lim.Close) // runs before the pool closes: writes exact counts
+	app.OnShutdown(lim.Close)
 	keys := idem.New(pool, st, idem.Options{RequireKey: true, TTL: cfg.idemTTL})
 	s := &shop{cfg: cfg, db: db, write: writer(st, db)}
 
