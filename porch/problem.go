@@ -1,7 +1,10 @@
 package porch
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"time"
@@ -39,6 +42,26 @@ func Unavailable(typ, detail string, retryAfter time.Duration) *Response {
 	res := Problem{Type: typ, Title: "Service Unavailable", Status: http.StatusServiceUnavailable, Detail: detail}.Response()
 	res.SetHeader("Retry-After", strconv.Itoa(RetryAfterSeconds(retryAfter)))
 	return res
+}
+
+// FailClosed is the answer of a store-backed middleware that could not do
+// its work for r: 503 with Retry-After, never a pass. typ is the
+// middleware's problem type and what names its work for the detail ("count
+// this request"). A saturated pool and a request that ended are expected
+// under load and go unlogged; any other error means the store failed, and is
+// logged.
+func FailClosed(r *http.Request, typ, what string, err error) *Response {
+	var detail string
+	switch {
+	case errors.Is(err, ErrSaturated):
+		detail = "the actor pool is saturated; could not " + what
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		detail = "the request ended before porch could " + what
+	default:
+		detail = "the store failed; could not " + what
+		slog.ErrorContext(r.Context(), "porch: could not "+what, "err", err)
+	}
+	return Unavailable(typ, detail, time.Second)
 }
 
 // RetryAfterSeconds rounds d up to whole seconds, at least 1, as the

@@ -1,9 +1,7 @@
 package idem
 
 import (
-	"context"
 	"errors"
-	"log/slog"
 	"net/http"
 	"time"
 
@@ -29,16 +27,8 @@ func problem(typ string, status int, title, detail string) *porch.Response {
 // unavailable is the fail-closed answer: the handler does not run, or its
 // response is withheld because it could not be made durable.
 func (m *Idempotent) unavailable(r *http.Request, err error) *porch.Response {
-	detail := "idempotency state could not be read or written"
-	switch {
-	case errors.Is(err, porch.ErrSaturated):
-		detail = "the idempotency pool is saturated"
-	case errors.Is(err, store.ErrNoKeyConn):
-		detail = "no database connection is free to hold this key"
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		detail = "the request ended before it was decided"
-	default:
-		slog.ErrorContext(r.Context(), "idem: store failed", "err", err)
+	if errors.Is(err, store.ErrNoKeyConn) {
+		return porch.Unavailable(ProblemUnavailable, "no database connection is free to hold this key", time.Second)
 	}
-	return porch.Unavailable(ProblemUnavailable, detail, time.Second)
+	return porch.FailClosed(r, ProblemUnavailable, "decide or store this key's response", err)
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
@@ -404,15 +403,7 @@ func (l *Limiter) refusal(v Verdict) *porch.Response {
 // unavailable is the fail-closed answer: the request was not counted, so it
 // must not be served.
 func (l *Limiter) unavailable(r *http.Request, err error) *porch.Response {
-	detail := "the rate limiter could not count this request"
-	switch {
-	case errors.Is(err, porch.ErrSaturated):
-		detail = "the rate limiter is saturated"
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-	default:
-		slog.ErrorContext(r.Context(), "rate: count failed", "err", err)
-	}
-	return porch.Unavailable(ProblemUnavailable, detail, time.Second)
+	return porch.FailClosed(r, ProblemUnavailable, "count this request", err)
 }
 
 // Close writes the exact count of every open window that was written ahead
