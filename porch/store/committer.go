@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -128,6 +129,37 @@ func (c *committer) close() {
 	}
 	c.mu.Unlock()
 	<-c.done
+}
+
+// closeCtx is close under ctx: it returns ctx.Err() if ctx ends first and
+// leaves the flush running.
+func (c *committer) closeCtx(ctx context.Context) error {
+	flushed := make(chan struct{})
+	go func() { c.close(); close(flushed) }()
+	select {
+	case <-flushed:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// do queues o and waits until its transaction has committed, returning its
+// error, or until ctx ends, returning ctx.Err(): the write may then still
+// commit. Pass context.WithoutCancel to always learn the outcome; the
+// committer always answers, within a batch.
+func (c *committer) do(ctx context.Context, o op) error {
+	done := make(chan error, 1)
+	o.done = func(err error) { done <- err }
+	if err := c.enqueue(o); err != nil {
+		return err
+	}
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 func (c *committer) stats() Stats {

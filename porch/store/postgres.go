@@ -137,12 +137,8 @@ func (p *Postgres) Stats() Stats { return p.c.stats() }
 // Close commits every queued hit, then closes the pools. If ctx ends first it
 // returns ctx.Err() and leaves the flush running.
 func (p *Postgres) Close(ctx context.Context) error {
-	flushed := make(chan struct{})
-	go func() { p.c.close(); close(flushed) }()
-	select {
-	case <-flushed:
-	case <-ctx.Done():
-		return ctx.Err()
+	if err := p.c.closeCtx(ctx); err != nil {
+		return err
 	}
 	p.pool.Close()
 	p.keys.Close()

@@ -301,11 +301,9 @@ func (r *sqliteReservation) Save(ctx context.Context, res Response, ttl time.Dur
 	res.Key = r.key
 	res.Created = r.s.Now()
 	res.Expires = res.Created.Add(ttl)
-	done := make(chan error, 1)
-	if err := r.s.SaveResponse(res, func(err error) { done <- err }); err != nil {
-		return err
-	}
-	return <-done // the committer always answers; waiting past ctx would not undo the write
+	// Not bounded by ctx: waiting less would not undo the write, and the
+	// owner must know whether its response is stored.
+	return r.s.c.do(context.WithoutCancel(ctx), op{response: &res})
 }
 
 func (r *sqliteReservation) Release() {}
@@ -316,12 +314,8 @@ func (s *SQLite) Stats() Stats { return s.c.stats() }
 // Close commits every queued write, then closes the database. If ctx ends
 // first it returns ctx.Err() and leaves the flush running.
 func (s *SQLite) Close(ctx context.Context) error {
-	flushed := make(chan struct{})
-	go func() { s.c.close(); close(flushed) }()
-	select {
-	case <-flushed:
-	case <-ctx.Done():
-		return ctx.Err()
+	if err := s.c.closeCtx(ctx); err != nil {
+		return err
 	}
 	for _, st := range []*sql.Stmt{s.stmts.upsertCounter, s.stmts.upsertResponse, s.stmts.deleteResponse,
 		s.stmts.pruneCounters, s.stmts.pruneResponses, s.stmts.loadResponse} {
@@ -445,19 +439,12 @@ func (s *SQLite) applyExec(ctx context.Context, e *execOp) (execErr, txErr error
 // with the committer for the write lock, and SQLite's busy handler sleeps
 // in steps of up to 100 ms while it waits. Through Exec the write joins
 // group commit instead. Its own failure is returned to its caller alone; it
-// cannot roll back other callers' writes. ctx bounds only the wait.
+// cannot roll back other callers' writes. If ctx ends first Exec returns
+// ctx.Err() and the write may still commit: pass context.WithoutCancel to
+// always learn its outcome, as the storefront does for its orders.
 func (s *SQLite) Exec(ctx context.Context, query string, args ...any) error {
-	done := make(chan error, 1)
-	if err := s.c.enqueue(op{exec: &execOp{query: query, args: args}, done: func(err error) { done <- err }}); err != nil {
-		return err
+	if err := s.c.do(ctx, op{exec: &execOp{query: query, args: args}}); err != nil {
+		return fmt.Errorf("store: exec: %w", err)
 	}
-	select {
-	case err := <-done:
-		if err != nil {
-			return fmt.Errorf("store: exec: %w", err)
-		}
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return nil
 }
