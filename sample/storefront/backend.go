@@ -15,10 +15,10 @@ import (
 // openBackend opens porch's store, SQLite by default or PostgreSQL with
 // -postgres, and returns it with a database/sql handle on the same database
 // for the shop's own tables, whose schema it has created.
-func openBackend(cfg config) (store.Store, *sql.DB, error) {
+func openBackend(cfg config, queueSize int) (store.Store, *sql.DB, error) {
 	opt := store.Options{
 		Clock:       porch.SystemClock{Offset: cfg.wallOffset},
-		QueueSize:   queueSize(cfg),
+		QueueSize:   queueSize,
 		CommitDelay: cfg.storeDelay,
 		KeyConns:    cfg.keyConns,
 	}

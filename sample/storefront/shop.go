@@ -63,11 +63,13 @@ type product struct {
 
 // newShop opens the store, builds the pool and middleware, and routes.
 func newShop(cfg config) (*porch.App, error) {
-	st, db, err := openBackend(cfg)
+	pool := porch.NewPool(porch.PoolOptions{Size: cfg.pool, Mailbox: cfg.mailbox})
+	// The committer holds one write for every job the mailboxes hold.
+	st, db, err := openBackend(cfg, pool.Size()*pool.Mailbox())
 	if err != nil {
+		pool.Close(context.Background())
 		return nil, err
 	}
-	pool := porch.NewPool(porch.PoolOptions{Size: cfg.pool, Mailbox: cfg.mailbox})
 	app := porch.New()
 	// Closers run in reverse: the limiter's exact counts, then the pool's
 	// last jobs, then the store, which flushes what they wrote.
@@ -98,17 +100,6 @@ func newShop(cfg config) (*porch.App, error) {
 		r.With(porch.Chain(lim, keys)).Post("/checkout", s.checkout)
 	})
 	return app, nil
-}
-
-func queueSize(cfg config) int {
-	pool, mailbox := cfg.pool, cfg.mailbox
-	if pool == 0 {
-		pool = porch.DefaultPoolSize
-	}
-	if mailbox == 0 {
-		mailbox = porch.DefaultMailbox
-	}
-	return pool * mailbox
 }
 
 func (s *shop) healthz(w http.ResponseWriter, r *http.Request) {
