@@ -101,19 +101,7 @@ func (p *Pool) Send(key string, job func(shard int)) error {
 }
 
 // SendShard is Send for a shard already chosen with Shard.
-func (p *Pool) SendShard(shard int, job func(shard int)) error {
-	p.mu.RLock()
-	defer p.mu.RUnlock()
-	if p.closed {
-		return ErrClosed
-	}
-	select {
-	case p.mailboxes[shard] <- job:
-		return nil
-	default:
-		return ErrSaturated
-	}
-}
+func (p *Pool) SendShard(shard int, job func(shard int)) error { return p.send(shard, job, false) }
 
 // SendWait is Send that waits for room in the mailbox instead of failing with
 // ErrSaturated. It is for reports that must not be lost (an idempotency owner
@@ -124,14 +112,28 @@ func (p *Pool) SendWait(key string, job func(shard int)) error {
 }
 
 // SendShardWait is SendWait for a shard already chosen.
-func (p *Pool) SendShardWait(shard int, job func(shard int)) error {
+func (p *Pool) SendShardWait(shard int, job func(shard int)) error { return p.send(shard, job, true) }
+
+// send queues job on shard's mailbox under the read lock that keeps Close
+// from closing it meanwhile. When the mailbox is full it fails with
+// ErrSaturated, or, if wait, waits for room until Close begins.
+func (p *Pool) send(shard int, job func(shard int), wait bool) error {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	if p.closed {
 		return ErrClosed
 	}
+	mb := p.mailboxes[shard]
+	if !wait {
+		select {
+		case mb <- job:
+			return nil
+		default:
+			return ErrSaturated
+		}
+	}
 	select {
-	case p.mailboxes[shard] <- job:
+	case mb <- job:
 		return nil
 	case <-p.closing:
 		return ErrClosed

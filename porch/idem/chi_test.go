@@ -79,59 +79,48 @@ func TestChiMiddleware(t *testing.T) {
 	}
 }
 
-// TestChainAfterLimiter puts the middleware second in a porch chain, as the
-// storefront does behind its rate limiter: a refusal from an earlier Before
-// never reserves the key.
-func TestChainAfterLimiter(t *testing.T) {
-	st := openStore(t, store.Options{})
-	pool := newPool(t, porch.PoolOptions{})
-	m := idem.New(pool, st, idem.Options{})
-	var refuse atomic.Bool
-	refuse.Store(true)
-	o := new(orders)
-	h := porch.Chain(refuser{&refuse}, m)(o)
+// TestChainWithLimiter puts the middleware in a porch chain with a limiter
+// that refuses the first request. Behind the limiter (as the storefront has
+// it) the refusal never reserves the key; in front of it the refusal reaches
+// its After, and since the handler never ran it must not be stored and
+// replayed for the key's whole TTL. Either way the next request runs fresh.
+func TestChainWithLimiter(t *testing.T) {
+	tests := []struct {
+		name  string
+		chain func(m *idem.Idempotent, r refuser) func(http.Handler) http.Handler
+	}{
+		{"idempotency after the limiter", func(m *idem.Idempotent, r refuser) func(http.Handler) http.Handler {
+			return porch.Chain(r, m)
+		}},
+		{"idempotency before the limiter", func(m *idem.Idempotent, r refuser) func(http.Handler) http.Handler {
+			return porch.Chain(m, r)
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			st := openStore(t, store.Options{})
+			pool := newPool(t, porch.PoolOptions{})
+			m := idem.New(pool, st, idem.Options{})
+			var refuse atomic.Bool
+			refuse.Store(true)
+			o := new(orders)
+			h := tc.chain(m, refuser{&refuse})(o)
 
-	refused := httptest.NewRecorder()
-	h.ServeHTTP(refused, keyed("one", "k"))
-	if refused.Code != http.StatusTooManyRequests {
-		t.Fatalf("refused: got %d, want 429", refused.Code)
-	}
-	refuse.Store(false)
-	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, keyed("one", "k"))
-	if rec.Code != http.StatusCreated || rec.Header().Get(idem.ReplayedHeader) != "" {
-		t.Errorf("after the refusal: got %d %s, want a fresh 201", rec.Code, strings.TrimSpace(rec.Body.String()))
-	}
-	if got := o.calls.Load(); got != 1 {
-		t.Errorf("handler calls: got %d, want 1", got)
-	}
-}
-
-// TestChainBeforeLimiter puts the middleware first, so a later middleware's
-// refusal reaches its After: the handler never ran, so the refusal must not
-// be stored and replayed for the key's whole TTL.
-func TestChainBeforeLimiter(t *testing.T) {
-	st := openStore(t, store.Options{})
-	pool := newPool(t, porch.PoolOptions{})
-	m := idem.New(pool, st, idem.Options{})
-	var refuse atomic.Bool
-	refuse.Store(true)
-	o := new(orders)
-	h := porch.Chain(m, refuser{&refuse})(o)
-
-	refused := httptest.NewRecorder()
-	h.ServeHTTP(refused, keyed("one", "k"))
-	if refused.Code != http.StatusTooManyRequests {
-		t.Fatalf("refused: got %d, want 429", refused.Code)
-	}
-	refuse.Store(false)
-	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, keyed("one", "k"))
-	if rec.Code != http.StatusCreated || rec.Header().Get(idem.ReplayedHeader) != "" {
-		t.Errorf("after the refusal: got %d %s, want a fresh 201, not the stored refusal", rec.Code, strings.TrimSpace(rec.Body.String()))
-	}
-	if got := o.calls.Load(); got != 1 {
-		t.Errorf("handler calls: got %d, want 1", got)
+			refused := httptest.NewRecorder()
+			h.ServeHTTP(refused, keyed("one", "k"))
+			if refused.Code != http.StatusTooManyRequests {
+				t.Fatalf("refused: got %d, want 429", refused.Code)
+			}
+			refuse.Store(false)
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, keyed("one", "k"))
+			if rec.Code != http.StatusCreated || rec.Header().Get(idem.ReplayedHeader) != "" {
+				t.Errorf("after the refusal: got %d %s, want a fresh 201, not a stored refusal", rec.Code, strings.TrimSpace(rec.Body.String()))
+			}
+			if got := o.calls.Load(); got != 1 {
+				t.Errorf("handler calls: got %d, want 1", got)
+			}
+		})
 	}
 }
 
