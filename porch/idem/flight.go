@@ -22,8 +22,14 @@ type flight struct {
 }
 
 // caller identifies one request to the actor, so that a leader that left
-// before learning it led can give the key back.
-type caller struct{}
+// before learning it led can give the key back, and only that leader.
+//
+// It must not be zero-size: Go may give every zero-size allocation the same
+// address, and then every caller would compare equal to the leader, so a
+// duplicate that left could end the real leader's flight.
+type caller struct {
+	_ byte // gives each caller an address of its own
+}
 
 type outcome int
 

@@ -390,3 +390,54 @@ func TestReserveFails(t *testing.T) {
 		t.Errorf("retry once the store works: got %d, want 201", got)
 	}
 }
+
+// TestDuplicateGoneBeforeJoinKeepsLeadersFlight: a duplicate whose context
+// ends while its join is still queued on a busy actor hands back a lead it
+// may have been granted. It was not granted one (the owner leads), so the
+// owner's flight must stay: a zero-size caller token made every caller
+// "equal" to the leader, the duplicate's hand-back ended the owner's flight,
+// and the next duplicate led and ran the handler a second time.
+func TestDuplicateGoneBeforeJoinKeepsLeadersFlight(t *testing.T) {
+	m := newMiddleware(t, openSQLite(t), Options{}, porch.PoolOptions{Size: 1})
+	var calls atomic.Int64
+	entered, release := make(chan struct{}), make(chan struct{})
+	h := m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if calls.Add(1) == 1 {
+			close(entered)
+			<-release
+		}
+		w.WriteHeader(http.StatusCreated)
+		w.Write([]byte("created"))
+	}))
+	owner := serveAsync(h, post("a"))
+	<-entered // the owner leads and runs
+
+	busy, unblock := make(chan struct{}), make(chan struct{})
+	if err := m.pool.Send("blocker", func(int) { close(busy); <-unblock }); err != nil {
+		t.Fatalf("block the actor: %v", err)
+	}
+	<-busy
+	for range 8 { // each join is queued behind the blocker, then abandoned
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		if got := status(t, serveAsync(h, post("a").WithContext(ctx)), "an abandoned duplicate"); got != http.StatusServiceUnavailable {
+			t.Errorf("abandoned duplicate: got %d, want 503", got)
+		}
+	}
+	close(unblock)
+	if n := inFlight(t, m); n != 1 {
+		t.Fatalf("flights after abandoned duplicates: got %d, want 1 (the owner's)", n)
+	}
+	dup := serveAsync(h, post("a"))
+	waitParked(t, 1)
+	close(release)
+	if got := status(t, owner, "the owner"); got != http.StatusCreated {
+		t.Errorf("owner: got %d, want 201", got)
+	}
+	if got := status(t, dup, "the duplicate"); got != http.StatusCreated {
+		t.Errorf("duplicate: got %d, want a 201 replay", got)
+	}
+	if got := calls.Load(); got != 1 {
+		t.Errorf("handler calls: got %d, want 1", got)
+	}
+}
