@@ -339,3 +339,7 @@ func (e *env) sendAll(t *testing.T, n int, method, path string, body func(i int)
 }
 
 func same(s string) func(int) string { return func(int) string { return s } }
+
+// porchOptions is the pool the transaction tests use: small, since each
+// request is sequential.
+func porchOptions() porch.PoolOptions { return porch.PoolOptions{Size: 2} }

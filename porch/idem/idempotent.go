@@ -85,7 +85,8 @@ func New(pool *porch.Pool, st store.Store, opt Options) *Idempotent {
 	return m
 }
 
-// ownership is what Before hands After through the request context.
+// ownership is what Before hands After (and the handler, through [Exec])
+// through the request context.
 type ownership struct {
 	key    string
 	digest []byte
@@ -93,7 +94,12 @@ type ownership struct {
 	hold   store.Reservation
 }
 
-type ownershipKey struct{ m *Idempotent }
+// ownershipKey finds m's ownership for After; ownerKey finds the innermost
+// ownership for the handler's Exec and OperationID.
+type (
+	ownershipKey struct{ m *Idempotent }
+	ownerKey     struct{}
+)
 
 // Before decides the request's outcome. It implements porch.Middleware.
 func (m *Idempotent) Before(r *http.Request) (*http.Request, *porch.Response) {
@@ -125,7 +131,8 @@ func (m *Idempotent) Before(r *http.Request) (*http.Request, *porch.Response) {
 		if kind == outcomeLead {
 			o, res := m.lead(r, key, digest, c)
 			if o != nil {
-				return r.WithContext(context.WithValue(r.Context(), ownershipKey{m}, o)), nil
+				ctx := context.WithValue(r.Context(), ownershipKey{m}, o)
+				return r.WithContext(context.WithValue(ctx, ownerKey{}, o)), nil
 			}
 			return r, res
 		}
@@ -262,10 +269,13 @@ func (m *Idempotent) inFlight() *porch.Response {
 	return res
 }
 
-// After stores the owner's response and lets it out only once it is
-// durable. A 5xx, a panic, or a refusal by a middleware after this one (the
-// handler never ran) is not stored: the key is handed back, and a waiting
-// duplicate decides afresh. It implements porch.Middleware.
+// After stores the owner's response, with the writes its handler made
+// through [Exec], and lets it out only once both are durable. A 5xx, a
+// panic, or a refusal by a middleware after this one (the handler never
+// ran) is not stored and the handler's writes are discarded: the key is
+// handed back, and a waiting duplicate decides afresh. If the handler's
+// writes fail at commit, nothing is stored and the client gets a 500
+// problem instead of the handler's answer. It implements porch.Middleware.
 func (m *Idempotent) After(r *http.Request, res *porch.Response, c porch.Completion) {
 	o, ok := r.Context().Value(ownershipKey{m}).(*ownership)
 	if !ok {
@@ -287,6 +297,12 @@ func (m *Idempotent) After(r *http.Request, res *porch.Response, c porch.Complet
 	// The client may have gone; the response is stored all the same, so its
 	// retry replays rather than runs the handler again.
 	if err := o.hold.Save(context.WithoutCancel(r.Context()), stored, m.opt.TTL); err != nil {
+		if errors.Is(err, store.ErrWriteFailed) {
+			// Nothing happened: the next duplicate may lead and try again.
+			m.end(o.key, o.caller, outcomeReleased, store.Response{}, nil)
+			*res = *m.writeFailed(r, err)
+			return
+		}
 		m.end(o.key, o.caller, outcomeFailed, store.Response{}, err)
 		*res = *m.unavailable(r, err)
 		return

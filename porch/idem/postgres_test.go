@@ -183,3 +183,97 @@ func TestSharedKeyOwnerCrashReleasesParkedDuplicate(t *testing.T) {
 		t.Fatalf("retry: status %d, runs %d; want a 201 replay and still 1 run", s, hb.runs.Load())
 	}
 }
+
+// The owner's database session is lost while its process lives (an idle
+// timeout, a proxy, pg_terminate_backend): its transaction rolls back with
+// the key's lock and the write it made, a duplicate parked on the other
+// instance runs on a clean slate, and the owner's answer is withheld. The
+// design that held the lock on one session and wrote on another ran the
+// handler twice and kept both writes.
+func TestSharedKeyOwnerSessionLost(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	appA, appB := "porch_lost_a", "porch_lost_b"
+	var runs atomic.Int64
+	entered, release := make(chan struct{}, 1), make(chan struct{})
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := runs.Add(1)
+		if err := idem.Exec(r.Context(), `INSERT INTO ledger (id) VALUES ($1)`, strconv.FormatInt(n, 10)); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		if n == 1 {
+			entered <- struct{}{}
+			<-release
+		}
+		w.WriteHeader(http.StatusCreated)
+		io.WriteString(w, "run "+strconv.FormatInt(n, 10))
+	})
+	a := newPGInstance(t, pgtest.WithParam(dsn, "application_name", appA), h)
+	b := newPGInstance(t, pgtest.WithParam(dsn, "application_name", appB), h)
+	ctx := context.Background()
+	if _, err := b.st.Pool().Exec(ctx, `CREATE TABLE ledger (id text PRIMARY KEY)`); err != nil {
+		t.Fatal(err)
+	}
+	var releaseOnce sync.Once
+	free := func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(free)
+
+	owner := make(chan int, 1)
+	go func() { s, _ := a.post(t, "order-3", `{"amount":9}`); owner <- s }()
+	<-entered // a owns the key and has written its ledger row in its transaction
+	dup := make(chan int, 1)
+	go func() { s, _ := b.post(t, "order-3", `{"amount":9}`); dup <- s }()
+	waitAdvisory(t, b.st, appB, false)
+
+	// Terminate only the session that holds the key: a's process lives on.
+	var killed int
+	if err := b.st.Pool().QueryRow(ctx, `SELECT count(pg_terminate_backend(l.pid)) FROM pg_locks l
+		JOIN pg_stat_activity s USING (pid)
+		WHERE l.locktype = 'advisory' AND l.granted AND s.application_name = $1`, appA).Scan(&killed); err != nil || killed != 1 {
+		t.Fatalf("terminate the owner's session: killed %d, err %v; want 1", killed, err)
+	}
+	select {
+	case s := <-dup:
+		if s != http.StatusCreated {
+			t.Fatalf("b's duplicate: got %d, want 201 from running on a clean slate", s)
+		}
+	case <-time.After(waitLimit):
+		t.Fatal("b's duplicate still parked after the owner's session was lost")
+	}
+	free()
+	if s := <-owner; s < 500 {
+		t.Fatalf("a's owner, whose transaction was lost: got %d, want a 5xx (its answer withheld)", s)
+	}
+	var rows int
+	if err := b.st.Pool().QueryRow(ctx, `SELECT count(*) FROM ledger`).Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	if rows != 1 {
+		t.Fatalf("ledger rows: got %d, want exactly 1 (the lost owner's write rolled back)", rows)
+	}
+	if s, body := a.post(t, "order-3", `{"amount":9}`); s != http.StatusCreated || body != "run 2" {
+		t.Fatalf("retry on a: got %d %q, want b's stored 201 \"run 2\"", s, body)
+	}
+}
+
+// waitAdvisory polls until an instance's backend holds (granted) or waits
+// for (not granted) an advisory lock. The server's lock table can only be
+// polled.
+func waitAdvisory(t *testing.T, st *store.Postgres, app string, granted bool) {
+	t.Helper()
+	deadline := time.Now().Add(waitLimit)
+	for {
+		var n int
+		if err := st.Pool().QueryRow(context.Background(), `SELECT count(*) FROM pg_locks l JOIN pg_stat_activity s USING (pid)
+			WHERE l.locktype = 'advisory' AND l.granted = $2 AND s.application_name = $1`, app, granted).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: no advisory lock with granted=%v within %s", app, granted, waitLimit)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -2,6 +2,7 @@ package idem
 
 import (
 	"errors"
+	"log/slog"
 	"net/http"
 	"time"
 
@@ -18,6 +19,7 @@ const (
 	ProblemBodyTooLarge   = "https://porch.dev/problems/idempotency-body-too-large"
 	ProblemBodyUnreadable = "https://porch.dev/problems/idempotency-body-unreadable"
 	ProblemUnavailable    = "https://porch.dev/problems/idempotency-unavailable"
+	ProblemWriteFailed    = "https://porch.dev/problems/idempotency-write-failed"
 )
 
 func problem(typ string, status int, title, detail string) *porch.Response {
@@ -31,4 +33,14 @@ func (m *Idempotent) unavailable(r *http.Request, err error) *porch.Response {
 		return porch.Unavailable(ProblemUnavailable, "no database connection is free to hold this key", time.Second)
 	}
 	return porch.FailClosed(r, ProblemUnavailable, "decide or store this key's response", err)
+}
+
+// writeFailed answers an owner whose own writes failed at commit: its
+// response is withheld, since the side effect it reports did not happen.
+// The statement's error stays in the log; it may name tables and values.
+func (m *Idempotent) writeFailed(r *http.Request, err error) *porch.Response {
+	slog.ErrorContext(r.Context(), "idem: the handler's writes failed; nothing was stored",
+		"method", r.Method, "path", r.URL.Path, "err", err)
+	return problem(ProblemWriteFailed, http.StatusInternalServerError, "Write failed",
+		"the request's writes could not be committed, so nothing was done or stored; the handler's answer was withheld")
 }

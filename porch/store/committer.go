@@ -12,10 +12,13 @@ import (
 type op struct {
 	counter  *Counter
 	response *Response
-	delete   *deletion
-	hit      *hitOp
-	exec     *execOp
-	done     func(error)
+	// owner is the statements an idempotency owner ran through
+	// Reservation.Exec; they commit with response, in one savepoint.
+	owner  []execOp
+	delete *deletion
+	hit    *hitOp
+	exec   *execOp
+	done   func(error)
 	// failed is this write's own error, set by the batch writer when the
 	// write failed alone and the rest of its batch committed.
 	failed error

@@ -7,9 +7,11 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -228,10 +230,13 @@ func (p *Postgres) writeBatch(batch []op) error {
 	})
 }
 
-// Reserve takes key's advisory lock on a connection of its own, waiting
-// under ctx while an owner on any instance holds it. The lock lives as long
-// as that connection: if this process dies, the server drops the connection
-// and the lock with it, so no lease timer is needed.
+// Reserve begins the owner's transaction on a connection of its own and
+// takes key's transaction-scoped advisory lock in it, waiting under ctx
+// while an owner on any instance holds it. The lock, the owner's writes and
+// its response live and die with that one transaction: if the connection
+// is lost (the process died, the session was terminated, a proxy cut it),
+// PostgreSQL rolls all of it back and lets the next owner in on a clean
+// slate. No lease and no timeout guess is involved.
 func (p *Postgres) Reserve(ctx context.Context, key string) (Reservation, error) {
 	select {
 	case p.slots <- struct{}{}:
@@ -243,14 +248,20 @@ func (p *Postgres) Reserve(ctx context.Context, key string) (Reservation, error)
 		<-p.slots
 		return nil, fmt.Errorf("store: reserve: %w", err)
 	}
-	if _, err := conn.Exec(ctx, pgLockKey, key); err != nil {
-		// A lock granted just as ctx ended must not stay on a pooled
-		// connection: close it, which releases every lock it holds.
+	tx, err := conn.Begin(ctx)
+	if err != nil {
 		discard(conn)
 		<-p.slots
 		return nil, fmt.Errorf("store: reserve: %w", err)
 	}
-	return &pgReservation{p: p, conn: conn, key: key}, nil
+	if _, err := tx.Exec(ctx, pgLockKey, key); err != nil {
+		// A lock granted just as ctx ended must not stay on a pooled
+		// connection: close it, which ends the transaction and its lock.
+		discard(conn)
+		<-p.slots
+		return nil, fmt.Errorf("store: reserve: %w", err)
+	}
+	return &pgReservation{p: p, conn: conn, tx: tx, key: key}, nil
 }
 
 // discard closes a connection instead of returning it to the pool.
@@ -259,15 +270,24 @@ func discard(conn *pgxpool.Conn) {
 }
 
 type pgReservation struct {
-	p    *Postgres
-	conn *pgxpool.Conn // nil once released
-	key  string
+	p   *Postgres
+	key string
+
+	mu     sync.Mutex    // serializes use of conn, which is not safe for concurrent use
+	conn   *pgxpool.Conn // nil once the reservation has ended
+	tx     pgx.Tx
+	failed error // the first of the owner's statements that failed; Save returns it
 }
 
 func (r *pgReservation) Load(ctx context.Context) (Response, bool, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.conn == nil {
+		return Response{}, false, ErrReleased
+	}
 	res := Response{Key: r.key}
 	var created, expires int64
-	err := r.conn.QueryRow(ctx, pgLoadResponse, r.key).
+	err := r.tx.QueryRow(ctx, pgLoadResponse, r.key).
 		Scan(&res.Digest, &res.Status, &res.ContentType, &res.Body, &created, &expires)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Response{}, false, nil
@@ -279,25 +299,83 @@ func (r *pgReservation) Load(ctx context.Context) (Response, bool, error) {
 	return res, true, nil
 }
 
-// Save stores res, then prunes a bounded batch of expired responses, so an
+// Exec runs the statement now, in the owner's transaction: the handler sees
+// its error at once and may read its own writes through the same
+// transaction's later statements. A failed statement aborts the
+// transaction (PostgreSQL's rule), so Save will fail too.
+func (r *pgReservation) Exec(ctx context.Context, query string, args ...any) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.conn == nil {
+		return ErrReleased
+	}
+	if r.failed != nil {
+		return r.failed
+	}
+	if _, err := r.tx.Exec(ctx, query, args...); err != nil {
+		if pgOwnersFault(ctx, err) {
+			err = fmt.Errorf("%w: %w", ErrWriteFailed, err)
+		} else {
+			err = fmt.Errorf("store: owner's write: %w", err)
+		}
+		r.failed = err
+		return err
+	}
+	return nil
+}
+
+// pgOwnersFault tells a statement the server refused for what it says (a
+// constraint, a syntax error, bad data) from a connection or server that
+// failed under it, which may pass on a retry.
+func pgOwnersFault(ctx context.Context, err error) bool {
+	var pe *pgconn.PgError
+	if ctx.Err() != nil || !errors.As(err, &pe) || len(pe.Code) < 2 {
+		return false
+	}
+	switch pe.Code[:2] {
+	case "08", "40", "53", "57", "58", "XX": // connection, rollback, resources, operator, system, internal
+		return false
+	}
+	return true
+}
+
+// Save stores res in the owner's transaction and commits it with the
+// owner's writes, then prunes a bounded batch of expired responses, so an
 // application that uses idempotency without the limiter still keeps its
-// table in check. The prune is its own statement: its failure must not take
-// the stored response with it.
+// table in check. The prune runs after the commit: its failure must not
+// take the stored response with it.
 func (r *pgReservation) Save(ctx context.Context, res Response, ttl time.Duration) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.conn == nil {
+		return ErrReleased
+	}
+	if r.failed != nil {
+		r.end(false)
+		return r.failed
+	}
 	if res.Body == nil {
 		res.Body = []byte{} // NOT NULL: an empty body is a value
 	}
 	ctx, cancel := context.WithTimeout(ctx, pgSaveTimeout)
 	defer cancel()
-	if _, err := r.conn.Exec(ctx, pgSaveResponse, r.key, res.Digest, res.Status, res.ContentType, res.Body,
+	if _, err := r.tx.Exec(ctx, pgSaveResponse, r.key, res.Digest, res.Status, res.ContentType, res.Body,
 		ttl.Milliseconds()); err != nil {
+		r.end(false)
 		return fmt.Errorf("store: save response: %w", err)
+	}
+	if err := r.tx.Commit(ctx); err != nil {
+		// The outcome is unknown if the connection died during COMMIT; the
+		// next owner reads the table and learns it.
+		r.end(false)
+		return fmt.Errorf("store: commit response: %w", err)
 	}
 	if r.p.opt.PruneRows > 0 {
 		if _, err := r.conn.Exec(ctx, pgPruneResponses, r.p.opt.PruneRows); err != nil {
 			slog.Warn("store: prune responses", "err", err) // the next save prunes again
 		}
 	}
+	r.end(true)
 	return nil
 }
 
@@ -306,18 +384,25 @@ func (r *pgReservation) Save(ctx context.Context, res Response, ttl time.Duratio
 const pgSaveTimeout = 10 * time.Second
 
 func (r *pgReservation) Release() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	if r.conn == nil {
 		return
 	}
-	conn := r.conn
-	r.conn = nil
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	var unlocked bool
-	defer func() { <-r.p.slots }()
-	if err := conn.QueryRow(ctx, pgUnlockKey, r.key).Scan(&unlocked); err != nil || !unlocked {
-		discard(conn) // closing the connection is the unlock of last resort
-		return
+	r.end(r.tx.Rollback(ctx) == nil)
+}
+
+// end gives the connection back: to the pool when its transaction ended
+// cleanly, else closed, which is the rollback and unlock of last resort.
+// r.mu is held.
+func (r *pgReservation) end(clean bool) {
+	if clean && r.conn.Conn().PgConn().TxStatus() == 'I' {
+		r.conn.Release()
+	} else {
+		discard(r.conn)
 	}
-	conn.Release()
+	r.conn, r.tx = nil, nil
+	<-r.p.slots
 }

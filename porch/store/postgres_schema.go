@@ -57,8 +57,9 @@ const (
 	pgPruneResponses = `DELETE FROM porch_idem_responses WHERE key IN (
 		SELECT key FROM porch_idem_responses WHERE expires_at <= ` + pgNowMS + `
 		ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)`
-	pgLockKey   = `SELECT pg_advisory_lock(hashtextextended($1, 0))`
-	pgUnlockKey = `SELECT pg_advisory_unlock(hashtextextended($1, 0))`
+	// The key's lock is transaction-scoped: it ends with the owner's
+	// transaction, committed, rolled back or lost with its connection.
+	pgLockKey = `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`
 	// Load prunes the key's row if it has expired and returns it otherwise,
 	// in one round trip.
 	pgLoadResponse = `WITH pruned AS (

@@ -7,9 +7,10 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"sync"
 	"time"
 
-	_ "github.com/mattn/go-sqlite3" // registers the "sqlite3" driver
+	"github.com/mattn/go-sqlite3" // also registers the "sqlite3" driver
 
 	"github.com/writeonce/writeonce/porch"
 )
@@ -276,9 +277,18 @@ func (s *SQLite) Reserve(ctx context.Context, key string) (Reservation, error) {
 	return &sqliteReservation{s: s, key: key}, nil
 }
 
+// sqliteReservation queues the owner's statements and hands them to the
+// committer with the response: SQLite has one writer, so the owner cannot
+// hold a transaction of its own for its handler's whole run without
+// stalling every other write. The cost is that the owner cannot read its
+// own writes, and learns of a failed statement only from Save.
 type sqliteReservation struct {
 	s   *SQLite
 	key string
+
+	mu    sync.Mutex // protects owner and ended
+	owner []execOp
+	ended bool
 }
 
 func (r *sqliteReservation) Load(ctx context.Context) (Response, bool, error) {
@@ -297,16 +307,38 @@ func (r *sqliteReservation) Load(ctx context.Context) (Response, bool, error) {
 	return Response{}, false, nil
 }
 
+func (r *sqliteReservation) Exec(ctx context.Context, query string, args ...any) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.ended {
+		return ErrReleased
+	}
+	r.owner = append(r.owner, execOp{query: query, args: args})
+	return nil
+}
+
 func (r *sqliteReservation) Save(ctx context.Context, res Response, ttl time.Duration) error {
+	r.mu.Lock()
+	if r.ended {
+		r.mu.Unlock()
+		return ErrReleased
+	}
+	owner := r.owner
+	r.owner, r.ended = nil, true
+	r.mu.Unlock()
 	res.Key = r.key
 	res.Created = r.s.Now()
 	res.Expires = res.Created.Add(ttl)
 	// Not bounded by ctx: waiting less would not undo the write, and the
 	// owner must know whether its response is stored.
-	return r.s.c.do(context.WithoutCancel(ctx), op{response: &res})
+	return r.s.c.do(context.WithoutCancel(ctx), op{response: &res, owner: owner})
 }
 
-func (r *sqliteReservation) Release() {}
+func (r *sqliteReservation) Release() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.owner, r.ended = nil, true
+}
 
 // Stats reports the committer's counters.
 func (s *SQLite) Stats() Stats { return s.c.stats() }
@@ -390,22 +422,25 @@ func (s *SQLite) apply(ctx context.Context, batch []op, i int) error {
 		if _, err := s.stmts.upsertCounter.ExecContext(ctx, c.Key, start, window, c.Count, start+window); err != nil {
 			return fmt.Errorf("store: save counter: %w", err)
 		}
-	case o.response != nil:
-		r := o.response
-		body := r.Body
-		if body == nil {
-			body = []byte{} // an empty response (a 204) is a value, not NULL
+	case o.response != nil && len(o.owner) > 0:
+		ownErr, txErr := s.inSavepoint(ctx, func() error { return s.applyOwner(ctx, o) })
+		if txErr != nil {
+			return fmt.Errorf("store: save response: %w", txErr)
 		}
-		if _, err := s.stmts.upsertResponse.ExecContext(ctx, r.Key, r.Digest, r.Status, r.ContentType, body,
-			r.Created.UnixMilli(), r.Expires.UnixMilli()); err != nil {
-			return fmt.Errorf("store: save response: %w", err)
+		batch[i].failed = ownErr
+	case o.response != nil:
+		if err := s.upsertResponse(ctx, o.response); err != nil {
+			return err
 		}
 	case o.delete != nil:
 		if _, err := s.stmts.deleteResponse.ExecContext(ctx, o.delete.key, o.delete.now); err != nil {
 			return fmt.Errorf("store: delete response: %w", err)
 		}
 	case o.exec != nil:
-		execErr, txErr := s.applyExec(ctx, o.exec)
+		execErr, txErr := s.inSavepoint(ctx, func() error {
+			_, err := s.wconn.ExecContext(ctx, o.exec.query, o.exec.args...)
+			return err
+		})
 		if txErr != nil {
 			return fmt.Errorf("store: exec: %w", txErr)
 		}
@@ -414,23 +449,67 @@ func (s *SQLite) apply(ctx context.Context, batch []op, i int) error {
 	return nil
 }
 
-// applyExec runs an application's statement inside a savepoint, so that its
-// failure (a constraint, a typo) is its caller's alone, execErr, and the rest
-// of the batch still commits. An error of the savepoint itself, txErr, leaves
-// the transaction in doubt and fails the whole batch.
-func (s *SQLite) applyExec(ctx context.Context, e *execOp) (execErr, txErr error) {
+func (s *SQLite) upsertResponse(ctx context.Context, r *Response) error {
+	body := r.Body
+	if body == nil {
+		body = []byte{} // an empty response (a 204) is a value, not NULL
+	}
+	if _, err := s.stmts.upsertResponse.ExecContext(ctx, r.Key, r.Digest, r.Status, r.ContentType, body,
+		r.Created.UnixMilli(), r.Expires.UnixMilli()); err != nil {
+		return fmt.Errorf("store: save response: %w", err)
+	}
+	return nil
+}
+
+// applyOwner runs an idempotency owner's statements, then stores its
+// response: inside one savepoint, so that they commit together or not at
+// all. A statement that fails on its own terms (a constraint, a bad query)
+// is ErrWriteFailed; anything else (a full disk) is the store failing.
+func (s *SQLite) applyOwner(ctx context.Context, o op) error {
+	for _, e := range o.owner {
+		if _, err := s.wconn.ExecContext(ctx, e.query, e.args...); err != nil {
+			if ownersFault(err) {
+				return fmt.Errorf("%w: %w", ErrWriteFailed, err)
+			}
+			return fmt.Errorf("store: owner's write: %w", err)
+		}
+	}
+	return s.upsertResponse(ctx, o.response)
+}
+
+// ownersFault tells a statement that failed because of what it says (a
+// constraint, a syntax error, a type mismatch) from one the database could
+// not carry out (a full disk, an I/O error), which is not the owner's fault
+// and may pass on a retry.
+func ownersFault(err error) bool {
+	var se sqlite3.Error
+	if !errors.As(err, &se) {
+		return true // the driver refused it before SQLite saw it: bad arguments
+	}
+	switch se.Code {
+	case sqlite3.ErrConstraint, sqlite3.ErrError, sqlite3.ErrMismatch, sqlite3.ErrRange, sqlite3.ErrTooBig, sqlite3.ErrAuth:
+		return true
+	}
+	return false
+}
+
+// inSavepoint runs fn inside a savepoint, so that its failure (a
+// constraint, a typo) is its caller's alone, ownErr, and the rest of the
+// batch still commits. An error of the savepoint itself, txErr, leaves the
+// transaction in doubt and fails the whole batch.
+func (s *SQLite) inSavepoint(ctx context.Context, fn func() error) (ownErr, txErr error) {
 	if _, err := s.wconn.ExecContext(ctx, "SAVEPOINT porch_exec"); err != nil {
 		return nil, err
 	}
-	if _, execErr = s.wconn.ExecContext(ctx, e.query, e.args...); execErr != nil {
+	if ownErr = fn(); ownErr != nil {
 		if _, err := s.wconn.ExecContext(ctx, "ROLLBACK TO porch_exec"); err != nil {
-			return execErr, err
+			return ownErr, err
 		}
 	}
 	if _, err := s.wconn.ExecContext(ctx, "RELEASE porch_exec"); err != nil {
-		return execErr, err
+		return ownErr, err
 	}
-	return execErr, nil
+	return ownErr, nil
 }
 
 // Exec runs an application's write in the committer's next transaction and

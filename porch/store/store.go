@@ -14,6 +14,14 @@ var (
 	// same database open: one process per SQLite file is what keeps its
 	// counts exact. Several instances share a PostgreSQL store instead.
 	ErrLocked = errors.New("store: database is open in another process")
+	// ErrWriteFailed is returned by Reservation.Exec or Reservation.Save
+	// when one of the owner's own statements failed (a constraint, a bad
+	// query): its transaction was rolled back, so neither its writes nor its
+	// response were stored. The statement's error is wrapped with it.
+	ErrWriteFailed = errors.New("store: the owner's write failed; nothing was stored")
+	// ErrReleased is returned by a Reservation's methods after Save or
+	// Release has ended it.
+	ErrReleased = errors.New("store: reservation already ended")
 )
 
 // Counter is one client key's count within one fixed window. Times are on the
@@ -95,15 +103,27 @@ type Store interface {
 	Close(ctx context.Context) error
 }
 
-// Reservation is a held idempotency key. Its methods are called by one
-// goroutine, the key's owner.
+// Reservation is a held idempotency key and the owner's transaction: the
+// statements its handler runs through Exec and the response it saves commit
+// together, or not at all. Its methods are safe for concurrent use, but a
+// handler normally calls them from its own goroutine.
 type Reservation interface {
 	// Load returns key's stored response if one exists and has not expired.
 	// An expired row is pruned.
 	Load(ctx context.Context) (r Response, ok bool, err error)
-	// Save stores r for ttl and returns once it is durable.
+	// Exec runs one of the owner's writes in the transaction Save commits.
+	// Whether it runs now or at Save is the store's choice: PostgreSQL
+	// runs it now on the owner's transaction and returns its error;
+	// SQLite queues it for the committer and reports its failure from
+	// Save. Either way a failed statement makes Save fail with
+	// ErrWriteFailed and nothing of the owner's is stored. args must not be
+	// changed after the call.
+	Exec(ctx context.Context, query string, args ...any) error
+	// Save stores r for ttl together with the owner's writes, and returns
+	// once they are durable. It ends the reservation.
 	Save(ctx context.Context, r Response, ttl time.Duration) error
-	// Release gives the key up. It is safe to call more than once.
+	// Release gives the key up, discarding the owner's writes if Save has
+	// not committed them. It is safe to call more than once.
 	Release()
 }
 

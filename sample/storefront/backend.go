@@ -29,9 +29,9 @@ func openBackend(cfg config, queueSize int) (store.Store, *sql.DB, error) {
 		if err != nil {
 			return nil, nil, err
 		}
-		if _, err := st.DB().ExecContext(ctx, shopSchema); err != nil {
+		if err := createSchemaSQLite(ctx, st.DB()); err != nil {
 			st.Close(ctx)
-			return nil, nil, fmt.Errorf("storefront: schema: %w", err)
+			return nil, nil, err
 		}
 		return st, st.DB(), nil
 	}
@@ -64,21 +64,30 @@ func createSchemaPostgres(ctx context.Context, db *sql.DB) error {
 	if _, err := tx.ExecContext(ctx, shopSchema); err != nil {
 		return fmt.Errorf("storefront: schema: %w", err)
 	}
+	// Added after the first release; a database made by it lacks the column.
+	if _, err := tx.ExecContext(ctx, `ALTER TABLE orders ADD COLUMN IF NOT EXISTS operation_id TEXT`); err != nil {
+		return fmt.Errorf("storefront: schema: %w", err)
+	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("storefront: schema: %w", err)
 	}
 	return nil
 }
 
-// writer is how the shop writes: through the SQLite store's committer, so
-// that the shop and porch are not two writers fighting over one file's lock,
-// or through database/sql on PostgreSQL, which has no such limit.
-func writer(st store.Store, db *sql.DB) func(ctx context.Context, query string, args ...any) error {
-	if sq, ok := st.(*store.SQLite); ok {
-		return sq.Exec
+// createSchemaSQLite creates the shop's tables in the SQLite file, adding
+// orders.operation_id to a file made before it existed.
+func createSchemaSQLite(ctx context.Context, db *sql.DB) error {
+	if _, err := db.ExecContext(ctx, shopSchema); err != nil {
+		return fmt.Errorf("storefront: schema: %w", err)
 	}
-	return func(ctx context.Context, query string, args ...any) error {
-		_, err := db.ExecContext(ctx, query, args...)
-		return err
+	var has int
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM pragma_table_info('orders') WHERE name = 'operation_id'`).Scan(&has); err != nil {
+		return fmt.Errorf("storefront: schema: %w", err)
 	}
+	if has == 0 {
+		if _, err := db.ExecContext(ctx, `ALTER TABLE orders ADD COLUMN operation_id TEXT`); err != nil {
+			return fmt.Errorf("storefront: schema: %w", err)
+		}
+	}
+	return nil
 }

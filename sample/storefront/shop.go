@@ -31,11 +31,12 @@ CREATE TABLE IF NOT EXISTS products (
 	price_cents BIGINT  NOT NULL
 );
 CREATE TABLE IF NOT EXISTS orders (
-	order_id    TEXT    NOT NULL PRIMARY KEY,
-	sku         TEXT    NOT NULL REFERENCES products (sku),
-	qty         BIGINT  NOT NULL,
-	total_cents BIGINT  NOT NULL,
-	created_at  BIGINT  NOT NULL
+	order_id     TEXT    NOT NULL PRIMARY KEY,
+	sku          TEXT    NOT NULL REFERENCES products (sku),
+	qty          BIGINT  NOT NULL,
+	total_cents  BIGINT  NOT NULL,
+	created_at   BIGINT  NOT NULL,
+	operation_id TEXT
 );
 INSERT INTO products (sku, name, price_cents) VALUES
 	('tea-green', 'Green tea, 100 g', 650),
@@ -48,11 +49,7 @@ const maxCheckoutBody = 64 << 10
 
 type shop struct {
 	cfg config
-	db  *sql.DB // reads
-	// write runs one write statement durably: through the SQLite store's
-	// group commit (store.SQLite.Exec), which is that file's only writer,
-	// or straight to PostgreSQL.
-	write func(ctx context.Context, query string, args ...any) error
+	db  *sql.DB // reads; the checkout writes through idem.Exec
 }
 
 type product struct {
@@ -83,7 +80,7 @@ func newShop(cfg config) (*porch.App, error) {
 	}
 	app.OnShutdown(lim.Close)
 	keys := idem.New(pool, st, idem.Options{RequireKey: true, TTL: cfg.idemTTL})
-	s := &shop{cfg: cfg, db: db, write: writer(st, db)}
+	s := &shop{cfg: cfg, db: db}
 
 	app.Get("/healthz", s.healthz)
 	app.Group(func(r chi.Router) {
@@ -141,10 +138,11 @@ type checkoutRequest struct {
 }
 
 type order struct {
-	OrderID    string `json:"order_id"`
-	SKU        string `json:"sku"`
-	Qty        int64  `json:"qty"`
-	TotalCents int64  `json:"total_cents"`
+	OrderID     string `json:"order_id"`
+	SKU         string `json:"sku"`
+	Qty         int64  `json:"qty"`
+	TotalCents  int64  `json:"total_cents"`
+	OperationID string `json:"operation_id"` // idem.OperationID: the same for every retry of the key
 }
 
 func (s *shop) checkout(w http.ResponseWriter, r *http.Request) {
@@ -184,13 +182,15 @@ func (s *shop) checkout(w http.ResponseWriter, r *http.Request) {
 		serverError(w, err)
 		return
 	}
-	o := order{OrderID: uuid.NewString(), SKU: req.SKU, Qty: req.Qty, TotalCents: price * req.Qty}
-	// Not under the request's context: once the order is sent to the
-	// database its outcome must be known, or a client that left would get
-	// no stored answer and its retry would order twice.
-	if err := s.write(context.WithoutCancel(r.Context()),
-		`INSERT INTO orders (order_id, sku, qty, total_cents, created_at) VALUES ($1, $2, $3, $4, $5)`,
-		o.OrderID, o.SKU, o.Qty, o.TotalCents, time.Now().UnixMilli()); err != nil {
+	opID, _ := idem.OperationID(r.Context())
+	o := order{OrderID: uuid.NewString(), SKU: req.SKU, Qty: req.Qty, TotalCents: price * req.Qty, OperationID: opID}
+	// The order commits in the transaction that stores this response, or
+	// not at all: no crash, failed save or lost database session can leave
+	// an order without the stored answer that stops its retry ordering
+	// again. A real payment call would pass opID as its idempotency key.
+	if err := idem.Exec(r.Context(),
+		`INSERT INTO orders (order_id, sku, qty, total_cents, created_at, operation_id) VALUES ($1, $2, $3, $4, $5, $6)`,
+		o.OrderID, o.SKU, o.Qty, o.TotalCents, time.Now().UnixMilli(), o.OperationID); err != nil {
 		serverError(w, err)
 		return
 	}

@@ -1,0 +1,57 @@
+package idem
+
+import (
+	"context"
+	"errors"
+
+	"github.com/google/uuid"
+)
+
+// ErrNoOwner is returned by [Exec] when ctx is not the context of a request
+// that owns an idempotency key: the request carried no key, or it is not
+// behind the middleware.
+var ErrNoOwner = errors.New("idem: the request does not own an idempotency key")
+
+// Exec runs a write of the handler's in the same transaction that stores
+// its response: the write and the stored response commit together, or
+// neither does. This is what makes a side effect in the store's own
+// database exactly-once through crashes, a failed save and a lost database
+// session — a retry either replays the stored response or finds nothing
+// done and runs the handler on a clean slate.
+//
+// Pass the handler's request context. On PostgreSQL the statement runs now,
+// on the connection that holds the key, and its error is returned; on
+// SQLite it is queued for the committer (the file's one writer) and runs
+// just before the response is stored, so it cannot be read back within the
+// request and its failure is learned at commit. Either way, if any write
+// fails, nothing is stored, the writes are rolled back and the client gets
+// a 500 problem instead of the handler's answer. A 5xx answer or a panic
+// discards the writes as well. args must not be changed after the call.
+//
+// Side effects outside the database (a payment provider's API) cannot join
+// the transaction; pass [OperationID] to them as their idempotency key.
+func Exec(ctx context.Context, query string, args ...any) error {
+	o, ok := ctx.Value(ownerKey{}).(*ownership)
+	if !ok {
+		return ErrNoOwner
+	}
+	return o.hold.Exec(ctx, query, args...)
+}
+
+// operationSpace is the UUID namespace of OperationID.
+var operationSpace = uuid.MustParse("6f1d0b8e-4a53-4b43-9c1e-7d6a5f0c2b19")
+
+// OperationID returns a stable identifier for the operation the request's
+// idempotency key names: the same for every retry of it, on every instance
+// and across restarts, and different for another key or another principal.
+// Send it to a downstream service as that call's own idempotency key, so
+// that a handler run again after a crash (its first run's response never
+// stored) does not repeat the downstream effect. ok is false when ctx is
+// not the context of a request that owns a key.
+func OperationID(ctx context.Context) (id string, ok bool) {
+	o, ok := ctx.Value(ownerKey{}).(*ownership)
+	if !ok {
+		return "", false
+	}
+	return uuid.NewSHA1(operationSpace, []byte(o.key)).String(), true
+}

@@ -1,0 +1,253 @@
+package idem_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/writeonce/writeonce/internal/pgtest"
+	"github.com/writeonce/writeonce/porch/idem"
+	"github.com/writeonce/writeonce/porch/store"
+)
+
+// txBackend is one store with an application table, ledger, in the same
+// database as porch's tables, and a way to break the response's save.
+type txBackend struct {
+	st    store.Store
+	exec  func(t *testing.T, query string) // runs DDL outside any request
+	count func(t *testing.T) int           // rows in ledger
+	// breakSave makes every INSERT into porch_idem_responses fail; heal
+	// undoes it.
+	breakSave, heal string
+}
+
+// eachBackend runs test on SQLite and on PostgreSQL (skipped without a
+// server, unless PORCH_REQUIRE_POSTGRES is set).
+func eachBackend(t *testing.T, test func(t *testing.T, b txBackend)) {
+	t.Run("sqlite", func(t *testing.T) {
+		st := openStore(t, store.Options{})
+		db := st.DB()
+		b := txBackend{st: st,
+			exec: func(t *testing.T, q string) {
+				t.Helper()
+				if _, err := db.Exec(q); err != nil {
+					t.Fatalf("%s: %v", q, err)
+				}
+			},
+			count: func(t *testing.T) int {
+				t.Helper()
+				var n int
+				if err := db.QueryRow(`SELECT count(*) FROM ledger`).Scan(&n); err != nil {
+					t.Fatalf("count ledger: %v", err)
+				}
+				return n
+			},
+			breakSave: `CREATE TRIGGER boom BEFORE INSERT ON porch_idem_responses BEGIN SELECT RAISE(ABORT, 'boom'); END`,
+			heal:      `DROP TRIGGER boom`,
+		}
+		b.exec(t, `CREATE TABLE ledger (id TEXT NOT NULL PRIMARY KEY, note TEXT)`)
+		test(t, b)
+	})
+	t.Run("postgres", func(t *testing.T) {
+		st := openPostgresStore(t, pgtest.DSN(t))
+		ctx := context.Background()
+		b := txBackend{st: st,
+			exec: func(t *testing.T, q string) {
+				t.Helper()
+				if _, err := st.Pool().Exec(ctx, q); err != nil {
+					t.Fatalf("%s: %v", q, err)
+				}
+			},
+			count: func(t *testing.T) int {
+				t.Helper()
+				var n int
+				if err := st.Pool().QueryRow(ctx, `SELECT count(*) FROM ledger`).Scan(&n); err != nil {
+					t.Fatalf("count ledger: %v", err)
+				}
+				return n
+			},
+			breakSave: `CREATE FUNCTION boom() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'boom'; END $$;
+				CREATE TRIGGER boom BEFORE INSERT ON porch_idem_responses FOR EACH ROW EXECUTE FUNCTION boom()`,
+			heal: `DROP TRIGGER boom ON porch_idem_responses; DROP FUNCTION boom()`,
+		}
+		b.exec(t, `CREATE TABLE ledger (id TEXT NOT NULL PRIMARY KEY, note TEXT)`)
+		test(t, b)
+	})
+}
+
+// ledgerHandler writes one ledger row per execution through idem.Exec, with
+// the execution's number as its id, then answers status.
+type ledgerHandler struct {
+	runs   atomic.Int64
+	status atomic.Int64 // 0 means 201
+	id     func(n int64) string
+}
+
+func (h *ledgerHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	n := h.runs.Add(1)
+	id := fmt.Sprint(n)
+	if h.id != nil {
+		id = h.id(n)
+	}
+	if err := idem.Exec(r.Context(), `INSERT INTO ledger (id, note) VALUES ($1, $2)`, id, "run"); err != nil {
+		// A handler that ignores the error and answers success anyway
+		// must not have that answer stored: the middleware withholds it.
+		w.Header().Set("X-Exec-Error", err.Error())
+	}
+	status := int(h.status.Load())
+	if status == 0 {
+		status = http.StatusCreated
+	}
+	w.WriteHeader(status)
+	fmt.Fprintf(w, "run %d", n)
+}
+
+func send(h http.Handler, key, body string) *httptest.ResponseRecorder {
+	req := httptest.NewRequest(http.MethodPost, "/orders", strings.NewReader(body))
+	req.Header.Set(idem.Header, key)
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return rec
+}
+
+// The handler's write commits with its stored response: one row, and a
+// retry replays without writing again.
+func TestExecCommitsWithResponse(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b txBackend) {
+		h := &ledgerHandler{}
+		m := idem.New(newPool(t, porchOptions()), b.st, idem.Options{})
+		mh := m.Handler(h)
+		first := send(mh, "k", "a")
+		if first.Code != http.StatusCreated {
+			t.Fatalf("first: got %d %s, want 201", first.Code, first.Body)
+		}
+		again := send(mh, "k", "a")
+		if again.Code != http.StatusCreated || again.Body.String() != first.Body.String() {
+			t.Fatalf("retry: got %d %q, want the stored 201 %q", again.Code, again.Body, first.Body)
+		}
+		if got := b.count(t); got != 1 || h.runs.Load() != 1 {
+			t.Fatalf("ledger rows %d, runs %d: want 1 and 1", got, h.runs.Load())
+		}
+	})
+}
+
+// A failed save of the response rolls the handler's write back with it: the
+// design that committed the write first left a row with no stored response,
+// and the retry wrote a second one.
+func TestExecRolledBackWhenSaveFails(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b txBackend) {
+		h := &ledgerHandler{}
+		m := idem.New(newPool(t, porchOptions()), b.st, idem.Options{})
+		mh := m.Handler(h)
+		b.exec(t, b.breakSave)
+		if got := send(mh, "k", "a"); got.Code != http.StatusServiceUnavailable {
+			t.Fatalf("save broken: got %d %s, want 503", got.Code, got.Body)
+		}
+		if got := b.count(t); got != 0 {
+			t.Fatalf("ledger rows after a failed save: got %d, want 0", got)
+		}
+		b.exec(t, b.heal)
+		if got := send(mh, "k", "a"); got.Code != http.StatusCreated {
+			t.Fatalf("retry after healing: got %d %s, want 201", got.Code, got.Body)
+		}
+		if got := b.count(t); got != 1 {
+			t.Fatalf("ledger rows after the retry: got %d, want exactly 1", got)
+		}
+	})
+}
+
+// A write that fails on its own terms (here a duplicate primary key) fails
+// the request with a 500 problem whatever the handler answered, stores
+// nothing, and lets the next retry run on a clean slate.
+func TestExecFailedWriteWithholdsAnswer(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b txBackend) {
+		b.exec(t, `INSERT INTO ledger (id, note) VALUES ('taken', 'before')`)
+		h := &ledgerHandler{id: func(n int64) string {
+			if n == 1 {
+				return "taken"
+			}
+			return fmt.Sprint(n)
+		}}
+		m := idem.New(newPool(t, porchOptions()), b.st, idem.Options{})
+		mh := m.Handler(h)
+		got := send(mh, "k", "a")
+		if got.Code != http.StatusInternalServerError || !strings.Contains(got.Body.String(), idem.ProblemWriteFailed) {
+			t.Fatalf("failed write: got %d %s, want 500 %s", got.Code, got.Body, idem.ProblemWriteFailed)
+		}
+		if n := b.count(t); n != 1 {
+			t.Fatalf("ledger rows after the failed write: got %d, want the 1 from before", n)
+		}
+		if got := send(mh, "k", "a"); got.Code != http.StatusCreated || got.Body.String() != "run 2" {
+			t.Fatalf("retry: got %d %q, want 201 \"run 2\" (the failed run stored nothing)", got.Code, got.Body)
+		}
+		if n := b.count(t); n != 2 {
+			t.Fatalf("ledger rows after the retry: got %d, want 2", n)
+		}
+	})
+}
+
+// A 5xx answer is not stored, so its writes must not be either: the retry
+// runs the handler again, and a committed write would be a second one.
+func TestExec5xxDiscardsWrites(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b txBackend) {
+		h := &ledgerHandler{}
+		h.status.Store(http.StatusBadGateway)
+		m := idem.New(newPool(t, porchOptions()), b.st, idem.Options{})
+		mh := m.Handler(h)
+		if got := send(mh, "k", "a"); got.Code != http.StatusBadGateway {
+			t.Fatalf("first: got %d, want the handler's 502", got.Code)
+		}
+		if n := b.count(t); n != 0 {
+			t.Fatalf("ledger rows after a 5xx: got %d, want 0", n)
+		}
+		h.status.Store(0)
+		if got := send(mh, "k", "a"); got.Code != http.StatusCreated {
+			t.Fatalf("retry: got %d, want 201", got.Code)
+		}
+		if n := b.count(t); n != 1 {
+			t.Fatalf("ledger rows after the retry: got %d, want 1", n)
+		}
+	})
+}
+
+// Exec outside a keyed request refuses rather than writing outside the
+// transaction that would make it exactly-once.
+func TestExecWithoutKey(t *testing.T) {
+	if err := idem.Exec(context.Background(), `INSERT INTO ledger (id) VALUES ('x')`); !errors.Is(err, idem.ErrNoOwner) {
+		t.Fatalf("Exec without a key: got %v, want ErrNoOwner", err)
+	}
+	if id, ok := idem.OperationID(context.Background()); ok || id != "" {
+		t.Fatalf("OperationID without a key: got %q, %v; want \"\", false", id, ok)
+	}
+}
+
+// OperationID is the same for every run of one key (a downstream service
+// sees one operation) and differs between keys and between principals.
+func TestOperationID(t *testing.T) {
+	var ids []string
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id, ok := idem.OperationID(r.Context())
+		if !ok {
+			t.Errorf("OperationID in the owner's handler: not ok")
+		}
+		ids = append(ids, id)
+		w.WriteHeader(http.StatusServiceUnavailable) // not stored: the next retry runs again
+	})
+	m := idem.New(newPool(t, porchOptions()), openStore(t, store.Options{}),
+		idem.Options{Principal: func(r *http.Request) string { return r.Header.Get("X-User") }})
+	mh := m.Handler(h)
+	for _, c := range []struct{ key, user string }{{"k", "ann"}, {"k", "ann"}, {"other", "ann"}, {"k", "bob"}} {
+		req := httptest.NewRequest(http.MethodPost, "/orders", strings.NewReader("a"))
+		req.Header.Set(idem.Header, c.key)
+		req.Header.Set("X-User", c.user)
+		mh.ServeHTTP(httptest.NewRecorder(), req)
+	}
+	if len(ids) != 4 || ids[0] != ids[1] || ids[0] == ids[2] || ids[0] == ids[3] || ids[2] == ids[3] {
+		t.Fatalf("operation ids %q: want runs of one key equal, other keys and principals different", ids)
+	}
+}
