@@ -13,6 +13,12 @@ test:
 web-app *args:
     ./acceptance.sh {{args}}
 
+# The chaos legs alone, for longer: kill -9, hang-ups, duplicates and lost
+# PostgreSQL sessions, then every key checked (e.g. just chaos -duration 5m;
+# -seed N replays a schedule the log printed).
+chaos *args:
+    ./acceptance.sh -run Chaos -timeout 2h -- {{args}}
+
 # Fail on a relative link in README.md or docs/*.md that does not resolve.
 linkcheck:
     go run ./internal/tools/linkcheck
