@@ -16,6 +16,12 @@
 // duplicate runs the handler again, and a key is never wedged pending. A 5xx
 // or a panic is not stored; ownership passes to a parked duplicate.
 //
+// A handler makes its side effect exactly-once by writing it with [Exec]:
+// the write commits in the transaction that stores the response, so a
+// crash, a failed save or a lost database session leaves both or neither,
+// and the retry either replays or runs on a clean slate. For calls to other
+// services, pass [OperationID] downstream as their idempotency key.
+//
 //	keys := idem.New(pool, st, idem.Options{RequireKey: true})
 //	r.With(porch.Chain(limiter, keys)).Post("/checkout", checkout)
 //
