@@ -13,6 +13,11 @@ test:
 web-app *args:
     ./acceptance.sh {{args}}
 
+# Keyed checkouts per second, the working tree against REV (default: before
+# the exactly-once change), alternated on SQLite and PostgreSQL.
+bench-checkout rev="cc0b196" rounds="3" duration="5s":
+    bench/checkout.sh {{rev}} {{rounds}} {{duration}}
+
 # The chaos legs alone, for longer: kill -9, hang-ups, duplicates and lost
 # PostgreSQL sessions, then every key checked (e.g. just chaos -duration 5m;
 # -seed N replays a schedule the log printed).
