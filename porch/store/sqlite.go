@@ -120,9 +120,9 @@ func OpenSQLite(path string, opt Options) (*SQLite, error) {
 	db.SetConnMaxIdleTime(time.Minute)
 	s := &SQLite{db: db, opt: opt, seen: make(map[string]int), unlock: unlock}
 	if err := s.init(context.Background()); err != nil {
-		db.Close()
+		s.closeDB()
 		unlock()
-		return nil, err
+		return nil, openError(path, err)
 	}
 	s.c = newCommitter(s, opt.QueueSize, opt.MaxBatch)
 	return s, nil
@@ -348,13 +348,7 @@ func (s *SQLite) Close(ctx context.Context) error {
 	if err := s.c.closeCtx(ctx); err != nil {
 		return err
 	}
-	for _, st := range []*sql.Stmt{s.stmts.upsertCounter, s.stmts.upsertResponse, s.stmts.deleteResponse,
-		s.stmts.pruneCounters, s.stmts.pruneResponses, s.stmts.loadResponse} {
-		st.Close() // an open statement keeps SQLite's file descriptors open
-	}
-	s.wconn.Close()
-	s.ckpt.close()
-	err := s.db.Close()
+	err := s.closeDB()
 	s.unlock() // after the database: the next process must find it closed
 	if err != nil {
 		return fmt.Errorf("store: close: %w", err)
