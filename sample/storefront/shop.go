@@ -187,12 +187,13 @@ func (s *shop) checkout(w http.ResponseWriter, r *http.Request) {
 
 const problemBase = "https://porch.dev/problems/storefront/"
 
-// serverError logs err and answers 503 with Retry-After, without err:
-// internals stay in the log. Every error the shop's handlers can meet is the
+// serverError logs err, without flooding the log when the database fails
+// every request, and answers 503 with Retry-After, without err: internals
+// stay in the log. Every error the shop's handlers can meet is the
 // database failing (a dropped connection, a busy file), which a retry may
 // get past; a 5xx also keeps idempotency from storing the answer.
 func serverError(w http.ResponseWriter, err error) {
-	slog.Error("storefront: request failed", "err", err)
+	porch.LogError(context.Background(), "storefront: request failed", "err", err)
 	porch.Unavailable(problemBase+"database-unavailable", "the database could not be reached; retry", time.Second).Write(w)
 }
 
