@@ -78,12 +78,13 @@ func lockFile(path string) (release func(), err error) {
 	held.Lock()
 	held.m[id] = path
 	held.Unlock()
-	return func() {
+	// Once: a second Close must not unregister a later store on the file.
+	return sync.OnceFunc(func() {
 		held.Lock()
 		delete(held.m, id)
 		held.Unlock()
 		f.Close()
-	}, nil
+	}), nil
 }
 
 func heldHere(id fileID) (string, bool) {
