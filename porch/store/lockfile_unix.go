@@ -99,8 +99,12 @@ func heldHere(id fileID) (string, bool) {
 // find -inum.
 func lockedError(path string, id fileID) error {
 	if pid, holder, ok := holderOf(id); ok {
-		return fmt.Errorf("%w: %s is %s, open in process %d; stop it or give this process another file",
-			ErrLocked, path, holder, pid)
+		name := path + " is"
+		if holder != path {
+			name += " " + holder + ","
+		}
+		return fmt.Errorf("%w: %s open in process %d; stop it or give this process another file",
+			ErrLocked, name, pid)
 	}
 	return fmt.Errorf("%w: %s (inode %d on device %d) is open in another process; stop it or give this process another file",
 		ErrLocked, path, id.ino, id.dev)
