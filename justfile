@@ -35,3 +35,16 @@ linkcheck:
 bench *args:
     command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk)
     cd bench && go run ./cmd/bench {{args}}
+
+# Run every fuzz target (func Fuzz… in porch/ and sample/) for a while each,
+# e.g. `just fuzz 60s`. `go test ./...` already runs their seed corpora as
+# plain tests; an input that fails here is saved under the package's
+# testdata/fuzz/, to check in with its fix.
+fuzz time="30s":
+    #!/usr/bin/env bash
+    set -euo pipefail
+    grep -rHo --include='*_test.go' '^func Fuzz[A-Za-z0-9_]*' porch sample | sort | while IFS=: read -r file fn; do
+        name=${fn#func }
+        printf '\n>>> %s in ./%s for %s\n' "$name" "$(dirname "$file")" '{{time}}'
+        go test -run '^$' -fuzz "^${name}\$" -fuzztime '{{time}}' "./$(dirname "$file")"
+    done

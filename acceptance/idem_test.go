@@ -298,6 +298,7 @@ func TestIdemInvalidKeys(t *testing.T) {
 		{"256 bytes quoted", []string{keyHeader, `"` + strings.Repeat("k", 256) + `"`}},
 		{"tab inside", []string{keyHeader, "abc\tdef"}},
 		{"non-ASCII", []string{keyHeader, "clé-" + uuid.NewString()}},
+		{"Unicode spaces around", []string{keyHeader, "\u00a0" + uuid.NewString() + "\u3000"}},
 		{"two headers", []string{keyHeader, uuid.NewString(), keyHeader, uuid.NewString()}},
 	}
 	for _, tc := range cases {

@@ -3,6 +3,7 @@ package porch_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -39,5 +40,22 @@ func TestFailClosed(t *testing.T) {
 				t.Errorf("body %s: want the type and a detail saying %q", body, tc.wantDetail)
 			}
 		})
+	}
+}
+
+// A store that fails fails every request: a burst of the same failure is
+// one line, not one per request (a full disk logged ~10,000 a second).
+func TestFailClosedLogsABurstOnce(t *testing.T) {
+	logger, lines := jsonLog(t)
+	prev := slog.Default()
+	slog.SetDefault(logger)
+	t.Cleanup(func() { slog.SetDefault(prev) })
+
+	r := httptest.NewRequest(http.MethodGet, "/", nil)
+	for range 1000 {
+		porch.FailClosed(r, "https://example.test/p", "test a burst of failures", errors.New("database or disk is full"))
+	}
+	if got := lines(); len(got) != 1 || got[0].Msg != "porch: could not test a burst of failures" {
+		t.Errorf("lines logged for 1000 failures: got %d %+v, want the first alone", len(got), got)
 	}
 }

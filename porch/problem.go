@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"log/slog"
 	"net/http"
 	"strconv"
 	"time"
@@ -49,7 +48,8 @@ func Unavailable(typ, detail string, retryAfter time.Duration) *Response {
 // middleware's problem type and what names its work for the detail ("count
 // this request"). A saturated pool and a request that ended are expected
 // under load and go unlogged; any other error means the store failed, and is
-// logged.
+// logged through [LogError], so a store that fails every request does not
+// flood the log.
 func FailClosed(r *http.Request, typ, what string, err error) *Response {
 	var detail string
 	switch {
@@ -59,7 +59,7 @@ func FailClosed(r *http.Request, typ, what string, err error) *Response {
 		detail = "the request ended before porch could " + what
 	default:
 		detail = "the store failed; could not " + what
-		slog.ErrorContext(r.Context(), "porch: could not "+what, "err", err)
+		LogError(r.Context(), "porch: could not "+what, "err", err)
 	}
 	return Unavailable(typ, detail, time.Second)
 }

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"slices"
 	"strconv"
@@ -314,7 +313,7 @@ func (m *Idempotent) After(r *http.Request, res *porch.Response, c porch.Complet
 // the report must not be lost to saturation, or the key would stay led.
 func (m *Idempotent) end(key string, c *caller, kind outcome, res store.Response, err error) {
 	if sendErr := m.pool.SendWait(key, func(i int) { m.shards[i].end(key, c, kind, res, err) }); sendErr != nil {
-		slog.Error("idem: report to actor failed", "err", sendErr)
+		porch.LogError(context.Background(), "idem: report to actor failed", "err", sendErr)
 	}
 }
 

@@ -34,7 +34,10 @@ func parseKey(r *http.Request) (string, error) {
 	default:
 		return "", errKeyRepeated
 	}
-	raw := strings.TrimSpace(vals[0])
+	// Only RFC 9110's OWS, space and tab: strings.TrimSpace also strips
+	// Unicode spaces (U+0085, U+00A0, U+3000), whose bytes the key forbids,
+	// and would turn them into another request's valid key.
+	raw := strings.Trim(vals[0], " \t")
 	key := raw
 	if strings.HasPrefix(raw, `"`) {
 		var err error

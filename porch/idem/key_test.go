@@ -34,7 +34,7 @@ func TestKeyAccepted(t *testing.T) {
 		{"uuid", "8e03978e-40d5-43e8-bc93-6894a57f9324", "8e03978e-40d5-43e8-bc93-6894a57f9324"},
 		{"printable punctuation", "~!#$%&'()*+,-./:;<=>?@[]^_`{|}", "~!#$%&'()*+,-./:;<=>?@[]^_`{|}"},
 		{"inner space", "a b", `"a b"`},
-		{"surrounding whitespace trimmed", "  abc\t", "abc"},
+		{"surrounding spaces and tabs trimmed", "  abc\t", "abc"},
 		{"255 bytes", long, long},
 		{"255 bytes quoted", `"` + long + `"`, long},
 	}
@@ -77,6 +77,9 @@ func TestKeyRefused(t *testing.T) {
 		{"non-ASCII", []string{"clé"}},
 		{"non-ASCII quoted", []string{`"ключ"`}},
 		{"high byte", []string{"a\xffb"}},
+		{"NBSP around", []string{"\u00a0abc\u00a0"}},
+		{"NEL after", []string{"abc\u0085"}},
+		{"ideographic space before", []string{"\u3000abc"}},
 		{"two headers, same key", []string{"abc", "abc"}},
 		{"two headers, different keys", []string{"abc", "def"}},
 		{"unterminated quote", []string{`"abc`}},

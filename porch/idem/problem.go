@@ -2,7 +2,6 @@ package idem
 
 import (
 	"errors"
-	"log/slog"
 	"net/http"
 	"time"
 
@@ -37,9 +36,10 @@ func (m *Idempotent) unavailable(r *http.Request, err error) *porch.Response {
 
 // writeFailed answers an owner whose own writes failed at commit: its
 // response is withheld, since the side effect it reports did not happen.
-// The statement's error stays in the log; it may name tables and values.
+// The statement's error stays in the log, which a handler failing on every
+// request does not flood (see porch.LogError); it may name tables and values.
 func (m *Idempotent) writeFailed(r *http.Request, err error) *porch.Response {
-	slog.ErrorContext(r.Context(), "idem: the handler's writes failed; nothing was stored",
+	porch.LogError(r.Context(), "idem: the handler's writes failed; nothing was stored",
 		"method", r.Method, "path", r.URL.Path, "err", err)
 	return problem(ProblemWriteFailed, http.StatusInternalServerError, "Write failed",
 		"the request's writes could not be committed, so nothing was done or stored; the handler's answer was withheld")

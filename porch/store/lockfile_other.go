@@ -2,8 +2,6 @@
 
 package store
 
-import "os"
-
 // lockFile is a no-op where flock(2) does not exist: running two processes
 // on one SQLite file there is the deployer's to avoid.
-func lockFile(path string) (*os.File, error) { return nil, nil }
+func lockFile(path string) (release func(), err error) { return func() {}, nil }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"os"
 	"sync"
 	"time"
 
@@ -84,7 +83,7 @@ type SQLite struct {
 	timeline porch.Timeline
 	c        *committer
 	seen     map[string]int // batch scratch: newest counter write per key
-	lock     *os.File       // held while open; see lockFile
+	unlock   func()         // releases the file's lock, after the database closes; see lockFile
 }
 
 type sqliteStmts struct {
@@ -101,7 +100,7 @@ var (
 // schema, anchors the timeline and starts the committer.
 func OpenSQLite(path string, opt Options) (*SQLite, error) {
 	opt = opt.withDefaults()
-	lock, err := lockFile(path)
+	unlock, err := lockFile(path)
 	if err != nil {
 		return nil, err
 	}
@@ -113,17 +112,17 @@ func OpenSQLite(path string, opt Options) (*SQLite, error) {
 	// Escape the path: a '#' or '?' in a file name must not end the URI's path.
 	db, err := sql.Open("sqlite3", "file:"+(&url.URL{Path: path}).EscapedPath()+"?"+q.Encode())
 	if err != nil {
-		lock.Close()
+		unlock()
 		return nil, fmt.Errorf("store: open %s: %w", path, err)
 	}
 	// Idle readers close, and their page caches go with them: memory
 	// follows the load rather than its peak.
 	db.SetConnMaxIdleTime(time.Minute)
-	s := &SQLite{db: db, opt: opt, seen: make(map[string]int), lock: lock}
+	s := &SQLite{db: db, opt: opt, seen: make(map[string]int), unlock: unlock}
 	if err := s.init(context.Background()); err != nil {
-		db.Close()
-		lock.Close()
-		return nil, err
+		s.closeDB()
+		unlock()
+		return nil, openError(path, err)
 	}
 	s.c = newCommitter(s, opt.QueueSize, opt.MaxBatch)
 	return s, nil
@@ -349,14 +348,8 @@ func (s *SQLite) Close(ctx context.Context) error {
 	if err := s.c.closeCtx(ctx); err != nil {
 		return err
 	}
-	for _, st := range []*sql.Stmt{s.stmts.upsertCounter, s.stmts.upsertResponse, s.stmts.deleteResponse,
-		s.stmts.pruneCounters, s.stmts.pruneResponses, s.stmts.loadResponse} {
-		st.Close() // an open statement keeps SQLite's file descriptors open
-	}
-	s.wconn.Close()
-	s.ckpt.close()
-	err := s.db.Close()
-	s.lock.Close() // after the database: the next process must find it closed
+	err := s.closeDB()
+	s.unlock() // after the database: the next process must find it closed
 	if err != nil {
 		return fmt.Errorf("store: close: %w", err)
 	}

@@ -10,10 +10,11 @@ import (
 var (
 	// ErrClosed is returned by writes queued after Close has begun.
 	ErrClosed = errors.New("store: closed")
-	// ErrLocked is returned by OpenSQLite when another process has the
-	// same database open: one process per SQLite file is what keeps its
-	// counts exact. Several instances share a PostgreSQL store instead.
-	ErrLocked = errors.New("store: database is open in another process")
+	// ErrLocked is returned by OpenSQLite when the database file is
+	// already open, in another process or this one, by any of its names
+	// (a symlink, a hard link): one process per SQLite file is what keeps
+	// its counts exact. Several instances share a PostgreSQL store instead.
+	ErrLocked = errors.New("store: database file already open")
 	// ErrWriteFailed is returned by Reservation.Exec or Reservation.Save
 	// when one of the owner's own statements failed (a constraint, a bad
 	// query): its transaction was rolled back, so neither its writes nor its

@@ -44,7 +44,10 @@ INSERT INTO products (sku, name, price_cents) VALUES
 	('mug',       'Stoneware mug',    1800)
 ON CONFLICT (sku) DO NOTHING;`
 
-// maxCheckoutBody caps what the checkout handler reads.
+// maxCheckoutBody caps what the checkout handler reads. The idempotency
+// middleware is given the same cap, so that it refuses a larger body with
+// 413 before it reserves the key; otherwise the handler's refusal would be
+// stored under the key and replayed to a retry with a body that fits.
 const maxCheckoutBody = 64 << 10
 
 type shop struct {
@@ -79,7 +82,7 @@ func newShop(cfg config) (*porch.App, error) {
 		return nil, err
 	}
 	app.OnShutdown(lim.Close)
-	keys := idem.New(pool, st, idem.Options{RequireKey: true, TTL: cfg.idemTTL})
+	keys := idem.New(pool, st, idem.Options{RequireKey: true, TTL: cfg.idemTTL, MaxBody: maxCheckoutBody})
 	s := &shop{cfg: cfg, db: db}
 
 	app.Get("/healthz", s.healthz)
@@ -132,11 +135,6 @@ func (s *shop) products(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, list)
 }
 
-type checkoutRequest struct {
-	SKU string `json:"sku"`
-	Qty int64  `json:"qty"`
-}
-
 type order struct {
 	OrderID     string `json:"order_id"`
 	SKU         string `json:"sku"`
@@ -146,19 +144,9 @@ type order struct {
 }
 
 func (s *shop) checkout(w http.ResponseWriter, r *http.Request) {
-	var req checkoutRequest
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxCheckoutBody))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		badRequest(w, "malformed-body", "the body must be a JSON object {\"sku\": string, \"qty\": int}: "+err.Error())
-		return
-	}
-	if dec.More() {
-		badRequest(w, "malformed-body", "the body must hold one JSON object")
-		return
-	}
-	if req.SKU == "" || req.Qty < 1 || req.Qty > 1000 {
-		badRequest(w, "invalid-order", "sku is required and qty must be between 1 and 1000")
+	req, bad := decodeCheckout(http.MaxBytesReader(w, r.Body, maxCheckoutBody))
+	if bad != nil {
+		bad.Write(w)
 		return
 	}
 	if s.cfg.checkoutDelay > 0 { // the work a real checkout does before it commits
@@ -199,16 +187,13 @@ func (s *shop) checkout(w http.ResponseWriter, r *http.Request) {
 
 const problemBase = "https://porch.dev/problems/storefront/"
 
-func badRequest(w http.ResponseWriter, typ, detail string) {
-	porch.Problem{Type: problemBase + typ, Title: "Bad Request", Status: http.StatusBadRequest, Detail: detail}.Write(w)
-}
-
-// serverError logs err and answers 503 with Retry-After, without err:
-// internals stay in the log. Every error the shop's handlers can meet is the
+// serverError logs err, without flooding the log when the database fails
+// every request, and answers 503 with Retry-After, without err: internals
+// stay in the log. Every error the shop's handlers can meet is the
 // database failing (a dropped connection, a busy file), which a retry may
 // get past; a 5xx also keeps idempotency from storing the answer.
 func serverError(w http.ResponseWriter, err error) {
-	slog.Error("storefront: request failed", "err", err)
+	porch.LogError(context.Background(), "storefront: request failed", "err", err)
 	porch.Unavailable(problemBase+"database-unavailable", "the database could not be reached; retry", time.Second).Write(w)
 }
 

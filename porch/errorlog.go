@@ -1,0 +1,100 @@
+package porch
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// DefaultErrorLogEvery is how often an ErrorLog lets a repeated kind of
+// error through, and the interval of the one [LogError] uses.
+const DefaultErrorLogEvery = 10 * time.Second
+
+// ErrorLog logs errors at ERROR without flooding. A store that fails fails
+// every request the same way: a full disk logged some ten thousand lines a
+// second, which spent what was left of the disk and buried the first line,
+// the one that says why. So the first error of a kind is logged at once,
+// and after that at most one line of that kind per interval, carrying
+// "suppressed", the count held back since the kind's last line.
+//
+// A kind is the message. Each kind is remembered for the life of the
+// ErrorLog, so messages must come from a fixed set, a constant at each call
+// site, with what varies in the attributes. Errors held back at the end of
+// a burst are counted in the next line of their kind, if one comes.
+//
+// An ErrorLog is safe for concurrent use. Create it with [NewErrorLog].
+type ErrorLog struct {
+	clock  Clock
+	every  time.Duration
+	logger *slog.Logger // if nil, slog.Default() at each call
+
+	mu    sync.Mutex // protects kinds
+	kinds map[string]*errorKind
+}
+
+type errorKind struct {
+	logged     time.Duration // clock.Monotonic() at the kind's last line
+	suppressed int           // errors held back since that line
+}
+
+// NewErrorLog returns an ErrorLog that logs each kind at most once per every
+// on clock's monotonic reading, to logger. If every is zero,
+// DefaultErrorLogEvery; if logger is nil, slog.Default() as of each call. It
+// panics on a negative every or a nil clock.
+func NewErrorLog(clock Clock, every time.Duration, logger *slog.Logger) *ErrorLog {
+	if clock == nil || every < 0 {
+		panic("porch: NewErrorLog expects a clock and every >= 0")
+	}
+	if every == 0 {
+		every = DefaultErrorLogEvery
+	}
+	return &ErrorLog{clock: clock, every: every, logger: logger, kinds: make(map[string]*errorKind)}
+}
+
+// Error logs msg and args at ERROR, unless a line of kind msg was logged less
+// than the interval ago: then it only counts it.
+func (l *ErrorLog) Error(ctx context.Context, msg string, args ...any) {
+	suppressed, ok := l.admit(msg)
+	if !ok {
+		return
+	}
+	if suppressed > 0 {
+		args = append(args, "suppressed", suppressed)
+	}
+	logger := l.logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	logger.ErrorContext(ctx, msg, args...)
+}
+
+// admit decides whether a line of kind msg is logged now, and how many it
+// held back before it.
+func (l *ErrorLog) admit(msg string) (suppressed int, ok bool) {
+	now := l.clock.Monotonic()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	k, seen := l.kinds[msg]
+	if !seen {
+		l.kinds[msg] = &errorKind{logged: now}
+		return 0, true
+	}
+	if now-k.logged < l.every {
+		k.suppressed++
+		return 0, false
+	}
+	suppressed, k.suppressed, k.logged = k.suppressed, 0, now
+	return suppressed, true
+}
+
+// errorLog is the process's ErrorLog, for LogError.
+var errorLog = NewErrorLog(SystemClock{}, DefaultErrorLogEvery, nil)
+
+// LogError logs through the process's ErrorLog (every DefaultErrorLogEvery,
+// to slog's default logger): for errors that recur with every request while
+// a dependency is down, such as the store failures [FailClosed] logs. msg is
+// the kind and must be a constant.
+func LogError(ctx context.Context, msg string, args ...any) {
+	errorLog.Error(ctx, msg, args...)
+}

@@ -1,0 +1,93 @@
+package porch_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/writeonce/writeonce/porch"
+)
+
+// logLine is what a test reads back of one logged line.
+type logLine struct {
+	Msg        string `json:"msg"`
+	Suppressed int    `json:"suppressed"`
+}
+
+// jsonLog is a logger that writes JSON lines to a buffer, and a way to read
+// them back.
+func jsonLog(t *testing.T) (*slog.Logger, func() []logLine) {
+	t.Helper()
+	var buf bytes.Buffer
+	return slog.New(slog.NewJSONHandler(&buf, nil)), func() []logLine {
+		t.Helper()
+		var out []logLine
+		dec := json.NewDecoder(&buf)
+		for dec.More() {
+			var l logLine
+			if err := dec.Decode(&l); err != nil {
+				t.Fatalf("read log: %v", err)
+			}
+			out = append(out, l)
+		}
+		return out
+	}
+}
+
+func TestErrorLog(t *testing.T) {
+	const every = 10 * time.Second
+	type event struct {
+		after time.Duration // on the fake clock, since the previous event
+		msg   string
+	}
+	tests := []struct {
+		name   string
+		events []event
+		want   []logLine
+	}{
+		{"the first of a kind at once", []event{{0, "a"}}, []logLine{{"a", 0}}},
+		{
+			"repeats within the interval held back",
+			[]event{{0, "a"}, {time.Second, "a"}, {8 * time.Second, "a"}},
+			[]logLine{{"a", 0}},
+		},
+		{
+			"one line an interval on, with the count",
+			[]event{{0, "a"}, {time.Second, "a"}, {time.Second, "a"}, {time.Second, "a"}, {7 * time.Second, "a"}},
+			[]logLine{{"a", 0}, {"a", 3}},
+		},
+		{
+			"the interval runs from the last line",
+			[]event{{0, "a"}, {every, "a"}, {5 * time.Second, "a"}, {4 * time.Second, "a"}, {time.Second, "a"}},
+			[]logLine{{"a", 0}, {"a", 0}, {"a", 2}},
+		},
+		{
+			"kinds apart",
+			[]event{{0, "a"}, {0, "b"}, {time.Second, "a"}, {0, "b"}, {0, "c"}},
+			[]logLine{{"a", 0}, {"b", 0}, {"c", 0}},
+		},
+		{
+			"after a quiet spell, no count",
+			[]event{{0, "a"}, {time.Hour, "a"}},
+			[]logLine{{"a", 0}, {"a", 0}},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			clock := porch.NewFakeClock(time.Unix(0, 0))
+			logger, lines := jsonLog(t)
+			l := porch.NewErrorLog(clock, every, logger)
+			for _, e := range tc.events {
+				clock.Advance(e.after)
+				l.Error(context.Background(), e.msg, "err", "disk full")
+			}
+			if got := lines(); !slices.Equal(got, tc.want) {
+				t.Errorf("lines: got %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
