@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
 )
 
 // DefaultShutdownTimeout bounds how long [App.Serve] waits for in-flight
@@ -20,7 +21,11 @@ const DefaultShutdownTimeout = 30 * time.Second
 // [App.OnShutdown] (the pool, then the store, so that the last writes are
 // flushed) in reverse order of registration.
 //
-// Every chi method works on App as on chi.Router. Create it with [New].
+// New installs three routing behaviours: HEAD is served wherever GET is
+// (chi's middleware.GetHead), and a path with no route or a method the path
+// does not serve is answered with problem+json (404, and 405 with an Allow
+// header). Every chi method works on App as on chi.Router. Create it with
+// [New].
 type App struct {
 	chi.Router
 
@@ -32,8 +37,15 @@ type App struct {
 	closers []func(context.Context) error
 }
 
-// New returns an App over a fresh chi router.
-func New() *App { return &App{Router: chi.NewRouter()} }
+// New returns an App over a fresh chi router that serves HEAD where GET is
+// served and answers unrouted requests with problem+json.
+func New() *App {
+	r := chi.NewRouter()
+	r.Use(middleware.GetHead)
+	r.NotFound(notFound)
+	r.MethodNotAllowed(methodNotAllowed)
+	return &App{Router: r}
+}
 
 // OnShutdown registers f to run after the server has drained. Closers run in
 // reverse order of registration, so register what you opened first first.
