@@ -88,7 +88,8 @@ type App struct {
 	// next request. If zero, DefaultIdleTimeout.
 	IdleTimeout time.Duration
 	// MaxHeaderBytes caps a request's header (http.Server.MaxHeaderBytes);
-	// a larger one gets 431. If zero, DefaultMaxHeaderBytes.
+	// a larger one gets 431. If zero, DefaultMaxHeaderBytes; if negative,
+	// net/http's own cap, 1 MiB (it has no "none").
 	MaxHeaderBytes int
 	// MaxConns caps the connections open at once. A connection beyond the
 	// cap waits in the kernel's accept queue until one closes; those
