@@ -71,6 +71,7 @@ func Adapt(m Middleware) func(http.Handler) http.Handler { return Chain(m) }
 func serve(ms []Middleware, next http.Handler, w http.ResponseWriter, r *http.Request) {
 	var stack [4]*http.Request // the common chain fits without a heap allocation
 	reqs := stack[:0]
+	in := r // runBefores returns no request when a hook panicked
 	res, c, r := runBefores(ms, r, &reqs)
 	if res == nil {
 		res, c = runHandler(next, r)
@@ -78,6 +79,7 @@ func serve(ms []Middleware, next http.Handler, w http.ResponseWriter, r *http.Re
 	for i := len(reqs) - 1; i >= 0; i-- {
 		ms[i].After(reqs[i], res, c)
 	}
+	extendWriteDeadline(w, in)
 	res.Write(w)
 }
 

@@ -10,8 +10,11 @@
 //   - [Pool], a fixed set of actor goroutines chosen by a hash of a key. The
 //     same key always reaches the same actor, so per-key state needs no lock
 //     and no read-modify-write ever runs on a handler goroutine.
-//   - [App], a chi router with graceful shutdown that closes what the
-//     middlewares opened, in order.
+//   - [App], a chi router that serves with bounded connections (timeouts,
+//     header size, a cap on open connections) and stops in bounded steps:
+//     a drain, then the closers of what the middlewares opened, in order,
+//     each with its own budget, so that state is flushed however the drain
+//     went.
 //
 // Every porch middleware is also a plain func(http.Handler) http.Handler (see
 // [Chain] and [Adapt]), so it can be copied into any chi application:

@@ -14,8 +14,11 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 	"time"
+
+	"github.com/writeonce/writeonce/porch"
 )
 
 // errFlagSyntax marks an error the flag package has already printed.
@@ -38,6 +41,19 @@ type config struct {
 	checkoutDelay  time.Duration
 	storeDelay     time.Duration
 	wallOffset     time.Duration
+	serve          serveConfig
+}
+
+// serveConfig is how the storefront serves and stops: porch.App's options,
+// where zero means porch's default and a negative duration means none.
+type serveConfig struct {
+	readTimeout    time.Duration
+	writeTimeout   time.Duration
+	idleTimeout    time.Duration
+	maxHeaderBytes int
+	maxConns       int
+	drainTimeout   time.Duration
+	closeTimeout   time.Duration
 }
 
 func parseFlags(args []string) (config, error) {
@@ -58,6 +74,13 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&c.checkoutDelay, "checkout-delay", 0, "time the checkout handler works before it writes")
 	fs.DurationVar(&c.storeDelay, "store-delay", 0, "fault injection: every store commit takes at least this long")
 	fs.DurationVar(&c.wallOffset, "wall-offset", 0, "added to the wall clock this process reads (simulates a clock jump)")
+	fs.DurationVar(&c.serve.readTimeout, "read-timeout", 0, "time to read a whole request, header and body (0: porch.DefaultReadTimeout; negative: none)")
+	fs.DurationVar(&c.serve.writeTimeout, "write-timeout", 0, "time to write a response (0: porch.DefaultWriteTimeout; negative: none)")
+	fs.DurationVar(&c.serve.idleTimeout, "idle-timeout", 0, "how long a keep-alive connection may wait for its next request (0: porch.DefaultIdleTimeout; negative: none)")
+	fs.IntVar(&c.serve.maxHeaderBytes, "max-header-bytes", 0, "largest request header accepted, else 431 (0: porch.DefaultMaxHeaderBytes)")
+	fs.IntVar(&c.serve.maxConns, "max-conns", 0, "connections open at once; more wait to be accepted (0: porch.DefaultMaxConns; negative: no cap)")
+	fs.DurationVar(&c.serve.drainTimeout, "drain-timeout", 0, "on SIGTERM or SIGINT, how long in-flight requests may finish before their connections are closed (0: porch.DefaultDrainTimeout; negative: no limit); a second signal stops at once")
+	fs.DurationVar(&c.serve.closeTimeout, "close-timeout", 0, "on stopping, the budget of each step that flushes state: the limiter, the pool, the store (0: porch.DefaultCloseTimeout; negative: no limit)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return c, err
@@ -75,6 +98,8 @@ func parseFlags(args []string) (config, error) {
 		return c, fmt.Errorf("-idem-ttl must be positive, got %s", c.idemTTL)
 	case c.checkoutDelay < 0 || c.storeDelay < 0:
 		return c, fmt.Errorf("-checkout-delay and -store-delay must not be negative")
+	case c.serve.maxHeaderBytes < 0:
+		return c, fmt.Errorf("-max-header-bytes must not be negative, got %d", c.serve.maxHeaderBytes)
 	}
 	return c, nil
 }
@@ -87,25 +112,77 @@ func main() {
 		}
 		os.Exit(2)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-	defer stop()
-	if err := run(ctx, cfg); err != nil {
+	if err := run(cfg); err != nil {
 		slog.Error("storefront", "err", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, cfg config) error {
+// run serves until SIGTERM or SIGINT, then drains; a second signal stops at
+// once. Either way the limiter, the pool and the store are flushed, and a
+// nil error (exit status 0) means they were.
+func run(cfg config) error {
+	// Caught before the store opens, so that a signal during start-up stops
+	// the storefront cleanly once it serves, not half-way through opening.
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, os.Interrupt)
+	defer signal.Stop(sigs)
 	app, err := newShop(cfg)
 	if err != nil {
 		return err
 	}
+	cfg.serve.apply(app)
 	l, err := net.Listen("tcp", cfg.addr)
 	if err != nil {
 		app.Close(context.Background())
 		return err
 	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	served := make(chan struct{})
+	var relay sync.WaitGroup
+	relay.Go(func() { relaySignals(sigs, served, cancel, app.StopNow) })
+	defer relay.Wait()
+	defer close(served)
 	// The gate reads this line to learn the port when -addr ends in :0.
 	fmt.Printf("storefront: listening on %s\n", l.Addr())
-	return app.Serve(ctx, l)
+	if err := app.Serve(ctx, l); err != nil {
+		return err
+	}
+	slog.Info("storefront: stopped; state flushed")
+	return nil
+}
+
+// relaySignals turns the first signal into a drain (cancel) and the second
+// into an immediate stop (stopNow), until served is closed. Later signals
+// are ignored: the flush they would cut short has its own budget.
+func relaySignals(sigs <-chan os.Signal, served <-chan struct{}, cancel, stopNow func()) {
+	for n := 1; ; n++ {
+		select {
+		case sig := <-sigs:
+			switch n {
+			case 1:
+				slog.Info("storefront: stopping; signal again to stop at once", "signal", sig)
+				cancel()
+			case 2:
+				slog.Info("storefront: stopping at once; flushing state", "signal", sig)
+				stopNow()
+			default:
+				slog.Info("storefront: already stopping", "signal", sig)
+			}
+		case <-served:
+			return
+		}
+	}
+}
+
+// apply sets app's serving options from the flags.
+func (c serveConfig) apply(app *porch.App) {
+	app.ReadTimeout = c.readTimeout
+	app.WriteTimeout = c.writeTimeout
+	app.IdleTimeout = c.idleTimeout
+	app.MaxHeaderBytes = c.maxHeaderBytes
+	app.MaxConns = c.maxConns
+	app.DrainTimeout = c.drainTimeout
+	app.CloseTimeout = c.closeTimeout
 }
