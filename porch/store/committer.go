@@ -5,6 +5,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/writeonce/writeonce/porch"
 )
 
 // op is one queued write. Exactly one of its payload fields is set; a hit
@@ -18,7 +20,10 @@ type op struct {
 	delete *deletion
 	hit    *hitOp
 	exec   *execOp
-	done   func(error)
+	// probe is Health's write: a row inserted and deleted again, so that
+	// the transaction must really write (see probeKey).
+	probe bool
+	done  func(error)
 	// failed is this write's own error, set by the batch writer when the
 	// write failed alone and the rest of its batch committed.
 	failed error
@@ -57,6 +62,10 @@ type committer struct {
 	queue    chan op
 	maxBatch int
 	writer   batchWriter
+	clock    porch.Clock // its monotonic reading dates each batch's outcome
+
+	health       health
+	healthBudget time.Duration // HealthBudget; a test may shorten it
 
 	mu     sync.RWMutex // protects closed against enqueue racing close
 	closed bool
@@ -65,8 +74,9 @@ type committer struct {
 	commits, writes, failed atomic.Int64
 }
 
-func newCommitter(w batchWriter, queueSize, maxBatch int) *committer {
-	c := &committer{queue: make(chan op, queueSize), maxBatch: maxBatch, writer: w, done: make(chan struct{})}
+func newCommitter(w batchWriter, clock porch.Clock, queueSize, maxBatch int) *committer {
+	c := &committer{queue: make(chan op, queueSize), maxBatch: maxBatch, writer: w, clock: clock,
+		healthBudget: HealthBudget, done: make(chan struct{})}
 	go c.run()
 	return c
 }
@@ -81,6 +91,21 @@ func (c *committer) enqueue(o op) error {
 	}
 	c.queue <- o
 	return nil
+}
+
+// tryEnqueue queues o unless the queue is full, and reports whether it did.
+func (c *committer) tryEnqueue(o op) (bool, error) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.closed {
+		return false, ErrClosed
+	}
+	select {
+	case c.queue <- o:
+		return true, nil
+	default:
+		return false, nil
+	}
 }
 
 func (c *committer) run() {
@@ -101,6 +126,7 @@ func (c *committer) run() {
 			}
 		}
 		err := c.writer.writeBatch(batch)
+		c.health.record(err, c.clock.Monotonic())
 		if err != nil {
 			c.failed.Add(1)
 		} else {

@@ -1,10 +1,14 @@
 package store
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/writeonce/writeonce/porch"
 )
 
 // gatedWriter records batch sizes; the first batch waits for release.
@@ -36,7 +40,7 @@ func TestCommitterCapsBatches(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			w := &gatedWriter{entered: make(chan struct{}), release: make(chan struct{}), fail: tt.fail}
-			c := newCommitter(w, 16, 3)
+			c := newCommitter(w, porch.SystemClock{}, 16, 3)
 			var mu sync.Mutex // protects got
 			var got []error
 			done := func(err error) { mu.Lock(); got = append(got, err); mu.Unlock() }
@@ -70,5 +74,37 @@ func TestCommitterCapsBatches(t *testing.T) {
 				t.Errorf("got enqueue after close = %v, want ErrClosed", err)
 			}
 		})
+	}
+}
+
+// stuckWriter never finishes a batch until release is closed.
+type stuckWriter struct{ release chan struct{} }
+
+func (w *stuckWriter) writeBatch([]op) error { <-w.release; return nil }
+
+// A committer stuck in a batch (a hung disk) is unhealthy once Health's
+// budget passes, and a full queue is reported without queueing a probe;
+// the caller's context bounds the wait too.
+func TestHealthOfAStuckCommitter(t *testing.T) {
+	w := &stuckWriter{release: make(chan struct{})}
+	c := newCommitter(w, porch.SystemClock{}, 1, 1)
+	c.healthBudget = time.Millisecond
+	t.Cleanup(func() { close(w.release); c.close() })
+
+	if err := c.check(context.Background()); !errors.Is(err, ErrUnhealthy) {
+		t.Fatalf("probe stuck behind nothing: got %v, want ErrUnhealthy", err)
+	}
+	// The probe is the batch in progress; fill the one-slot queue.
+	if err := c.enqueue(op{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.check(context.Background()); !errors.Is(err, ErrUnhealthy) {
+		t.Fatalf("probe in flight: got %v, want ErrUnhealthy", err)
+	}
+	c.healthBudget = time.Hour
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := c.check(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled caller: got %v, want context.Canceled", err)
 	}
 }

@@ -88,7 +88,7 @@ func OpenPostgres(ctx context.Context, dsn string, opt Options) (*Postgres, erro
 		closeAll()
 		return nil, err
 	}
-	p.c = newCommitter(p, opt.QueueSize, opt.MaxBatch)
+	p.c = newCommitter(p, opt.Clock, opt.QueueSize, opt.MaxBatch)
 	return p, nil
 }
 
@@ -164,7 +164,9 @@ func (p *Postgres) writeBatch(batch []op) error {
 		time.Sleep(p.opt.CommitDelay) // fault injection: a slow database
 	}
 	byKey := make(map[string]*keyHits)
+	probe := false
 	for _, o := range batch {
+		probe = probe || o.probe
 		h := o.hit
 		if h == nil {
 			continue
@@ -217,6 +219,11 @@ func (p *Postgres) writeBatch(batch []op) error {
 		}
 		if seen != len(keys) {
 			return fmt.Errorf("store: add hits: %d of %d keys returned", seen, len(keys))
+		}
+		if probe {
+			if err := pgWriteProbe(ctx, tx); err != nil {
+				return err
+			}
 		}
 		if p.opt.PruneRows > 0 {
 			if _, err := tx.Exec(ctx, pgPruneCounters, p.opt.PruneRows); err != nil {

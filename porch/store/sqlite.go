@@ -124,7 +124,7 @@ func OpenSQLite(path string, opt Options) (*SQLite, error) {
 		unlock()
 		return nil, openError(path, err)
 	}
-	s.c = newCommitter(s, opt.QueueSize, opt.MaxBatch)
+	s.c = newCommitter(s, opt.Clock, opt.QueueSize, opt.MaxBatch)
 	return s, nil
 }
 
@@ -438,6 +438,8 @@ func (s *SQLite) apply(ctx context.Context, batch []op, i int) error {
 			return fmt.Errorf("store: exec: %w", txErr)
 		}
 		batch[i].failed = execErr
+	case o.probe:
+		return s.writeProbe(ctx)
 	}
 	return nil
 }

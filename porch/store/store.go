@@ -98,6 +98,12 @@ type Store interface {
 	// another process holds key.
 	Reserve(ctx context.Context, key string) (Reservation, error)
 
+	// Health reports whether the store can commit writes now: nil, or an
+	// error wrapping ErrUnhealthy and the reason. It is cheap enough to poll:
+	// a store that commits often answers from its last commit, an idle one
+	// commits one shared probe.
+	Health(ctx context.Context) error
+
 	// Stats reports the committer's counters.
 	Stats() Stats
 	// Close flushes queued writes and closes the database.
