@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"net/http"
 	"time"
 
@@ -18,6 +16,7 @@ import (
 	"github.com/writeonce/writeonce/porch"
 	"github.com/writeonce/writeonce/porch/idem"
 	"github.com/writeonce/writeonce/porch/rate"
+	"github.com/writeonce/writeonce/porch/store"
 )
 
 // The shop's own tables live in the same database as porch's, SQLite or
@@ -51,8 +50,10 @@ ON CONFLICT (sku) DO NOTHING;`
 const maxCheckoutBody = 64 << 10
 
 type shop struct {
-	cfg config
-	db  *sql.DB // reads; the checkout writes through idem.Exec
+	cfg    config
+	db     *sql.DB     // reads; the checkout writes through idem.Exec
+	st     store.Store // porch's store, whose write health /healthz reports
+	health healthLog
 }
 
 type product struct {
@@ -83,7 +84,7 @@ func newShop(cfg config) (*porch.App, error) {
 	}
 	app.OnShutdown(lim.Close)
 	keys := idem.New(pool, st, idem.Options{RequireKey: true, TTL: cfg.idemTTL, MaxBody: maxCheckoutBody})
-	s := &shop{cfg: cfg, db: db}
+	s := &shop{cfg: cfg, db: db, st: st}
 
 	app.Get("/healthz", s.healthz)
 	app.Group(func(r chi.Router) {
@@ -100,16 +101,6 @@ func newShop(cfg config) (*porch.App, error) {
 		r.With(porch.Chain(lim, keys)).Post("/checkout", s.checkout)
 	})
 	return app, nil
-}
-
-func (s *shop) healthz(w http.ResponseWriter, r *http.Request) {
-	if err := s.db.PingContext(r.Context()); err != nil {
-		slog.Error("storefront: not ready", "err", err)
-		porch.Unavailable(problemBase+"not-ready", "the database does not answer", time.Second).Write(w)
-		return
-	}
-	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	io.WriteString(w, "ok\n")
 }
 
 func (s *shop) products(w http.ResponseWriter, r *http.Request) {
