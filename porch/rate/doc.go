@@ -17,4 +17,8 @@
 //	if err != nil { ... }
 //	r := chi.NewRouter()
 //	r.Use(lim.Handler)
+//
+// Outside a handler, count by principal (an API key, a user id) with
+// lim.Allow(ctx, "user42"); it shares its counter with requests whose
+// Options.Key returns that principal.
 package rate

@@ -79,12 +79,24 @@ func request(remoteAddr string) *http.Request {
 	return r
 }
 
-// allow counts one request for key and fails the test on error.
-func (r *rig) allow(t *testing.T, key string) rate.Verdict {
+// allowKey counts one request against a counter key and fails the test on
+// error.
+func (r *rig) allowKey(t *testing.T, key string) rate.Verdict {
 	t.Helper()
-	v, err := r.lim.Allow(context.Background(), key)
+	v, err := r.lim.AllowKey(context.Background(), key)
 	if err != nil {
 		t.Fatalf("allow %q: %v", key, err)
+	}
+	return v
+}
+
+// allow counts one request for principal through the public Allow and
+// fails the test on error.
+func (r *rig) allow(t *testing.T, principal string) rate.Verdict {
+	t.Helper()
+	v, err := r.lim.Allow(context.Background(), principal)
+	if err != nil {
+		t.Fatalf("allow %q: %v", principal, err)
 	}
 	return v
 }

@@ -92,7 +92,7 @@ func TestKeyByClientAddress(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			ka, kb := rg.lim.Key(request(tt.a)), rg.lim.Key(request(tt.b))
+			ka, kb := rg.lim.CounterKey(request(tt.a)), rg.lim.CounterKey(request(tt.b))
 			if (ka == kb) != tt.wantSame {
 				t.Errorf("got keys %q and %q, want same = %v", ka, kb, tt.wantSame)
 			}
@@ -140,7 +140,7 @@ func TestKeyPrincipal(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			ka, kb := rg.lim.Key(tt.a), rg.lim.Key(tt.b)
+			ka, kb := rg.lim.CounterKey(tt.a), rg.lim.CounterKey(tt.b)
 			if (ka == kb) != tt.wantSame {
 				t.Errorf("got keys %q and %q, want same = %v", ka, kb, tt.wantSame)
 			}

@@ -161,21 +161,42 @@ func (l *Limiter) load() error {
 	return nil
 }
 
-// Key reports the counter key r is counted against.
-func (l *Limiter) Key(r *http.Request) string {
+// ErrNoPrincipal is returned by Allow for an empty principal: counting
+// every caller that lacks one against one shared counter would be a limit
+// nobody chose.
+var ErrNoPrincipal = errors.New("rate: Allow needs a non-empty principal")
+
+// key is the counter key r is counted against: the limiter's prefix, then
+// the principal Options.Key returns, or else the client address. The
+// storage format stays inside the package, so that what a caller counts
+// is always what load reads back after a restart.
+func (l *Limiter) key(r *http.Request) string {
 	if l.opt.Key != nil {
 		if k := l.opt.Key(r); k != "" {
-			return l.prefix + "p:" + k
+			return l.principalKey(k)
 		}
 	}
 	return l.prefix + "ip:" + clientKey(r, l.opt.TrustProxy)
 }
 
-// Allow counts one request for key and returns the verdict once the new
-// count is durable. It fails with porch.ErrSaturated when the key's mailbox
-// is full, with the store's error when the write failed, and with ctx.Err().
+func (l *Limiter) principalKey(principal string) string { return l.prefix + "p:" + principal }
+
+// Allow counts one request by principal (an API key, a user id) outside an
+// HTTP handler, and returns the verdict once the new count is durable. It
+// shares its counter with requests for which Options.Key returns the same
+// principal, and like theirs the count survives a restart. It fails with
+// ErrNoPrincipal for "", with porch.ErrSaturated when the key's mailbox is
+// full, with the store's error when the write failed, and with ctx.Err().
 // In every failure the caller must not serve the request.
-func (l *Limiter) Allow(ctx context.Context, key string) (Verdict, error) {
+func (l *Limiter) Allow(ctx context.Context, principal string) (Verdict, error) {
+	if principal == "" {
+		return Verdict{}, ErrNoPrincipal
+	}
+	return l.allow(ctx, l.principalKey(principal))
+}
+
+// allow counts one request against the counter key.
+func (l *Limiter) allow(ctx context.Context, key string) (Verdict, error) {
 	// porch.Call, unrolled: one closure instead of two on the hot path.
 	reply := porch.NewReply[Verdict]()
 	err := l.pool.Send(key, func(shard int) {
@@ -315,7 +336,7 @@ func (l *Limiter) hitShared(key string, reply porch.Reply[Verdict]) {
 // Before counts the request. A refusal short-circuits with 429; a failure
 // with 503. It implements porch.Middleware.
 func (l *Limiter) Before(r *http.Request) (*http.Request, *porch.Response) {
-	v, err := l.Allow(r.Context(), l.Key(r))
+	v, err := l.allow(r.Context(), l.key(r))
 	if err != nil {
 		return r, l.unavailable(r, err)
 	}
@@ -342,7 +363,7 @@ func (l *Limiter) After(r *http.Request, res *porch.Response, _ porch.Completion
 // does not buffer the response: headers are set before next runs.
 func (l *Limiter) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		v, err := l.Allow(r.Context(), l.Key(r))
+		v, err := l.allow(r.Context(), l.key(r))
 		if err != nil {
 			l.unavailable(r, err).Write(w)
 			return

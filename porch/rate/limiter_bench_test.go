@@ -77,7 +77,7 @@ func BenchmarkAllow(b *testing.B) {
 	for _, km := range benchKeyModes {
 		keys := make([]string, km.clients)
 		for i, a := range benchClients(km.clients) {
-			keys[i] = "rate:default:ip:" + a
+			keys[i] = a
 		}
 		b.Run(km.name, func(b *testing.B) {
 			lim, st := benchLimiter(b)

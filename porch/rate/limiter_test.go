@@ -2,6 +2,7 @@ package rate_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -148,7 +149,7 @@ func TestHeadersRoundUp(t *testing.T) {
 func TestExactUnderParallelism(t *testing.T) {
 	const limit, clients = 100, 1000
 	rg := newRig(t, limit, time.Minute, rigOptions{})
-	key := rg.lim.Key(request("192.0.2.7:4000"))
+	key := rg.lim.CounterKey(request("192.0.2.7:4000"))
 
 	start := make(chan struct{})
 	var allowed, refused atomic.Int64
@@ -156,7 +157,7 @@ func TestExactUnderParallelism(t *testing.T) {
 	for range clients {
 		wg.Go(func() {
 			<-start
-			v, err := rg.lim.Allow(context.Background(), key)
+			v, err := rg.lim.AllowKey(context.Background(), key)
 			switch {
 			case err != nil:
 				t.Errorf("allow: %v", err)
@@ -218,7 +219,7 @@ func TestExactOverHTTP(t *testing.T) {
 			if n := h.runs.Load(); n != limit {
 				t.Errorf("got handler run %d times, want %d", n, limit)
 			}
-			key := rg.lim.Key(request("127.0.0.1:1"))
+			key := rg.lim.CounterKey(request("127.0.0.1:1"))
 			if n, _, _ := storedCount(t, rg.st.DB(), key); n != limit {
 				t.Errorf("got stored count %d, want %d", n, limit)
 			}
@@ -229,15 +230,15 @@ func TestExactOverHTTP(t *testing.T) {
 func TestElapsedWindowResetsOnAccess(t *testing.T) {
 	const window = time.Minute
 	rg := newRig(t, 2, window, rigOptions{})
-	key := rg.lim.Key(request("192.0.2.1:1"))
+	key := rg.lim.CounterKey(request("192.0.2.1:1"))
 	for i, want := range []bool{true, true, false} {
-		if v := rg.allow(t, key); v.Allowed != want {
+		if v := rg.allowKey(t, key); v.Allowed != want {
 			t.Fatalf("request %d: got allowed %v, want %v", i+1, v.Allowed, want)
 		}
 	}
 
 	rg.clock.Advance(window)
-	v := rg.allow(t, key)
+	v := rg.allowKey(t, key)
 	if !v.Allowed || v.Remaining != 1 {
 		t.Errorf("after the window: got %+v, want allowed with 1 remaining", v)
 	}
@@ -302,9 +303,9 @@ func TestRestartKeepsCounters(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			first := newRig(t, limit, window, rigOptions{})
-			key := first.lim.Key(request("192.0.2.1:1"))
+			key := first.lim.CounterKey(request("192.0.2.1:1"))
 			for range limit {
-				if v := first.allow(t, key); !v.Allowed {
+				if v := first.allowKey(t, key); !v.Allowed {
 					t.Fatal("got a refusal within the limit")
 				}
 			}
@@ -312,15 +313,15 @@ func TestRestartKeepsCounters(t *testing.T) {
 
 			clock := porch.NewFakeClock(t0.Add(tt.downtime + tt.wallShift))
 			second := newRig(t, limit, window, rigOptions{path: first.path, clock: clock})
-			if v := second.allow(t, key); v.Allowed {
+			if v := second.allowKey(t, key); v.Allowed {
 				t.Fatal("after restart: got allowed, want still limited")
 			}
 			clock.Advance(tt.wantLeft - time.Millisecond)
-			if v := second.allow(t, key); v.Allowed {
+			if v := second.allowKey(t, key); v.Allowed {
 				t.Fatalf("after restart, %v later: got allowed, want still limited", tt.wantLeft-time.Millisecond)
 			}
 			clock.Advance(time.Millisecond)
-			if v := second.allow(t, key); !v.Allowed {
+			if v := second.allowKey(t, key); !v.Allowed {
 				t.Errorf("after restart, %v later: got refused, want the window to have closed", tt.wantLeft)
 			}
 		})
@@ -336,7 +337,7 @@ func TestNameScopesCounters(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := request("192.0.2.1:1")
-	if ka, kb := a.lim.Key(r), b.Key(r); ka == kb {
+	if ka, kb := a.lim.CounterKey(r), b.CounterKey(r); ka == kb {
 		t.Fatalf("got the same key %q from limiters a and b, want them apart", ka)
 	}
 	for _, l := range []*rate.Limiter{a.lim, b} {
@@ -377,7 +378,7 @@ func TestSaturatedPoolFailsClosed(t *testing.T) {
 			if got := res.Header.Get("X-RateLimit-Remaining"); got != "4" {
 				t.Errorf("got X-RateLimit-Remaining %q, want %q", got, "4")
 			}
-			key := rg.lim.Key(request("192.0.2.1:1"))
+			key := rg.lim.CounterKey(request("192.0.2.1:1"))
 			if n, _, _ := storedCount(t, rg.st.DB(), key); n != 1 {
 				t.Errorf("got stored count %d, want 1", n)
 			}
@@ -403,5 +404,38 @@ func TestFailedWriteFailsClosed(t *testing.T) {
 				t.Errorf("got Stats() = %+v, want a failed commit", st)
 			}
 		})
+	}
+}
+
+// Allow takes a principal and keys it as Options.Key's principals are, so
+// its counts are the ones a restart loads back. When Allow stored the
+// caller's string as the row's key, 2 were allowed before a restart at a
+// limit of 2 and 2 more after it.
+func TestAllowPrincipalSurvivesRestart(t *testing.T) {
+	const limit = 2
+	byHeader := rate.Options{Key: func(r *http.Request) string { return r.Header.Get("X-User") }}
+	first := newRig(t, limit, time.Hour, rigOptions{rate: byHeader})
+	for i := range limit {
+		if v := first.allow(t, "user42"); !v.Allowed {
+			t.Fatalf("Allow %d: refused within the limit", i+1)
+		}
+	}
+	first.stop(t)
+
+	second := newRig(t, limit, time.Hour, rigOptions{path: first.path, clock: first.clock, rate: byHeader})
+	if v := second.allow(t, "user42"); v.Allowed {
+		t.Fatal("Allow after a restart: allowed, want refused at the limit")
+	}
+	// A request whose Options.Key names the same principal shares the count.
+	req := request("192.0.2.1:1")
+	req.Header.Set("X-User", "user42")
+	if res, _ := serve(second.lim.Handler(&counted{}), req); res.StatusCode != http.StatusTooManyRequests {
+		t.Errorf("a request for principal user42: got status %d, want 429", res.StatusCode)
+	}
+	if v := second.allow(t, "user43"); !v.Allowed {
+		t.Error("another principal: refused, want allowed")
+	}
+	if _, err := second.lim.Allow(context.Background(), ""); !errors.Is(err, rate.ErrNoPrincipal) {
+		t.Errorf("Allow with no principal: got %v, want ErrNoPrincipal", err)
 	}
 }

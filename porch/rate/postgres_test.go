@@ -66,7 +66,7 @@ func TestSharedLimitIsExactAcrossInstances(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				<-start
-				v, err := in.lim.Allow(context.Background(), "rate:default:ip:192.0.2.1")
+				v, err := in.lim.AllowKey(context.Background(), "rate:default:ip:192.0.2.1")
 				if err != nil {
 					t.Errorf("Allow: %v", err)
 					return
@@ -95,7 +95,7 @@ func TestSharedLimitSurvivesRestart(t *testing.T) {
 	const key = "rate:default:ip:192.0.2.2"
 	a := newInstance(t, dsn, 3, time.Hour)
 	for i := range 3 {
-		v, err := a.lim.Allow(context.Background(), key)
+		v, err := a.lim.AllowKey(context.Background(), key)
 		if err != nil || !v.Allowed {
 			t.Fatalf("request %d: allowed %v, err %v; want allowed", i+1, v.Allowed, err)
 		}
@@ -105,7 +105,7 @@ func TestSharedLimitSurvivesRestart(t *testing.T) {
 	}
 	a.stop(t)
 	b := newInstance(t, dsn, 3, time.Hour)
-	v, err := b.lim.Allow(context.Background(), key)
+	v, err := b.lim.AllowKey(context.Background(), key)
 	if err != nil {
 		t.Fatalf("Allow after restart: %v", err)
 	}
@@ -126,7 +126,7 @@ func TestSharedLimitFailsClosedOnConnectionLoss(t *testing.T) {
 	in := newInstance(t, dsn, 100, time.Hour)
 	const key = "rate:default:ip:192.0.2.3"
 	ctx := context.Background()
-	if _, err := in.lim.Allow(ctx, key); err != nil {
+	if _, err := in.lim.AllowKey(ctx, key); err != nil {
 		t.Fatalf("first Allow: %v", err)
 	}
 	var killed int
@@ -137,7 +137,7 @@ func TestSharedLimitFailsClosedOnConnectionLoss(t *testing.T) {
 	}
 	allowed, failed := int64(1), 0
 	for range 5 {
-		v, err := in.lim.Allow(ctx, key)
+		v, err := in.lim.AllowKey(ctx, key)
 		switch {
 		case err != nil:
 			failed++

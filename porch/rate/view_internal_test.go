@@ -107,13 +107,13 @@ func TestLimiterForgetsClosedWindows(t *testing.T) {
 	}
 	ctx := context.Background()
 	for i := range 10 {
-		if _, err := l.Allow(ctx, fmt.Sprintf("old-%d", i)); err != nil {
+		if _, err := l.allow(ctx, fmt.Sprintf("old-%d", i)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	clock.Advance(time.Minute)
 	for range 3 { // 3 hits × forgetPerHit >= 10
-		if _, err := l.Allow(ctx, "new"); err != nil {
+		if _, err := l.allow(ctx, "new"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -150,7 +150,7 @@ func TestIdleActorForgets(t *testing.T) {
 	t.Cleanup(func() { l.Close(context.Background()) })
 	ctx := context.Background()
 	for i := range 50 {
-		if _, err := l.Allow(ctx, fmt.Sprintf("k-%d", i)); err != nil {
+		if _, err := l.allow(ctx, fmt.Sprintf("k-%d", i)); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -28,7 +28,7 @@ func TestWriteAhead(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newRig(t, tc.limit, time.Hour, rigOptions{rate: rate.Options{WriteAhead: tc.ahead}})
 			for i := range tc.hits {
-				if v := r.allow(t, key); !v.Allowed {
+				if v := r.allowKey(t, key); !v.Allowed {
 					t.Fatalf("hit %d refused below the limit", i+1)
 				}
 			}
@@ -61,7 +61,7 @@ func TestWriteAheadSavesWrites(t *testing.T) {
 	r := newRig(t, 1000, time.Hour, rigOptions{rate: rate.Options{WriteAhead: 64}})
 	const hits = 500
 	for range hits {
-		r.allow(t, "rate:default:ip:192.0.2.10")
+		r.allowKey(t, "rate:default:ip:192.0.2.10")
 	}
 	if w := r.st.Stats().Writes; w > hits/16 {
 		t.Fatalf("%d writes for %d hits of one key with WriteAhead 64, want at most %d", w, hits, hits/16)
@@ -74,13 +74,13 @@ func TestWriteAheadCrashOverCountsOnly(t *testing.T) {
 	const key = "rate:default:ip:192.0.2.11"
 	first := newRig(t, 50, time.Hour, rigOptions{rate: rate.Options{WriteAhead: 16}})
 	for range 20 {
-		first.allow(t, key)
+		first.allowKey(t, key)
 	}
 	first.stop(t) // no lim.Close: the margin stays in the store, as after kill -9
 	second := newRig(t, 50, time.Hour, rigOptions{path: first.path, clock: first.clock, rate: rate.Options{WriteAhead: 16}})
 	allowed := 0
 	for range 50 {
-		if second.allow(t, key).Allowed {
+		if second.allowKey(t, key).Allowed {
 			allowed++
 		}
 	}

@@ -1,0 +1,15 @@
+package rate
+
+import (
+	"context"
+	"net/http"
+)
+
+// CounterKey exposes, to the black-box tests only, the counter key r is
+// counted against, so that they can compare keys and read rows.
+func (l *Limiter) CounterKey(r *http.Request) string { return l.key(r) }
+
+// AllowKey counts one request against a counter key, as Before does.
+func (l *Limiter) AllowKey(ctx context.Context, key string) (Verdict, error) {
+	return l.allow(ctx, key)
+}
