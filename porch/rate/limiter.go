@@ -27,8 +27,9 @@ const forgetPerHit = 4
 // Options configure a Limiter. The zero value keys on the connection's peer.
 type Options struct {
 	// Name scopes this limiter's counters, so that several limiters can share
-	// one store, and names the policy in the RateLimit headers. If empty,
-	// "default".
+	// one store, and names the policy in the RateLimit headers. Two limiters
+	// with different limits or windows need different Names: New refuses a
+	// second one under a Name in use (see New). If empty, "default".
 	Name string
 	// TrustProxy keys on the client IP resolved by chi's client-IP
 	// middleware (middleware.ClientIPFromXFF, ClientIPFromXFFTrustedProxies,
@@ -71,6 +72,7 @@ type Limiter struct {
 	limitValue, policyValue []string
 	rateLimitPrefix         string
 	prefix                  string // counter key prefix
+	release                 func() // ends the store's claim of this limiter's policy
 }
 
 // Verdict is a limiter's decision for one request, with what the response
@@ -95,8 +97,19 @@ type verdictKey struct{ l *Limiter }
 // of still-open windows, so a restart resumes them. With a shared store
 // (PostgreSQL) every hit is one atomic statement on the database.
 //
+// Limiters on one store are told apart by Options.Name, and New refuses
+// (store.ErrPolicyConflict) a second limiter of one Name with another limit
+// or window while the first counts: they would write the same rows, each by
+// its own rule. On PostgreSQL that holds across instances: while any
+// running instance counts a Name under one policy, an instance with another
+// is refused; once they have all stopped, the first to start records its
+// policy (a deploy that changes it). Close frees the Name. A policy changed
+// between runs applies to windows still open: their counts are kept, the
+// new limit applies to them at once, and each closes at its old end or one
+// new window from now, whichever is sooner.
+//
 // It panics if limit < 1, window is under a millisecond, or st keeps no
-// counters, and returns an error only if loading fails.
+// counters, and returns an error if the policy is refused or loading fails.
 func New(pool *porch.Pool, st store.Store, limit int, window time.Duration, opt Options) (*Limiter, error) {
 	if limit < 1 {
 		panic("rate: New expects limit >= 1")
@@ -122,43 +135,80 @@ func New(pool *porch.Pool, st store.Store, limit int, window time.Duration, opt 
 	l.limitValue = []string{strconv.Itoa(limit)}
 	l.policyValue = []string{l.policy}
 	l.rateLimitPrefix = `"` + opt.Name + `";r=`
+	var claimer interface {
+		ClaimPolicy(context.Context, store.Policy) (func(), error)
+	}
 	switch c := st.(type) {
 	case store.ExclusiveCounters:
-		l.exclusive = c
-		return l, l.load()
+		l.exclusive, claimer = c, c
 	case store.SharedCounters:
-		l.shared = c
-		return l, nil
+		l.shared, claimer = c, c
+	default:
+		panic(fmt.Sprintf("rate: New expects a store with counters, got %T", st))
 	}
-	panic(fmt.Sprintf("rate: New expects a store with counters, got %T", st))
+	ctx, cancel := context.WithTimeout(context.Background(), claimTimeout)
+	defer cancel()
+	release, err := claimer.ClaimPolicy(ctx, store.Policy{Name: opt.Name, Limit: l.limit, Window: window})
+	if err != nil {
+		return nil, fmt.Errorf("rate: %w", err)
+	}
+	l.release = release
+	if l.exclusive != nil {
+		if err := l.load(context.Background()); err != nil {
+			release()
+			return nil, err
+		}
+	}
+	return l, nil
 }
+
+// claimTimeout bounds New's claim of its policy in a shared store.
+const claimTimeout = 30 * time.Second
 
 // load fills the views with the counters of still-open windows. It runs
 // before any actor can see the views; handing a job to an actor through its
 // mailbox publishes them.
-func (l *Limiter) load() error {
+func (l *Limiter) load(ctx context.Context) error {
 	l.views = make([]*view, l.pool.Size())
 	for i := range l.views {
 		l.views[i] = newView(i)
 	}
-	err := l.exclusive.LoadCounters(context.Background(), l.exclusive.Now(), func(c store.Counter) {
-		if c.Window != l.window || !strings.HasPrefix(c.Key, l.prefix) {
-			return // another limiter's row, or this one's before its window changed
+	now := l.exclusive.Now()
+	err := l.exclusive.LoadCounters(ctx, now, func(c store.Counter) {
+		if !strings.HasPrefix(c.Key, l.prefix) {
+			return // another limiter's row
 		}
+		start := resumedStart(c, l.window, now)
 		v := l.views[l.pool.Shard(c.Key)]
-		v.counts[c.Key] = tally{start: c.WindowStart, count: c.Count, durable: c.Count}
-		v.expiry = append(v.expiry, opened{key: c.Key, start: c.WindowStart})
+		v.counts[c.Key] = tally{start: start, count: c.Count, durable: c.Count}
+		v.expiry = append(v.expiry, opened{key: c.Key, start: start})
 	})
 	if err != nil {
 		return fmt.Errorf("rate: %w", err)
 	}
-	now := l.exclusive.Now()
 	for _, v := range l.views {
 		sortOpened(v.expiry)
 		v.peak = len(v.counts)
 		l.armForget(v, now) // no actor runs a job yet, so touching v here is safe
 	}
 	return nil
+}
+
+// resumedStart is where a loaded window starts under this limiter's window
+// length. A window opened under another length (the policy changed in a
+// deploy) keeps its count and closes at its old end or one new window from
+// now, whichever is sooner: so a client is never held longer than either
+// policy would hold it, and its hits are not forgotten. Every window of a
+// limiter then has one length, which the views rely on.
+func resumedStart(c store.Counter, window time.Duration, now time.Time) time.Time {
+	if c.Window == window {
+		return c.WindowStart
+	}
+	end := c.End()
+	if limit := now.Add(window); limit.Before(end) {
+		end = limit
+	}
+	return end.Add(-window)
 }
 
 // ErrNoPrincipal is returned by Allow for an empty principal: counting
@@ -429,10 +479,13 @@ func (l *Limiter) unavailable(r *http.Request, err error) *porch.Response {
 
 // Close writes the exact count of every open window that was written ahead
 // (see Options.WriteAhead), so that a clean shutdown leaves exact counts in
-// the store. Call it after the server has drained and before the pool and the
+// the store, and frees the limiter's Name for another policy. Call it after the server has drained and before the pool and the
 // store close; porch.App runs closers in that order when the limiter is
 // registered after them. It returns the first write error, or ctx.Err().
 func (l *Limiter) Close(ctx context.Context) error {
+	// The policy's name is free for another limiter once this one is done
+	// counting, whether or not its flush finishes in time.
+	defer l.release()
 	if l.exclusive == nil {
 		return nil // a shared store is written exactly on every hit
 	}

@@ -2,6 +2,7 @@ package rate_test
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -19,9 +20,22 @@ type instance struct {
 	pool *porch.Pool
 	st   *store.Postgres
 	lim  *rate.Limiter
+
+	stopped bool
 }
 
 func newInstance(t *testing.T, dsn string, limit int, window time.Duration) *instance {
+	t.Helper()
+	in, err := openInstance(t, dsn, limit, window)
+	if err != nil {
+		t.Fatalf("new limiter: %v", err)
+	}
+	return in
+}
+
+// openInstance is newInstance that returns rate.New's error; the store and
+// pool it opened are closed at cleanup either way.
+func openInstance(t *testing.T, dsn string, limit int, window time.Duration) (*instance, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -29,19 +43,19 @@ func newInstance(t *testing.T, dsn string, limit int, window time.Duration) *ins
 	if err != nil {
 		t.Fatalf("open postgres: %v", err)
 	}
-	pool := porch.NewPool(porch.PoolOptions{})
-	lim, err := rate.New(pool, st, limit, window, rate.Options{})
-	if err != nil {
-		t.Fatalf("new limiter: %v", err)
-	}
-	in := &instance{pool: pool, st: st, lim: lim}
+	in := &instance{pool: porch.NewPool(porch.PoolOptions{}), st: st}
 	t.Cleanup(func() { in.stop(t) })
-	return in
+	in.lim, err = rate.New(in.pool, st, limit, window, rate.Options{})
+	return in, err
 }
 
 // stop closes the pool, then the store, as App does; it is safe to call twice.
 func (in *instance) stop(t *testing.T) {
 	t.Helper()
+	if in.stopped {
+		return
+	}
+	in.stopped = true
 	if err := in.pool.Close(context.Background()); err != nil {
 		t.Errorf("close pool: %v", err)
 	}
@@ -158,4 +172,44 @@ func TestSharedLimitFailsClosedOnConnectionLoss(t *testing.T) {
 		t.Fatalf("counter is %d, want %d: every allowed request counted, no failed one", stored, allowed)
 	}
 	t.Logf("after the loss: %d failed (503), %d allowed", failed, allowed-1)
+}
+
+// Instances that disagree about a name's policy would write the same rows
+// by different rules: while one runs, another with a different policy is
+// refused, one with the same policy is not, and once every instance of the
+// old policy has stopped the new one starts (a deploy). Open windows keep
+// their counts under the new policy and close no later than one new window
+// from now.
+func TestPolicyAcrossInstances(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	a := newInstance(t, dsn, 2, time.Hour)
+	for range 2 {
+		if v, err := a.lim.Allow(context.Background(), "alice"); err != nil || !v.Allowed {
+			t.Fatalf("Allow under 2/h: %+v, %v", v, err)
+		}
+	}
+	if _, err := openInstance(t, dsn, 50, time.Hour); !errors.Is(err, store.ErrPolicyConflict) {
+		t.Fatalf("a second instance with another limit: got %v, want ErrPolicyConflict", err)
+	}
+	if _, err := openInstance(t, dsn, 2, time.Minute); !errors.Is(err, store.ErrPolicyConflict) {
+		t.Fatalf("a second instance with another window: got %v, want ErrPolicyConflict", err)
+	}
+	b := newInstance(t, dsn, 2, time.Hour) // the same policy: one more instance
+
+	a.stop(t)
+	if _, err := openInstance(t, dsn, 2, time.Minute); !errors.Is(err, store.ErrPolicyConflict) {
+		t.Fatalf("a new policy while one old instance still runs: got %v, want ErrPolicyConflict", err)
+	}
+	b.stop(t)
+	c := newInstance(t, dsn, 2, time.Minute)
+	v, err := c.lim.Allow(context.Background(), "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Allowed {
+		t.Fatal("after the policy changed: allowed, want the open window's 2 hits kept")
+	}
+	if left := time.Until(v.ResetAt); left > time.Minute+5*time.Second {
+		t.Fatalf("after the window shrank to 1m: resets in %s, want at most a new window", left)
+	}
 }

@@ -42,6 +42,10 @@ type Postgres struct {
 	writer *pgxpool.Pool // the committer's own connections
 	opt    Options
 	c      *committer
+
+	claims     policyClaims  // the rate policies this process counts under
+	policyMu   sync.Mutex    // serializes policy claims; protects policyConn
+	policyConn *pgxpool.Conn // from writer, holding the claims' locks; nil until the first
 }
 
 var (
@@ -142,6 +146,7 @@ func (p *Postgres) Close(ctx context.Context) error {
 	if err := p.c.closeCtx(ctx); err != nil {
 		return err
 	}
+	p.closePolicies()
 	p.pool.Close()
 	p.keys.Close()
 	p.writer.Close()

@@ -24,6 +24,16 @@ var postgresMigrations = []string{
 		expires_at   bigint  NOT NULL
 	);
 	CREATE INDEX porch_idem_responses_expires_at ON porch_idem_responses (expires_at);`,
+	// One row per limiter name: the policy the running instances count
+	// under, so that an instance with another one is refused (see
+	// Postgres.ClaimPolicy). SQLite has no such table: one process writes
+	// a file, and it checks its limiters in memory.
+	`CREATE TABLE porch_rate_policies (
+		name       text   NOT NULL PRIMARY KEY,
+		quota      bigint NOT NULL,
+		window_ms  bigint NOT NULL,
+		updated_at bigint NOT NULL
+	);`,
 }
 
 // pgNowMS is the database's clock in Unix milliseconds. now() is the
@@ -37,14 +47,22 @@ const (
 	pgVersionTable = `CREATE TABLE IF NOT EXISTS porch_schema_version (version integer NOT NULL)`
 	pgReadVersion  = `SELECT coalesce(max(version), 0) FROM porch_schema_version`
 	pgWriteVersion = `DELETE FROM porch_schema_version; INSERT INTO porch_schema_version (version) VALUES (%d)`
-	pgAddHits      = `INSERT INTO porch_rate_counters AS c (key, window_start, window_ms, count, expires_at)
+	// pgAddHits counts a batch. A window still open under another length
+	// (the limiter's policy changed in a deploy) keeps its count and closes
+	// at its old end or one new window from now, whichever is sooner, as
+	// SQLite's load does; its row takes the new length.
+	pgAddHits = `INSERT INTO porch_rate_counters AS c (key, window_start, window_ms, count, expires_at)
 		SELECT t.key, ` + pgNowMS + `, t.window_ms, t.hits, ` + pgNowMS + ` + t.window_ms
 		FROM unnest($1::text[], $2::bigint[], $3::bigint[]) AS t (key, window_ms, hits)
 		ON CONFLICT (key) DO UPDATE SET
-			window_start = CASE WHEN c.expires_at <= excluded.window_start THEN excluded.window_start ELSE c.window_start END,
-			window_ms    = CASE WHEN c.expires_at <= excluded.window_start THEN excluded.window_ms    ELSE c.window_ms    END,
-			count        = CASE WHEN c.expires_at <= excluded.window_start THEN excluded.count        ELSE c.count + excluded.count END,
-			expires_at   = CASE WHEN c.expires_at <= excluded.window_start THEN excluded.expires_at   ELSE c.expires_at   END
+			window_start = CASE WHEN c.expires_at <= excluded.window_start THEN excluded.window_start
+				WHEN c.window_ms = excluded.window_ms THEN c.window_start
+				ELSE least(c.expires_at, excluded.expires_at) - excluded.window_ms END,
+			window_ms    = excluded.window_ms,
+			count        = CASE WHEN c.expires_at <= excluded.window_start THEN excluded.count ELSE c.count + excluded.count END,
+			expires_at   = CASE WHEN c.expires_at <= excluded.window_start THEN excluded.expires_at
+				WHEN c.window_ms = excluded.window_ms THEN c.expires_at
+				ELSE least(c.expires_at, excluded.expires_at) END
 		RETURNING c.key, c.count, least(c.expires_at - ` + pgNowMS + `, c.window_ms)`
 	// The prunes run after the batch's upserts and skip locked rows, so they
 	// never wait on another instance's transaction: no deadlock cycle can

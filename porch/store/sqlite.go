@@ -84,6 +84,7 @@ type SQLite struct {
 	c        *committer
 	seen     map[string]int // batch scratch: newest counter write per key
 	unlock   func()         // releases the file's lock, after the database closes; see lockFile
+	claims   policyClaims   // the rate policies this process counts under
 }
 
 type sqliteStmts struct {

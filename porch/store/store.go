@@ -148,6 +148,10 @@ type ExclusiveCounters interface {
 	// SaveCounter queues a write-through of c: an upsert, never delete then
 	// insert.
 	SaveCounter(c Counter, done func(error)) error
+	// ClaimPolicy records that a limiter counts under p until release; it
+	// fails with ErrPolicyConflict while another limiter of p.Name counts
+	// under another policy.
+	ClaimPolicy(ctx context.Context, p Policy) (release func(), err error)
 }
 
 // SharedCounters is implemented by a store that several processes write
@@ -156,4 +160,8 @@ type ExclusiveCounters interface {
 type SharedCounters interface {
 	// AddHit counts one request for key in its window of length window.
 	AddHit(key string, window time.Duration, done func(Hit, error)) error
+	// ClaimPolicy records that a limiter counts under p until release, in
+	// every instance; it fails with ErrPolicyConflict while a limiter of
+	// p.Name counts under another policy, here or in a running instance.
+	ClaimPolicy(ctx context.Context, p Policy) (release func(), err error)
 }
