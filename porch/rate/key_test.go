@@ -1,8 +1,11 @@
 package rate_test
 
 import (
+	"bytes"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -153,5 +156,27 @@ func TestKeyPrincipal(t *testing.T) {
 	}
 	if res, _ := serve(h, req("198.51.100.1:1", "alice")); res.StatusCode != http.StatusTooManyRequests {
 		t.Errorf("alice from another address: got status %d, want 429", res.StatusCode)
+	}
+}
+
+// chi's middleware.RealIP rewrites RemoteAddr from X-Forwarded-For, so with
+// TrustProxy off a client that forges a new header on every request gets a
+// new counter each time (5 rotated values all got 200). The limiter cannot
+// recover the peer, but it says so, once, naming the middleware.
+func TestRealIPIsLogged(t *testing.T) {
+	var logs bytes.Buffer
+	old := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(&logs, nil)))
+	t.Cleanup(func() { slog.SetDefault(old) })
+
+	rg := newRig(t, 1, time.Minute, rigOptions{})
+	h := middleware.RealIP(rg.lim.Handler(&counted{}))
+	for _, xff := range []string{"203.0.113.1", "203.0.113.2", "203.0.113.3"} {
+		r := request("192.0.2.1:1")
+		r.Header.Set("X-Forwarded-For", xff)
+		serve(h, r)
+	}
+	if n := strings.Count(logs.String(), "middleware.RealIP"); n != 1 {
+		t.Fatalf("got %d warnings naming middleware.RealIP, want 1:\n%s", n, logs.String())
 	}
 }

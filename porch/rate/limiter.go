@@ -36,7 +36,9 @@ type Options struct {
 	// ClientIPFromHeader), which must run before the limiter. Set it only
 	// when a proxy you control overwrites that header; the limiter itself
 	// never parses X-Forwarded-For. If false, the key is the connection's
-	// peer address, which cannot be forged.
+	// peer address, which cannot be forged, unless a middleware such as
+	// chi's middleware.RealIP has already overwritten it from a header:
+	// never use RealIP with this limiter (see the package doc).
 	TrustProxy bool
 	// Key, if set, returns the principal to count a request against (an API
 	// key, a user id). It returns "" to fall back to the client IP.
@@ -73,6 +75,7 @@ type Limiter struct {
 	rateLimitPrefix         string
 	prefix                  string // counter key prefix
 	release                 func() // ends the store's claim of this limiter's policy
+	warnRewritten           sync.Once
 }
 
 // Verdict is a limiter's decision for one request, with what the response
@@ -226,7 +229,7 @@ func (l *Limiter) key(r *http.Request) string {
 			return l.principalKey(k)
 		}
 	}
-	return l.prefix + "ip:" + clientKey(r, l.opt.TrustProxy)
+	return l.prefix + "ip:" + l.clientKey(r)
 }
 
 func (l *Limiter) principalKey(principal string) string { return l.prefix + "p:" + principal }

@@ -1,4 +1,4 @@
-package rate
+package clientip
 
 import (
 	"net/http"
@@ -10,11 +10,11 @@ import (
 )
 
 // keyOf runs r through chi's client-IP middleware for one trusted proxy hop,
-// as the storefront does with -trust-proxy, and returns clientKey's answer.
+// as the storefront does with -trust-proxy, and returns Key's answer.
 func keyOf(r *http.Request, trustProxy bool) string {
 	var key string
 	middleware.ClientIPFromXFFTrustedProxies(1)(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
-		key = clientKey(r, trustProxy)
+		key, _ = Key(r, trustProxy)
 	})).ServeHTTP(httptest.NewRecorder(), r)
 	return key
 }
@@ -29,7 +29,8 @@ func canonical(key string) bool {
 	return err == nil && p.Addr().Is6() && p.Addr().Zone() == "" && p.Bits() == 64 && p.Masked() == p && p.String() == key
 }
 
-// FuzzClientKey checks the client half of a counter key: without
+// FuzzClientKey checks the client address porch keys on (the client half of
+// a counter key, the scope of an idempotency key without a principal): without
 // TrustProxy it never depends on X-Forwarded-For; a peer or a forwarded
 // address always becomes a canonical IPv4 address or IPv6 /64, whatever its
 // spelling (a zone, a v4-mapped IPv6 address, a port), so a client cannot

@@ -1,0 +1,62 @@
+// Package clientip names the client of a request the way porch's
+// middlewares key it by default: the rate limiter counts per client, and
+// idempotency scopes keys per client when no principal is known. Both must
+// agree on who a client is and on what a client cannot forge.
+package clientip
+
+import (
+	"net/http"
+	"net/netip"
+
+	"github.com/go-chi/chi/v5/middleware"
+)
+
+// Key is the client's address: the IP, an IPv6 client reduced to its /64
+// (one subscriber usually holds a whole /64, so a per-address key would be
+// trivially evaded).
+//
+// With trustProxy off it reads only r.RemoteAddr, the connection's peer,
+// which a client cannot forge; X-Forwarded-For is never read. With
+// trustProxy on it takes the address chi's client-IP middleware resolved
+// (middleware.ClientIPFromXFF and friends), falling back to the peer when
+// that middleware resolved none.
+//
+// rewritten reports that the key came from a RemoteAddr without a port.
+// net/http always sets host:port, so something rewrote it, almost always
+// chi's middleware.RealIP, which copies X-Forwarded-For, X-Real-IP or
+// True-Client-IP into it: headers any client can forge, which silently
+// defeats trustProxy off.
+func Key(r *http.Request, trustProxy bool) (key string, rewritten bool) {
+	if trustProxy {
+		if ip := middleware.GetClientIPAddr(r.Context()); ip.IsValid() {
+			return addrKey(ip), false
+		}
+	}
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil {
+		if ip, err := netip.ParseAddr(r.RemoteAddr); err == nil {
+			return addrKey(ip), true
+		}
+		return r.RemoteAddr, false // not an IP (a unix socket, a test): key on it as given
+	}
+	return addrKey(ap.Addr()), false
+}
+
+func addrKey(ip netip.Addr) string {
+	ip = ip.Unmap().WithZone("")
+	if ip.Is4() {
+		return ip.String()
+	}
+	p, err := ip.Prefix(64)
+	if err != nil { // only for an invalid address, which callers never pass
+		return ip.String()
+	}
+	return p.String()
+}
+
+// RewrittenWarning is what a middleware logs, once, when Key reports a
+// rewritten RemoteAddr.
+const RewrittenWarning = "the request's RemoteAddr has no port, so a middleware rewrote it, most likely chi's " +
+	"middleware.RealIP from X-Forwarded-For, X-Real-IP or True-Client-IP, which any client can forge " +
+	"to pose as any other: remove it, and behind a proxy you control use " +
+	"middleware.ClientIPFromXFFTrustedProxies with TrustProxy instead"
