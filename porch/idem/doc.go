@@ -25,6 +25,21 @@
 //	keys := idem.New(pool, st, idem.Options{RequireKey: true})
 //	r.With(porch.Chain(limiter, keys)).Post("/checkout", checkout)
 //
+// # Whose key is it
+//
+// A key is looked up within a scope: the principal Options.Principal
+// returns (set it to the authenticated account), or, when it is nil or
+// returns "", the client's address as the rate limiter keys it by default
+// (the peer IP, an IPv6 client by its /64; Options.TrustProxy for the
+// address chi's client-IP middleware resolved behind your proxy). Keys are
+// never global by default: in one global key space a response stored for
+// one client, a 401 say, was replayed to another client that sent the same
+// key. Without a principal, a client whose address changes between retries
+// (a phone moving networks) runs the handler again; set Principal where
+// that matters. Never put chi's middleware.RealIP in front: it rewrites the
+// address from headers any client can forge, so a client could pick
+// another's scope (the middleware logs a warning once when it sees that).
+//
 // Put it last in a chain, after any middleware that may refuse (a rate
 // limiter): a refusal then never reserves the key. Placed earlier it is still
 // correct (a refusal by a later middleware is not stored), but a refused

@@ -7,12 +7,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/writeonce/writeonce/porch"
+	"github.com/writeonce/writeonce/porch/internal/clientip"
 	"github.com/writeonce/writeonce/porch/store"
 )
 
@@ -34,11 +37,20 @@ type Options struct {
 	// RequireKey answers 400 to a request of those methods without a key.
 	RequireKey bool
 	// Principal scopes keys: two principals using the same key get separate
-	// records. If nil, keys are global, which is only safe when every client
-	// is trusted; a multi-tenant API must set it (to the authenticated
-	// account), or one tenant could replay another's response by guessing
-	// its key.
+	// records. Set it to the authenticated account (the auth middleware
+	// must run first). If nil, or when it returns "", a key is scoped by
+	// the client's address, as the rate limiter keys it by default (the
+	// peer IP, an IPv6 client by its /64; see TrustProxy), so that one
+	// client's stored response is never replayed to another that sends the
+	// same key. Keys are never global unless Principal makes them so by
+	// returning one constant.
 	Principal func(r *http.Request) string
+	// TrustProxy scopes keys without a principal by the client address
+	// chi's client-IP middleware resolved (middleware.ClientIPFromXFF,
+	// ClientIPFromXFFTrustedProxies), as rate.Options.TrustProxy does; set
+	// it behind a proxy you control, or every client behind it shares the
+	// proxy's scope. If false, the connection's peer address.
+	TrustProxy bool
 	// TTL is how long a stored response is kept. If zero, DefaultTTL.
 	TTL time.Duration
 	// MaxBody is the largest request body accepted, in bytes; a larger one
@@ -59,6 +71,8 @@ type Idempotent struct {
 	opt     Options
 	shards  []*shard // indexed by pool shard; shards[i] is touched only by actor i
 	methods []string
+
+	warnRewritten sync.Once
 }
 
 // New returns the middleware, its in-flight state kept by pool's actors and
@@ -343,15 +357,31 @@ func (m *Idempotent) digest(r *http.Request) ([]byte, *porch.Response) {
 	return h.Sum(nil), nil
 }
 
-// scope makes the lookup key: the bare key, under the principal when one is
-// configured. Lengths are spelled out so that no principal/key pair can be
-// made to collide with another.
+// scope makes the lookup key: the key under the principal, or under the
+// client's address when there is none, so that no client can ever read
+// another's stored response. Lengths are spelled out so that no scope/key
+// pair can be made to collide with another, and the two forms differ after
+// "idem:" (a digit, or "ip:"). A principal's form is the one earlier
+// versions stored.
 func (m *Idempotent) scope(r *http.Request, key string) string {
-	p := ""
 	if m.opt.Principal != nil {
-		p = m.opt.Principal(r)
+		if p := m.opt.Principal(r); p != "" {
+			return "idem:" + strconv.Itoa(len(p)) + ":" + p + ":" + key
+		}
 	}
-	return "idem:" + strconv.Itoa(len(p)) + ":" + p + ":" + key
+	a := m.clientAddr(r)
+	return "idem:ip:" + strconv.Itoa(len(a)) + ":" + a + ":" + key
+}
+
+// clientAddr is the scope of a request without a principal. A RemoteAddr
+// rewritten from a forgeable header is still used, since the real peer is
+// gone by then, but logged once: it lets a client pose as another.
+func (m *Idempotent) clientAddr(r *http.Request) string {
+	a, rewritten := clientip.Key(r, m.opt.TrustProxy)
+	if rewritten {
+		m.warnRewritten.Do(func() { slog.Warn("idem: "+clientip.RewrittenWarning, "remote_addr", r.RemoteAddr) })
+	}
+	return a
 }
 
 // replay renders a stored response: its status, body and content type only.

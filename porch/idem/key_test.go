@@ -13,6 +13,10 @@ import (
 // byte for byte: no client sits in between to refuse control characters.
 func keyed(body string, keys ...string) *http.Request {
 	req := httptest.NewRequest(http.MethodPost, "/orders", strings.NewReader(body))
+	// The client the env's server sees (e.do): keys without a principal are
+	// scoped by the client's address, and a test mixing the two means one
+	// client.
+	req.RemoteAddr = "127.0.0.1:1"
 	for _, k := range keys {
 		req.Header.Add(idem.Header, k)
 	}

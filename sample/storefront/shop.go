@@ -83,6 +83,12 @@ func newShop(cfg config) (*porch.App, error) {
 		return nil, err
 	}
 	app.OnShutdown(lim.Close)
+	// No principal: the shop has no accounts, so keys are scoped by the
+	// connection's peer, even with -trust-proxy. Behind the proxy its
+	// clients then share one scope, but a retry that arrives with another
+	// forwarded address (a client that changed networks, the gate's retries
+	// from fresh addresses) replays instead of ordering twice; a shop with
+	// accounts would set Principal.
 	keys := idem.New(pool, st, idem.Options{RequireKey: true, TTL: cfg.idemTTL, MaxBody: maxCheckoutBody})
 	s := &shop{cfg: cfg, db: db, st: st}
 
