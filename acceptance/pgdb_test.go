@@ -120,9 +120,11 @@ func (d *pgDB) onlyCounter(t *testing.T) counterRow {
 	return cs[0]
 }
 
-// advisoryLocks counts the advisory locks s's backends hold (granted) or
-// wait for (not granted). An idempotency owner holds its key's lock for as
-// long as its handler runs; a duplicate on another instance waits for it.
+// advisoryLocks counts the idempotency-key advisory locks s's backends hold
+// (granted) or wait for (not granted). An owner holds its key's lock, an
+// exclusive one, for as long as its handler runs; a duplicate on another
+// instance waits for it. The shared advisory lock each running limiter
+// holds on its policy's name is not counted.
 func (d *pgDB) advisoryLocks(t *testing.T, s *storefront, granted bool) int {
 	t.Helper()
 	if s.app == "" {
@@ -132,7 +134,7 @@ func (d *pgDB) advisoryLocks(t *testing.T, s *storefront, granted bool) int {
 	defer cancel()
 	var n int
 	err := d.pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-		WHERE l.locktype = 'advisory' AND l.granted = $2 AND a.application_name = $1`, s.app, granted).Scan(&n)
+		WHERE l.locktype = 'advisory' AND l.mode = 'ExclusiveLock' AND l.granted = $2 AND a.application_name = $1`, s.app, granted).Scan(&n)
 	if err != nil {
 		t.Fatalf("read pg_locks: %v", err)
 	}
