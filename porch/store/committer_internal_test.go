@@ -82,29 +82,43 @@ type stuckWriter struct{ release chan struct{} }
 
 func (w *stuckWriter) writeBatch([]op) error { <-w.release; return nil }
 
-// A committer stuck in a batch (a hung disk) is unhealthy once Health's
-// budget passes, and a full queue is reported without queueing a probe;
-// the caller's context bounds the wait too.
-func TestHealthOfAStuckCommitter(t *testing.T) {
+// stuckCommitter is a committer whose writer hangs (a hung disk), with a
+// one-write queue and one write per batch.
+func stuckCommitter(t *testing.T) *committer {
+	t.Helper()
 	w := &stuckWriter{release: make(chan struct{})}
 	c := newCommitter(w, porch.SystemClock{}, 1, 1)
-	c.healthBudget = time.Millisecond
 	t.Cleanup(func() { close(w.release); c.close() })
+	return c
+}
 
+// A probe stuck behind a hung disk is unhealthy once Health's budget
+// passes; a caller joining it is bounded by its own context too.
+func TestHealthOfAStuckProbe(t *testing.T) {
+	c := stuckCommitter(t)
+	c.healthBudget = time.Millisecond
 	if err := c.check(context.Background()); !errors.Is(err, ErrUnhealthy) {
-		t.Fatalf("probe stuck behind nothing: got %v, want ErrUnhealthy", err)
-	}
-	// The probe is the batch in progress; fill the one-slot queue.
-	if err := c.enqueue(op{}); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.check(context.Background()); !errors.Is(err, ErrUnhealthy) {
-		t.Fatalf("probe in flight: got %v, want ErrUnhealthy", err)
+		t.Fatalf("probe stuck: got %v, want ErrUnhealthy", err)
 	}
 	c.healthBudget = time.Hour
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if err := c.check(ctx); !errors.Is(err, context.Canceled) {
-		t.Fatalf("cancelled caller: got %v, want context.Canceled", err)
+		t.Fatalf("a cancelled caller joining the stuck probe: got %v, want context.Canceled", err)
+	}
+}
+
+// A committer stuck on a write with its queue full is unhealthy at once:
+// Health must not wait for room to queue a probe (it would hang with it).
+func TestHealthOfAFullQueue(t *testing.T) {
+	c := stuckCommitter(t)
+	c.healthBudget = time.Hour
+	for range 2 { // the first is the stuck batch; the second fills the queue
+		if err := c.enqueue(op{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.check(context.Background()); !errors.Is(err, ErrUnhealthy) {
+		t.Fatalf("queue full behind a stuck write: got %v, want ErrUnhealthy", err)
 	}
 }

@@ -13,6 +13,9 @@
 // pending write into one transaction, and each write's callback runs only
 // after that transaction has committed (synchronous=FULL for SQLite), so one
 // fsync serves a whole batch and nothing is visible before it is durable.
+// Store.Health reports whether commits succeed: from the last batch, or from
+// one shared probe write when the store is idle, so a health endpoint can
+// poll it without queueing a write per call.
 //
 //	s, err := store.OpenSQLite("app.db", store.Options{})
 //	if err != nil { ... }
