@@ -77,7 +77,7 @@ func serve(ms []Middleware, next http.Handler, w http.ResponseWriter, r *http.Re
 		res, c = runHandler(next, r)
 	}
 	for i := len(reqs) - 1; i >= 0; i-- {
-		ms[i].After(reqs[i], res, c)
+		res, c = runAfter(ms[i], reqs[i], res, c)
 	}
 	extendWriteDeadline(w, in)
 	res.Write(w)
@@ -119,6 +119,21 @@ func runHandler(h http.Handler, r *http.Request) (res *Response, c Completion) {
 	}()
 	h.ServeHTTP(bw, r)
 	return bw.res, Handled
+}
+
+// runAfter runs one after hook. A hook that panics becomes a 500 like a
+// handler's panic, and the hooks before it in the chain still run, told
+// the request Panicked: a middleware that took a resource in Before (an
+// idempotency key) must get to give it back, and must not store an answer
+// a later hook failed to finish.
+func runAfter(m Middleware, r *http.Request, res *Response, c Completion) (out *Response, oc Completion) {
+	defer func() {
+		if v := recover(); v != nil {
+			out, oc = recovered(r, v), Panicked
+		}
+	}()
+	m.After(r, res, c)
+	return res, c
 }
 
 // recovered logs a recovered panic (but http.ErrAbortHandler, which is

@@ -42,3 +42,30 @@ func TestChainBeforePanicStillRunsEarlierAfters(t *testing.T) {
 		t.Fatal("the handler ran after a Before panicked")
 	}
 }
+
+// afterPanicker's After panics; its Before passes.
+type afterPanicker struct{}
+
+func (afterPanicker) Before(r *http.Request) (*http.Request, *porch.Response) { return r, nil }
+func (afterPanicker) After(*http.Request, *porch.Response, porch.Completion) {
+	panic("header formatting failed")
+}
+
+// An After that panics is a 500, and the after hooks before it still run,
+// told the request panicked: an idempotency key held by an earlier
+// middleware must be given back and its response not stored. Unrecovered,
+// the panic skipped them and wedged the key.
+func TestChainAfterPanicStillRunsEarlierAfters(t *testing.T) {
+	got := porch.Completion(-1)
+	h := porch.Chain(holder{&got}, afterPanicker{})(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusCreated)
+	}))
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
+	if rec.Code != http.StatusInternalServerError {
+		t.Fatalf("status: got %d, want 500", rec.Code)
+	}
+	if got != porch.Panicked {
+		t.Fatalf("the earlier middleware's After: got %v, want %v", got, porch.Panicked)
+	}
+}
