@@ -343,3 +343,15 @@ func same(s string) func(int) string { return func(int) string { return s } }
 // porchOptions is the pool the transaction tests use: small, since each
 // request is sequential.
 func porchOptions() porch.PoolOptions { return porch.PoolOptions{Size: 2} }
+
+// waitParkedOn polls until exactly n requests are parked behind a leader.
+func waitParkedOn(t *testing.T, n int) {
+	t.Helper()
+	deadline := time.Now().Add(waitLimit)
+	for parked() != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("parked duplicates: got %d, want %d", parked(), n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}

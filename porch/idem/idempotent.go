@@ -104,6 +104,7 @@ type ownership struct {
 	key    string
 	digest []byte
 	caller *caller
+	store  store.Store
 	hold   store.Reservation
 }
 
@@ -135,6 +136,12 @@ func (m *Idempotent) Before(r *http.Request) (*http.Request, *porch.Response) {
 		return r, res
 	}
 	key = m.scope(r, key)
+	if outer, ok := r.Context().Value(ownerKey{}).(*ownership); ok && outer.key == key && outer.store == m.store {
+		// An idempotency middleware further out already owns this key on
+		// this store for this very request, and will store its response.
+		// Leading it again would wait on our own reservation forever.
+		return r, nil
+	}
 	for {
 		c := new(caller)
 		kind, f, err := m.join(r.Context(), key, digest, c)
@@ -208,7 +215,7 @@ func (m *Idempotent) lead(r *http.Request, key string, digest []byte, c *caller)
 		return nil, m.unavailable(r, err)
 	}
 	if !ok {
-		return &ownership{key: key, digest: digest, caller: c, hold: hold}, nil
+		return &ownership{key: key, digest: digest, caller: c, store: m.store, hold: hold}, nil
 	}
 	hold.Release()
 	m.end(key, c, outcomeReplay, stored, nil)
@@ -294,9 +301,11 @@ func (m *Idempotent) After(r *http.Request, res *porch.Response, c porch.Complet
 	if !ok {
 		return
 	}
-	defer o.hold.Release()
 	status := res.StatusCode()
 	if c != porch.Handled || status >= 500 {
+		// Release before the flight ends: the duplicate that leads next
+		// needs the key's slot (on PostgreSQL, a key connection) free.
+		o.hold.Release()
 		m.end(o.key, o.caller, outcomeReleased, store.Response{}, nil)
 		return
 	}
@@ -309,6 +318,8 @@ func (m *Idempotent) After(r *http.Request, res *porch.Response, c porch.Complet
 	}
 	// The client may have gone; the response is stored all the same, so its
 	// retry replays rather than runs the handler again.
+	// Save ends the reservation whatever its outcome, so the key's slot is
+	// free before the flight ends.
 	if err := o.hold.Save(context.WithoutCancel(r.Context()), stored, m.opt.TTL); err != nil {
 		if errors.Is(err, store.ErrWriteFailed) {
 			// Nothing happened: the next duplicate may lead and try again.

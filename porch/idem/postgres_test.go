@@ -2,6 +2,7 @@ package idem_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -275,5 +276,106 @@ func waitAdvisory(t *testing.T, st *store.Postgres, app string, granted bool) {
 			t.Fatalf("%s: no advisory lock with granted=%v within %s", app, granted, waitLimit)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// newPGMiddleware is one instance's middleware on dsn with opt and sopt,
+// behind its own server, closed on cleanup.
+func newPGMiddleware(t *testing.T, dsn string, opt idem.Options, sopt store.Options, h http.Handler) *pgInstance {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	st, err := store.OpenPostgres(ctx, dsn, sopt)
+	if err != nil {
+		t.Fatalf("open postgres: %v", err)
+	}
+	pool := porch.NewPool(porch.PoolOptions{})
+	in := &pgInstance{st: st, srv: httptest.NewServer(idem.New(pool, st, opt).Handler(h))}
+	t.Cleanup(func() {
+		in.srv.Close()
+		pool.Close(context.Background())
+		st.Close(context.Background())
+	})
+	return in
+}
+
+// A stored response's TTL runs from its save, not from the owner's BEGIN:
+// measured from the transaction's start (now()), a handler that worked
+// longer than the TTL stored a row already expired, and the retry ran the
+// handler again.
+func TestPostgresTTLRunsFromSave(t *testing.T) {
+	h := &payHandler{}
+	slow := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if h.runs.Load() == 0 {
+			time.Sleep(1500 * time.Millisecond) // the handler's work, longer than the TTL
+		}
+		h.ServeHTTP(w, r)
+	})
+	in := newPGMiddleware(t, pgtest.DSN(t), idem.Options{RequireKey: true, TTL: time.Second}, store.Options{}, slow)
+	s1, b1 := in.post(t, "ttl", `{"amount":1}`)
+	s2, b2 := in.post(t, "ttl", `{"amount":1}`)
+	if s1 != http.StatusCreated || s2 != http.StatusCreated || b1 != b2 || h.runs.Load() != 1 {
+		t.Fatalf("retry right after a slow first run: got %d %s then %d %s, %d runs; want one run and its replay", s1, b1, s2, b2, h.runs.Load())
+	}
+}
+
+// A server or DSN whose default isolation is SERIALIZABLE must not let the
+// second instance's leader miss the stored row: its snapshot would be
+// taken before its lock wait, and it ran the handler again.
+func TestPostgresSerializableDefault(t *testing.T) {
+	dsn := pgtest.WithParam(pgtest.DSN(t), "default_transaction_isolation", "serializable")
+	h := &payHandler{entered: make(chan struct{}, 2), release: make(chan struct{})}
+	a := newPGMiddleware(t, pgtest.WithParam(dsn, "application_name", "porch_ser_a"), idem.Options{}, store.Options{}, h)
+	b := newPGMiddleware(t, pgtest.WithParam(dsn, "application_name", "porch_ser_b"), idem.Options{}, store.Options{}, h)
+	var once sync.Once
+	free := func() { once.Do(func() { close(h.release) }) }
+	t.Cleanup(free)
+	first := make(chan int, 1)
+	go func() { s, _ := a.post(t, "ser", `{"amount":2}`); first <- s }()
+	<-h.entered
+	second := make(chan int, 1)
+	go func() { s, _ := b.post(t, "ser", `{"amount":2}`); second <- s }()
+	waitAdvisory(t, b.st, "porch_ser_b", false)
+	free()
+	if s1, s2 := <-first, <-second; s1 != http.StatusCreated || s2 != http.StatusCreated {
+		t.Fatalf("got %d and %d, want 201 and its replay", s1, s2)
+	}
+	if n := h.runs.Load(); n != 1 {
+		t.Fatalf("handler runs: got %d, want 1", n)
+	}
+}
+
+// The duplicate that inherits a key from an owner that answered 5xx needs
+// the owner's key connection: the owner gives it back before the flight
+// ends. Given back after, the heir found none free and got 503 (19 rounds
+// of 20 with KeyConns 1).
+func TestPostgresHeirGetsTheKeyConnection(t *testing.T) {
+	var runs atomic.Int64
+	entered, release := make(chan struct{}, 1), make(chan struct{}, 1)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if runs.Add(1)%2 == 1 { // every key's first run fails, after its duplicate parked
+			entered <- struct{}{}
+			<-release
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+	})
+	in := newPGMiddleware(t, pgtest.DSN(t), idem.Options{}, store.Options{KeyConns: 1}, h)
+	for i := range 10 {
+		key := fmt.Sprintf("heir-%d", i)
+		owner := make(chan int, 1)
+		go func() { s, _ := in.post(t, key, "x"); owner <- s }()
+		<-entered
+		heir := make(chan int, 1)
+		go func() { s, _ := in.post(t, key, "x"); heir <- s }()
+		waitParkedOn(t, 1)
+		release <- struct{}{}
+		if s := <-owner; s != http.StatusServiceUnavailable {
+			t.Fatalf("round %d: owner got %d, want its handler's 503", i, s)
+		}
+		if s := <-heir; s != http.StatusCreated {
+			t.Fatalf("round %d: the heir got %d, want 201 from running the handler itself", i, s)
+		}
 	}
 }

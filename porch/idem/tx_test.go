@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/writeonce/writeonce/internal/pgtest"
 	"github.com/writeonce/writeonce/porch/idem"
@@ -249,5 +251,89 @@ func TestOperationID(t *testing.T) {
 	}
 	if len(ids) != 4 || ids[0] != ids[1] || ids[0] == ids[2] || ids[0] == ids[3] || ids[2] == ids[3] {
 		t.Fatalf("operation ids %q: want runs of one key equal, other keys and principals different", ids)
+	}
+}
+
+// Two middlewares on one store (two routes, two listeners) are two sets of
+// actors: the store's reservation must still admit one owner per key, or
+// both run the handler and the second answer overwrites the first.
+func TestTwoMiddlewaresOneStore(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b txBackend) {
+		var runs atomic.Int64
+		entered, release := make(chan struct{}, 1), make(chan struct{})
+		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			n := runs.Add(1)
+			if err := idem.Exec(r.Context(), `INSERT INTO ledger (id) VALUES ($1)`, fmt.Sprint(n)); err != nil {
+				http.Error(w, err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+			if n == 1 {
+				entered <- struct{}{}
+				<-release
+			}
+			w.WriteHeader(http.StatusCreated)
+			fmt.Fprintf(w, "run %d", n)
+		})
+		public := idem.New(newPool(t, porchOptions()), b.st, idem.Options{}).Handler(h)
+		internal := idem.New(newPool(t, porchOptions()), b.st, idem.Options{}).Handler(h)
+		first := make(chan *httptest.ResponseRecorder, 1)
+		go func() { first <- send(public, "k", "a") }()
+		<-entered
+		second := make(chan *httptest.ResponseRecorder, 1)
+		go func() { second <- send(internal, "k", "a") }()
+		waitInStack(t, "porch/store.(*SQLite).Reserve(", "porch/store.(*Postgres).Reserve(")
+		close(release)
+		a, c := <-first, <-second
+		if a.Code != http.StatusCreated || c.Code != http.StatusCreated || a.Body.String() != c.Body.String() {
+			t.Fatalf("through two middlewares: got %d %q and %d %q, want one 201 and its replay", a.Code, a.Body, c.Code, c.Body)
+		}
+		if n := b.count(t); n != 1 || runs.Load() != 1 {
+			t.Fatalf("ledger rows %d, runs %d: want 1 and 1", n, runs.Load())
+		}
+	})
+}
+
+// A middleware nested inside another on the same store, for the same key,
+// passes the request through: the outer one owns the key and stores the
+// response. Leading it again waited on the outer reservation forever.
+func TestNestedMiddlewaresSameKey(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b txBackend) {
+		h := &ledgerHandler{}
+		outer := idem.New(newPool(t, porchOptions()), b.st, idem.Options{})
+		inner := idem.New(newPool(t, porchOptions()), b.st, idem.Options{})
+		mh := outer.Handler(inner.Handler(h))
+		done := make(chan *httptest.ResponseRecorder, 1)
+		go func() { done <- send(mh, "k", "a") }()
+		select {
+		case got := <-done:
+			if got.Code != http.StatusCreated {
+				t.Fatalf("nested: got %d %s, want 201", got.Code, got.Body)
+			}
+		case <-time.After(waitLimit):
+			t.Fatal("nested middlewares on one key never answered: the inner one waits on the outer's reservation")
+		}
+		if again := send(mh, "k", "a"); again.Code != http.StatusCreated || h.runs.Load() != 1 || b.count(t) != 1 {
+			t.Fatalf("retry: got %d, runs %d, rows %d; want a 201 replay, 1 run, 1 row", again.Code, h.runs.Load(), b.count(t))
+		}
+	})
+}
+
+// waitInStack polls the goroutine dump until one of frames shows: a request
+// blocked where the test needs it, which nothing else can signal.
+func waitInStack(t *testing.T, frames ...string) {
+	t.Helper()
+	deadline := time.Now().Add(waitLimit)
+	for {
+		buf := make([]byte, 1<<20)
+		dump := string(buf[:runtime.Stack(buf, true)])
+		for _, f := range frames {
+			if strings.Contains(dump, f) {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no goroutine reached any of %q within %s", frames, waitLimit)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }

@@ -27,6 +27,9 @@ type op struct {
 	// failed is this write's own error, set by the batch writer when the
 	// write failed alone and the rest of its batch committed.
 	failed error
+	// dropped is set by a batch writer that left this write out of the
+	// batch (its statement aborted the whole transaction); failed says why.
+	dropped bool
 }
 
 // execOp is an application's statement run in the committer's transaction.

@@ -96,8 +96,15 @@ func OpenPostgres(ctx context.Context, dsn string, opt Options) (*Postgres, erro
 	return p, nil
 }
 
+// readCommitted is every porch transaction's isolation, whatever the
+// server's or the DSN's default_transaction_isolation says: a statement
+// after a lock wait must see what the lock's previous holder committed,
+// which a snapshot taken before the wait (REPEATABLE READ, SERIALIZABLE)
+// does not.
+var readCommitted = pgx.TxOptions{IsoLevel: pgx.ReadCommitted}
+
 func (p *Postgres) migrate(ctx context.Context) error {
-	return pgx.BeginFunc(ctx, p.writer, func(tx pgx.Tx) error {
+	return pgx.BeginTxFunc(ctx, p.writer, readCommitted, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, pgLockSchema); err != nil {
 			return fmt.Errorf("store: lock schema: %w", err)
 		}
@@ -146,11 +153,23 @@ func (p *Postgres) Close(ctx context.Context) error {
 	if err := p.c.closeCtx(ctx); err != nil {
 		return err
 	}
-	p.closePolicies()
-	p.pool.Close()
-	p.keys.Close()
-	p.writer.Close()
-	return nil
+	// pgxpool.Close waits for every acquired connection, and an owner holds
+	// a key connection for its handler's whole run: wait under ctx, and
+	// leave the pools closing in the background if it ends first.
+	closed := make(chan struct{})
+	go func() {
+		p.closePolicies()
+		p.pool.Close()
+		p.keys.Close()
+		p.writer.Close()
+		close(closed)
+	}()
+	select {
+	case <-closed:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("store: close postgres: connections still held by owners: %w", ctx.Err())
+	}
 }
 
 // keyHits is one key's share of a batch.
@@ -194,7 +213,7 @@ func (p *Postgres) writeBatch(batch []op) error {
 		windows[i] = byKey[k].window.Milliseconds()
 		hits[i] = int64(len(byKey[k].ops))
 	}
-	return pgx.BeginFunc(ctx, p.writer, func(tx pgx.Tx) error {
+	return pgx.BeginTxFunc(ctx, p.writer, readCommitted, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, pgAddHits, keys, windows, hits)
 		if err != nil {
 			return fmt.Errorf("store: add hits: %w", err)
@@ -260,7 +279,7 @@ func (p *Postgres) Reserve(ctx context.Context, key string) (Reservation, error)
 		<-p.slots
 		return nil, fmt.Errorf("store: reserve: %w", err)
 	}
-	tx, err := conn.Begin(ctx)
+	tx, err := conn.BeginTx(ctx, readCommitted)
 	if err != nil {
 		discard(conn)
 		<-p.slots
@@ -344,8 +363,13 @@ func pgOwnersFault(ctx context.Context, err error) bool {
 	if ctx.Err() != nil || !errors.As(err, &pe) || len(pe.Code) < 2 {
 		return false
 	}
+	if pe.Severity == "FATAL" || pe.Severity == "PANIC" {
+		return false // the session ended (a timeout, a terminated backend): not the statement's doing
+	}
 	switch pe.Code[:2] {
-	case "08", "40", "53", "57", "58", "XX": // connection, rollback, resources, operator, system, internal
+	case "08", "25", "40", "53", "55", "57", "58", "XX":
+		// connection, transaction state, rollback, resources, object
+		// state (lock_timeout), operator, system, internal
 		return false
 	}
 	return true
@@ -377,9 +401,13 @@ func (r *pgReservation) Save(ctx context.Context, res Response, ttl time.Duratio
 		return fmt.Errorf("store: save response: %w", err)
 	}
 	if err := r.tx.Commit(ctx); err != nil {
-		// The outcome is unknown if the connection died during COMMIT; the
-		// next owner reads the table and learns it.
+		// A deferred constraint fails here, and is the owner's; if the
+		// connection died during COMMIT the outcome is unknown, and the next
+		// owner reads the table and learns it.
 		r.end(false)
+		if pgOwnersFault(ctx, err) {
+			return fmt.Errorf("%w: %w", ErrWriteFailed, err)
+		}
 		return fmt.Errorf("store: commit response: %w", err)
 	}
 	if r.p.opt.PruneRows > 0 {

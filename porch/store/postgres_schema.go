@@ -42,6 +42,11 @@ var postgresMigrations = []string{
 // it, which is why the time left is capped at the window.
 const pgNowMS = `(extract(epoch FROM now()) * 1000)::bigint`
 
+// pgClockMS is the database's clock now, not at the transaction's start:
+// an idempotency owner's transaction spans its lock wait and its handler,
+// and a TTL measured from its BEGIN could store a row already expired.
+const pgClockMS = `(extract(epoch FROM clock_timestamp()) * 1000)::bigint`
+
 const (
 	pgLockSchema   = `SELECT pg_advisory_xact_lock(hashtextextended('porch_schema', 0))`
 	pgVersionTable = `CREATE TABLE IF NOT EXISTS porch_schema_version (version integer NOT NULL)`
@@ -81,12 +86,12 @@ const (
 	// Load prunes the key's row if it has expired and returns it otherwise,
 	// in one round trip.
 	pgLoadResponse = `WITH pruned AS (
-			DELETE FROM porch_idem_responses WHERE key = $1 AND expires_at <= ` + pgNowMS + `)
+			DELETE FROM porch_idem_responses WHERE key = $1 AND expires_at <= ` + pgClockMS + `)
 		SELECT digest, status, content_type, body, created_at, expires_at
-		FROM porch_idem_responses WHERE key = $1 AND expires_at > ` + pgNowMS
+		FROM porch_idem_responses WHERE key = $1 AND expires_at > ` + pgClockMS
 	pgSaveResponse = `INSERT INTO porch_idem_responses AS r
 			(key, digest, status, content_type, body, created_at, expires_at)
-		VALUES ($1, $2, $3, $4, $5, ` + pgNowMS + `, ` + pgNowMS + ` + $6)
+		VALUES ($1, $2, $3, $4, $5, ` + pgClockMS + `, ` + pgClockMS + ` + $6)
 		ON CONFLICT (key) DO UPDATE SET
 			digest = excluded.digest, status = excluded.status, content_type = excluded.content_type,
 			body = excluded.body, created_at = excluded.created_at, expires_at = excluded.expires_at`

@@ -269,3 +269,32 @@ func TestPostgresReserveFailsFastBeyondKeyConns(t *testing.T) {
 	b.Release()
 	c.Release()
 }
+
+// Close keeps to its context while an owner still holds a key connection:
+// pgxpool.Close waits for every acquired connection, and an owner holds one
+// for its handler's whole run, so a stop waited as long as the slowest
+// handler (forever, for one that never returns).
+func TestPostgresCloseKeepsItsDeadline(t *testing.T) {
+	ctx := context.Background()
+	s, err := store.OpenPostgres(ctx, pgtest.DSN(t), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hold, err := s.Reserve(ctx, "held")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hold.Release()
+	cctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	closed := make(chan error, 1)
+	go func() { closed <- s.Close(cctx) }()
+	select {
+	case err := <-closed:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Close with a key held: got %v, want context.DeadlineExceeded", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close ignored its deadline while a key connection was held")
+	}
+}

@@ -84,7 +84,11 @@ type SQLite struct {
 	c        *committer
 	seen     map[string]int // batch scratch: newest counter write per key
 	unlock   func()         // releases the file's lock, after the database closes; see lockFile
-	claims   policyClaims   // the rate policies this process counts under
+	keys     keyLocks       // idempotency keys held by owners in this process
+	// appStatement is set while the committer runs an application's
+	// statement; authorize reads it. Only the committer touches it.
+	appStatement bool
+	claims       policyClaims // the rate policies this process counts under
 }
 
 type sqliteStmts struct {
@@ -143,6 +147,16 @@ func (s *SQLite) init(ctx context.Context) error {
 		return fmt.Errorf("store: writer connection: %w", err)
 	}
 	s.wconn = conn
+	if err := conn.Raw(func(dc any) error {
+		c, ok := dc.(*sqlite3.SQLiteConn)
+		if !ok {
+			return fmt.Errorf("unexpected driver connection %T", dc)
+		}
+		c.RegisterAuthorizer(s.authorize)
+		return nil
+	}); err != nil {
+		return fmt.Errorf("store: writer connection: %w", err)
+	}
 	// The checkpointer copies the WAL back off the request path, but only
 	// the writer can start the WAL over once it is copied: a checkpointer
 	// racing a committer that always appends never sees it whole. So the
@@ -270,10 +284,14 @@ func (s *SQLite) DeleteResponse(key string, now time.Time, done func(error)) err
 	return s.c.enqueue(op{delete: &deletion{key: key, now: now.UnixMilli()}, done: done})
 }
 
-// Reserve holds key for its owner. One process writes a SQLite file and the
-// idempotency actor already admits one owner per key, so there is nothing
-// further to lock.
+// Reserve holds key for its owner, waiting under ctx while another owner in
+// this process holds it: one process writes a SQLite file, so an in-memory
+// lock is all the exclusion it needs, even with several middlewares on the
+// store.
 func (s *SQLite) Reserve(ctx context.Context, key string) (Reservation, error) {
+	if err := s.keys.lock(ctx, key); err != nil {
+		return nil, fmt.Errorf("store: reserve: %w", err)
+	}
 	return &sqliteReservation{s: s, key: key}, nil
 }
 
@@ -326,6 +344,9 @@ func (r *sqliteReservation) Save(ctx context.Context, res Response, ttl time.Dur
 	owner := r.owner
 	r.owner, r.ended = nil, true
 	r.mu.Unlock()
+	// The key is given up only once the commit has answered, so that the
+	// next owner's Load sees the stored row.
+	defer r.s.keys.unlock(r.key)
 	res.Key = r.key
 	res.Created = r.s.Now()
 	res.Expires = res.Created.Add(ttl)
@@ -337,6 +358,9 @@ func (r *sqliteReservation) Save(ctx context.Context, res Response, ttl time.Dur
 func (r *sqliteReservation) Release() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if !r.ended {
+		r.s.keys.unlock(r.key)
+	}
 	r.owner, r.ended = nil, true
 }
 
@@ -361,7 +385,39 @@ func (s *SQLite) Close(ctx context.Context) error {
 // the whole batch, a bounded prune first, then the newest write per counter
 // key (the limiter's actor is the only writer of its keys and writes absolute
 // counts, so earlier writes of a key in the same batch are superseded).
-func (s *SQLite) writeBatch(batch []op) (err error) {
+//
+// An application's statement (Exec, or an owner's) that ends the whole
+// transaction itself (INSERT OR ROLLBACK, a trigger's RAISE(ROLLBACK))
+// takes nothing with it: the batch is written again without it, and only
+// its caller learns the error.
+func (s *SQLite) writeBatch(batch []op) error {
+	for range len(batch) + 1 {
+		err := s.writeBatchOnce(batch)
+		var ab *appAborted
+		if !errors.As(err, &ab) {
+			return err
+		}
+		batch[ab.index].dropped = true
+		for i := range batch {
+			if !batch[i].dropped {
+				batch[i].failed = nil // the next pass decides afresh
+			}
+		}
+		batch[ab.index].failed = ab.err
+	}
+	return errors.New("store: batch aborted by every write in it") // unreachable: each pass drops one
+}
+
+// appAborted reports an application's statement that rolled back the
+// batch's whole transaction.
+type appAborted struct {
+	index int
+	err   error
+}
+
+func (a *appAborted) Error() string { return a.err.Error() }
+
+func (s *SQLite) writeBatchOnce(batch []op) (err error) {
 	ctx := context.Background()
 	if s.opt.CommitDelay > 0 {
 		time.Sleep(s.opt.CommitDelay) // fault injection: a slow disk
@@ -405,6 +461,9 @@ func (s *SQLite) writeBatch(batch []op) (err error) {
 
 func (s *SQLite) apply(ctx context.Context, batch []op, i int) error {
 	o := batch[i]
+	if o.dropped {
+		return nil
+	}
 	switch {
 	case o.counter != nil:
 		c := o.counter
@@ -418,6 +477,9 @@ func (s *SQLite) apply(ctx context.Context, batch []op, i int) error {
 		}
 	case o.response != nil && len(o.owner) > 0:
 		ownErr, txErr := s.inSavepoint(ctx, func() error { return s.applyOwner(ctx, o) })
+		if errors.Is(txErr, errTxGone) {
+			return &appAborted{index: i, err: fmt.Errorf("%w: %w", ErrWriteFailed, ownErr)}
+		}
 		if txErr != nil {
 			return fmt.Errorf("store: save response: %w", txErr)
 		}
@@ -431,10 +493,10 @@ func (s *SQLite) apply(ctx context.Context, batch []op, i int) error {
 			return fmt.Errorf("store: delete response: %w", err)
 		}
 	case o.exec != nil:
-		execErr, txErr := s.inSavepoint(ctx, func() error {
-			_, err := s.wconn.ExecContext(ctx, o.exec.query, o.exec.args...)
-			return err
-		})
+		execErr, txErr := s.inSavepoint(ctx, func() error { return s.execApp(ctx, o.exec) })
+		if errors.Is(txErr, errTxGone) {
+			return &appAborted{index: i, err: execErr}
+		}
 		if txErr != nil {
 			return fmt.Errorf("store: exec: %w", txErr)
 		}
@@ -463,7 +525,7 @@ func (s *SQLite) upsertResponse(ctx context.Context, r *Response) error {
 // is ErrWriteFailed; anything else (a full disk) is the store failing.
 func (s *SQLite) applyOwner(ctx context.Context, o op) error {
 	for _, e := range o.owner {
-		if _, err := s.wconn.ExecContext(ctx, e.query, e.args...); err != nil {
+		if err := s.execApp(ctx, &e); err != nil {
 			if ownersFault(err) {
 				return fmt.Errorf("%w: %w", ErrWriteFailed, err)
 			}
@@ -489,15 +551,64 @@ func ownersFault(err error) bool {
 	return false
 }
 
+// execApp runs an application's statement on the writer, with transaction
+// control refused (see authorize).
+func (s *SQLite) execApp(ctx context.Context, e *execOp) error {
+	s.appStatement = true
+	defer func() { s.appStatement = false }()
+	_, err := s.wconn.ExecContext(ctx, e.query, e.args...)
+	return err
+}
+
+// authorize is the writer connection's SQLite authorizer. While an
+// application's statement is being prepared it refuses transaction control
+// (BEGIN, COMMIT, ROLLBACK, SAVEPOINT, RELEASE), ATTACH, DETACH and PRAGMA:
+// one of them would commit, undo or reconfigure the batch's transaction,
+// which holds other callers' writes. SQLite calls it on the committer's
+// goroutine, while that goroutine prepares a statement, so appStatement
+// needs no lock.
+func (s *SQLite) authorize(action int, _, _, _ string) int {
+	if !s.appStatement {
+		return sqlite3.SQLITE_OK
+	}
+	switch action {
+	case sqlite3.SQLITE_TRANSACTION, sqlite3.SQLITE_SAVEPOINT, sqlite3.SQLITE_ATTACH,
+		sqlite3.SQLITE_DETACH, sqlite3.SQLITE_PRAGMA:
+		return sqlite3.SQLITE_DENY
+	}
+	return sqlite3.SQLITE_OK
+}
+
+// errTxGone reports that a statement ended the batch's whole transaction.
+var errTxGone = errors.New("store: the statement rolled back the whole transaction")
+
+// inTransaction reports whether the writer is still inside the batch's
+// transaction: a statement with a ROLLBACK conflict clause, or a trigger's
+// RAISE(ROLLBACK), ends it without any statement the authorizer sees.
+func (s *SQLite) inTransaction() bool {
+	in := true
+	s.wconn.Raw(func(dc any) error { //nolint:errcheck // the callback cannot fail
+		if c, ok := dc.(*sqlite3.SQLiteConn); ok {
+			in = !c.AutoCommit()
+		}
+		return nil
+	})
+	return in
+}
+
 // inSavepoint runs fn inside a savepoint, so that its failure (a
 // constraint, a typo) is its caller's alone, ownErr, and the rest of the
 // batch still commits. An error of the savepoint itself, txErr, leaves the
-// transaction in doubt and fails the whole batch.
+// transaction in doubt and fails the whole batch; errTxGone says fn ended
+// the transaction itself, so nothing of the batch was written.
 func (s *SQLite) inSavepoint(ctx context.Context, fn func() error) (ownErr, txErr error) {
 	if _, err := s.wconn.ExecContext(ctx, "SAVEPOINT porch_exec"); err != nil {
 		return nil, err
 	}
 	if ownErr = fn(); ownErr != nil {
+		if !s.inTransaction() {
+			return ownErr, errTxGone
+		}
 		if _, err := s.wconn.ExecContext(ctx, "ROLLBACK TO porch_exec"); err != nil {
 			return ownErr, err
 		}
