@@ -33,8 +33,9 @@ var ErrNoKeyConn = errors.New("store: no connection free to hold an idempotency 
 // Postgres is the store for several instances behind one load balancer.
 // Counters are counted by the database, one atomic statement per batch of
 // hits, on the database's clock; idempotency keys are held across instances
-// by a session advisory lock on the owner's connection, which the server
-// releases if the owner's process dies. It is safe for concurrent use.
+// by a transaction-scoped advisory lock in the owner's own transaction,
+// which also carries the owner's writes and its response, so that losing
+// the connection rolls back all of it. It is safe for concurrent use.
 type Postgres struct {
 	pool   *pgxpool.Pool // the application's queries
 	keys   *pgxpool.Pool // one connection per held idempotency key
