@@ -1,6 +1,6 @@
-module github.com/writeonce/writeonce
+module github.com/writeonce/porch-go
 
-go 1.26
+go 1.25.0
 
 require (
 	github.com/go-chi/chi/v5 v5.5.0

@@ -10,7 +10,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/writeonce/writeonce/internal/pgtest"
+	"github.com/writeonce/porch-go/internal/pgtest"
 )
 
 // pgTimeout bounds every query the gate sends to PostgreSQL itself.

@@ -10,7 +10,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/writeonce/writeonce/internal/pgtest"
+	"github.com/writeonce/porch-go/internal/pgtest"
 )
 
 // The legs of issue 4: two storefront processes on two ports share one

@@ -1,15 +1,15 @@
-module github.com/writeonce/writeonce/bench
+module github.com/writeonce/porch-go/bench
 
-go 1.26
+go 1.25.0
 
-replace github.com/writeonce/writeonce => ../
+replace github.com/writeonce/porch-go => ../
 
 require (
 	github.com/go-chi/chi/v5 v5.5.0
 	github.com/go-chi/httprate v0.16.1
 	github.com/jackc/pgx/v5 v5.13.0
 	github.com/mattn/go-sqlite3 v1.14.53
-	github.com/writeonce/writeonce v0.0.0-00010101000000-000000000000
+	github.com/writeonce/porch-go v0.0.0-00010101000000-000000000000
 )
 
 require (

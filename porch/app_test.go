@@ -9,7 +9,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/writeonce/writeonce/porch"
+	"github.com/writeonce/porch-go/porch"
 )
 
 func TestAppServeShutsDownAndRunsClosersInReverse(t *testing.T) {

@@ -11,7 +11,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
-	"github.com/writeonce/writeonce/porch"
+	"github.com/writeonce/porch-go/porch"
 )
 
 // traceKey marks a request as having passed a named middleware's Before.

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/writeonce/writeonce/porch"
+	"github.com/writeonce/porch-go/porch"
 )
 
 // logLine is what a test reads back of one logged line.

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/writeonce/writeonce/porch"
+	"github.com/writeonce/porch-go/porch"
 )
 
 // stamp is a Middleware that refuses requests without a token and stamps

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/writeonce/writeonce/porch"
+	"github.com/writeonce/porch-go/porch"
 )
 
 func TestFailClosed(t *testing.T) {

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/writeonce/writeonce/porch"
+	"github.com/writeonce/porch-go/porch"
 )
 
 func TestRetryAfterSeconds(t *testing.T) {

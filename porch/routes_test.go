@@ -10,7 +10,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
-	"github.com/writeonce/writeonce/porch"
+	"github.com/writeonce/porch-go/porch"
 )
 
 // An App answers what it does not route with problem+json, and serves HEAD

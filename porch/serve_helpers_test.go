@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/writeonce/writeonce/porch"
+	"github.com/writeonce/porch-go/porch"
 )
 
 // waitLimit bounds every wait for something the test expects to happen; it

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/writeonce/writeonce/porch"
+	"github.com/writeonce/porch-go/porch"
 )
 
 // A keep-alive connection that sends nothing more is closed after

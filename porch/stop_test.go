@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/writeonce/writeonce/porch"
+	"github.com/writeonce/porch-go/porch"
 )
 
 // slowBodyApp is an App whose POST /upload reads its body to the end; its

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/writeonce/writeonce/porch/idem"
+	"github.com/writeonce/porch-go/porch/idem"
 )
 
 // held is a handler whose every call waits on g before answering created.

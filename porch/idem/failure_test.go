@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/writeonce/writeonce/porch"
-	"github.com/writeonce/writeonce/porch/idem"
+	"github.com/writeonce/porch-go/porch"
+	"github.com/writeonce/porch-go/porch/idem"
 )
 
 // TestSaturatedPool: with the only actor busy and its mailbox full, a keyed

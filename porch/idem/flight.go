@@ -1,7 +1,7 @@
 package idem
 
 import (
-	"github.com/writeonce/writeonce/porch/store"
+	"github.com/writeonce/porch-go/porch/store"
 )
 
 // flight is one decision about a key in this process: from the moment a

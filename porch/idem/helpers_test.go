@@ -15,9 +15,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/writeonce/writeonce/porch"
-	"github.com/writeonce/writeonce/porch/idem"
-	"github.com/writeonce/writeonce/porch/store"
+	"github.com/writeonce/porch-go/porch"
+	"github.com/writeonce/porch-go/porch/idem"
+	"github.com/writeonce/porch-go/porch/store"
 )
 
 // waitLimit bounds every wait in these tests. It is a deadline, not a sleep:

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/writeonce/writeonce/porch/idem"
+	"github.com/writeonce/porch-go/porch/idem"
 )
 
 // keyed builds a POST carrying each of keys as one Idempotency-Key header,

@@ -7,9 +7,9 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/writeonce/writeonce/internal/pgtest"
-	"github.com/writeonce/writeonce/porch/idem"
-	"github.com/writeonce/writeonce/porch/store"
+	"github.com/writeonce/porch-go/internal/pgtest"
+	"github.com/writeonce/porch-go/porch/idem"
+	"github.com/writeonce/porch-go/porch/store"
 )
 
 // openPostgresStore opens the PostgreSQL store on dsn and closes it on

@@ -13,10 +13,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/writeonce/writeonce/internal/pgtest"
-	"github.com/writeonce/writeonce/porch"
-	"github.com/writeonce/writeonce/porch/idem"
-	"github.com/writeonce/writeonce/porch/store"
+	"github.com/writeonce/porch-go/internal/pgtest"
+	"github.com/writeonce/porch-go/porch"
+	"github.com/writeonce/porch-go/porch/idem"
+	"github.com/writeonce/porch-go/porch/store"
 )
 
 // pgInstance is one process's middleware on a shared PostgreSQL schema,

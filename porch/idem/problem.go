@@ -5,8 +5,8 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/writeonce/writeonce/porch"
-	"github.com/writeonce/writeonce/porch/store"
+	"github.com/writeonce/porch-go/porch"
+	"github.com/writeonce/porch-go/porch/store"
 )
 
 // Problem types this package answers with; clients may switch on them.

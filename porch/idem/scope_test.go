@@ -10,7 +10,7 @@ import (
 
 	"github.com/go-chi/chi/v5/middleware"
 
-	"github.com/writeonce/writeonce/porch/idem"
+	"github.com/writeonce/porch-go/porch/idem"
 )
 
 // Without a principal, keys are scoped by the client's address, never

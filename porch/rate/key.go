@@ -4,7 +4,7 @@ import (
 	"log/slog"
 	"net/http"
 
-	"github.com/writeonce/writeonce/porch/internal/clientip"
+	"github.com/writeonce/porch-go/porch/internal/clientip"
 )
 
 // clientKey is the client half of a counter key (see clientip.Key). A

@@ -12,7 +12,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
 
-	"github.com/writeonce/writeonce/porch/rate"
+	"github.com/writeonce/porch-go/porch/rate"
 )
 
 func TestForwardedFor(t *testing.T) {

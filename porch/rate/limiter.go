@@ -9,8 +9,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/writeonce/writeonce/porch"
-	"github.com/writeonce/writeonce/porch/store"
+	"github.com/writeonce/porch-go/porch"
+	"github.com/writeonce/porch-go/porch/store"
 )
 
 // Problem types this package answers with.

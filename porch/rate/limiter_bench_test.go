@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/writeonce/writeonce/porch"
-	"github.com/writeonce/writeonce/porch/rate"
-	"github.com/writeonce/writeonce/porch/store"
+	"github.com/writeonce/porch-go/porch"
+	"github.com/writeonce/porch-go/porch/rate"
+	"github.com/writeonce/porch-go/porch/store"
 )
 
 // benchCallers is how many callers per GOMAXPROCS the limiter benchmarks

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/writeonce/writeonce/porch"
-	"github.com/writeonce/writeonce/porch/rate"
-	"github.com/writeonce/writeonce/porch/store"
+	"github.com/writeonce/porch-go/porch"
+	"github.com/writeonce/porch-go/porch/rate"
+	"github.com/writeonce/porch-go/porch/store"
 )
 
 // Two limiters of one Name on one store write the same rows: a 5/min and a

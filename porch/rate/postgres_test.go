@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/writeonce/writeonce/internal/pgtest"
-	"github.com/writeonce/writeonce/porch"
-	"github.com/writeonce/writeonce/porch/rate"
-	"github.com/writeonce/writeonce/porch/store"
+	"github.com/writeonce/porch-go/internal/pgtest"
+	"github.com/writeonce/porch-go/porch"
+	"github.com/writeonce/porch-go/porch/rate"
+	"github.com/writeonce/porch-go/porch/store"
 )
 
 // instance is one process's limiter on a shared PostgreSQL schema.

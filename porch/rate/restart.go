@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/writeonce/writeonce/porch/store"
+	"github.com/writeonce/porch-go/porch/store"
 )
 
 // What survives a restart (SQLite): New loads the open windows back, and

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/writeonce/writeonce/porch/rate"
+	"github.com/writeonce/porch-go/porch/rate"
 )
 
 // The stored count may run ahead of the true one by at most WriteAhead, is

@@ -6,7 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/writeonce/writeonce/porch"
+	"github.com/writeonce/porch-go/porch"
 )
 
 // op is one queued write. Exactly one of its payload fields is set; a hit

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/writeonce/writeonce/internal/pgtest"
-	"github.com/writeonce/writeonce/porch/store"
+	"github.com/writeonce/porch-go/internal/pgtest"
+	"github.com/writeonce/porch-go/porch/store"
 )
 
 // benchWriters is how many writers per GOMAXPROCS the committer benchmarks

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/writeonce/writeonce/porch"
+	"github.com/writeonce/porch-go/porch"
 )
 
 // gatedWriter records batch sizes; the first batch waits for release.

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/writeonce/writeonce/porch/store"
+	"github.com/writeonce/porch-go/porch/store"
 )
 
 func TestGroupCommit(t *testing.T) {

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/writeonce/writeonce/porch/store"
+	"github.com/writeonce/porch-go/porch/store"
 )
 
 // An application's write joins group commit: it is durable when Exec

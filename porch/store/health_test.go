@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/writeonce/writeonce/internal/pgtest"
-	"github.com/writeonce/writeonce/porch"
-	"github.com/writeonce/writeonce/porch/store"
+	"github.com/writeonce/porch-go/internal/pgtest"
+	"github.com/writeonce/porch-go/porch"
+	"github.com/writeonce/porch-go/porch/store"
 )
 
 // healthRig is a store whose writes a test can make fail and succeed again,

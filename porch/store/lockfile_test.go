@@ -15,7 +15,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/writeonce/writeonce/porch/store"
+	"github.com/writeonce/porch-go/porch/store"
 )
 
 // names makes each kind of second name for the database file at path: a

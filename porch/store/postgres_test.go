@@ -10,8 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/writeonce/writeonce/internal/pgtest"
-	"github.com/writeonce/writeonce/porch/store"
+	"github.com/writeonce/porch-go/internal/pgtest"
+	"github.com/writeonce/porch-go/porch/store"
 )
 
 func openPostgres(t *testing.T, dsn string) *store.Postgres {

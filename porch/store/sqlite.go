@@ -11,7 +11,7 @@ import (
 
 	"github.com/mattn/go-sqlite3" // also registers the "sqlite3" driver
 
-	"github.com/writeonce/writeonce/porch"
+	"github.com/writeonce/porch-go/porch"
 )
 
 // Defaults for [Options].

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/writeonce/writeonce/porch"
-	"github.com/writeonce/writeonce/porch/store"
+	"github.com/writeonce/porch-go/porch"
+	"github.com/writeonce/porch-go/porch/store"
 )
 
 var wall0 = time.Date(2026, 8, 29, 12, 0, 0, 0, time.UTC)

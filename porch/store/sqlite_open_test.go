@@ -15,7 +15,7 @@ import (
 
 	"github.com/mattn/go-sqlite3"
 
-	"github.com/writeonce/writeonce/porch/store"
+	"github.com/writeonce/porch-go/porch/store"
 )
 
 // A store that cannot start says which file and what to do; SQLite's own

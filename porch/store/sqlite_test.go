@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/writeonce/writeonce/porch/store"
+	"github.com/writeonce/porch-go/porch/store"
 )
 
 func TestReopen(t *testing.T) {

@@ -8,8 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5/stdlib"
 
-	"github.com/writeonce/writeonce/porch"
-	"github.com/writeonce/writeonce/porch/store"
+	"github.com/writeonce/porch-go/porch"
+	"github.com/writeonce/porch-go/porch/store"
 )
 
 // openBackend opens porch's store, SQLite by default or PostgreSQL with

@@ -7,7 +7,7 @@ import (
 	"io"
 	"net/http"
 
-	"github.com/writeonce/writeonce/porch"
+	"github.com/writeonce/porch-go/porch"
 )
 
 type checkoutRequest struct {

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/writeonce/writeonce/porch"
+	"github.com/writeonce/porch-go/porch"
 )
 
 // healthz answers 200 "ok" only while the database answers and porch's

@@ -18,7 +18,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/writeonce/writeonce/porch"
+	"github.com/writeonce/porch-go/porch"
 )
 
 // errFlagSyntax marks an error the flag package has already printed.

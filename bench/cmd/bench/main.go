@@ -121,7 +121,7 @@ func run(cfg config) error {
 	if cfg.server == "" {
 		cfg.server = filepath.Join(dir, "benchserver")
 		fmt.Fprintln(os.Stderr, "bench: building benchserver")
-		build := exec.Command("go", "build", "-o", cfg.server, "github.com/writeonce/writeonce/bench/cmd/benchserver")
+		build := exec.Command("go", "build", "-o", cfg.server, "github.com/writeonce/porch-go/bench/cmd/benchserver")
 		build.Stdout, build.Stderr = os.Stderr, os.Stderr
 		if err := build.Run(); err != nil {
 			return fmt.Errorf("build benchserver (run from the bench module): %w", err)

@@ -14,7 +14,7 @@ import (
 
 	_ "github.com/mattn/go-sqlite3" // registers the "sqlite3" driver
 
-	"github.com/writeonce/writeonce/porch/store"
+	"github.com/writeonce/porch-go/porch/store"
 )
 
 // naive is the design group commit must beat: a correct, durable SQLite

@@ -10,8 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/writeonce/writeonce/porch"
-	"github.com/writeonce/writeonce/porch/store"
+	"github.com/writeonce/porch-go/porch"
+	"github.com/writeonce/porch-go/porch/store"
 )
 
 // openPostgres opens porch's PostgreSQL store in a fresh schema of dsn's
