@@ -370,11 +370,27 @@ func (s *sqliteChaos) stop(t *testing.T) { s.cur.Load().stop(t) }
 func (s *sqliteChaos) orders(t *testing.T) map[string][]string {
 	db := openDB(t, s.db)
 	defer db.Close()
-	rows, err := db.Query(`SELECT order_id, coalesce(operation_id, '') FROM orders`)
+	rows, err := db.Query(ordersByOperation)
 	if err != nil {
 		t.Fatalf("read orders: %v", err)
 	}
 	defer rows.Close()
+	return scanOrders(t, rows)
+}
+
+// ordersByOperation reads the shop's orders on either backend.
+const ordersByOperation = `SELECT order_id, coalesce(operation_id, '') FROM orders`
+
+// rowScanner is what database/sql's and pgx's rows have in common.
+type rowScanner interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+}
+
+// scanOrders groups ordersByOperation's rows: operation_id → order_ids.
+func scanOrders(t *testing.T, rows rowScanner) map[string][]string {
+	t.Helper()
 	out := map[string][]string{}
 	for rows.Next() {
 		var id, op string
@@ -434,23 +450,12 @@ func (p *pgChaos) stop(t *testing.T) {
 func (p *pgChaos) orders(t *testing.T) map[string][]string {
 	ctx, cancel := context.WithTimeout(context.Background(), pgTimeout)
 	defer cancel()
-	rows, err := p.pg.pool.Query(ctx, `SELECT order_id, coalesce(operation_id, '') FROM orders`)
+	rows, err := p.pg.pool.Query(ctx, ordersByOperation)
 	if err != nil {
 		t.Fatalf("read orders: %v", err)
 	}
 	defer rows.Close()
-	out := map[string][]string{}
-	for rows.Next() {
-		var id, op string
-		if err := rows.Scan(&id, &op); err != nil {
-			t.Fatalf("read orders: %v", err)
-		}
-		out[op] = append(out[op], id)
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatalf("read orders: %v", err)
-	}
-	return out
+	return scanOrders(t, rows)
 }
 
 // TestChaosPostgres: two storefronts on one PostgreSQL schema, each killed
