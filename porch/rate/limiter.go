@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"reflect"
 	"strconv"
 	"sync"
 	"time"
@@ -85,14 +86,34 @@ type Limiter struct {
 // new limit applies to them at once, and each closes at its old end or one
 // new window from now, whichever is sooner.
 //
-// It panics if limit < 1, window is under a millisecond, or st keeps no
-// counters, and returns an error if the policy is refused or loading fails.
+// New panics, with a "rate: " message, on a programming error: a nil pool
+// or store, a store that keeps no counters (neither store.ExclusiveCounters
+// nor store.SharedCounters), limit < 1 or a window under a millisecond. It
+// checks all of these before any I/O. It returns an error only for what the
+// store answers: the policy refused (store.ErrPolicyConflict), or the store
+// failing to record the policy or to load the open windows.
 func New(pool *porch.Pool, st store.Store, limit int, window time.Duration, opt Options) (*Limiter, error) {
+	l := newLimiter(pool, st, limit, window, opt)
+	if err := l.open(); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// newLimiter is New's half that does no I/O: it checks the arguments,
+// panicking on a programming error, and builds the limiter.
+func newLimiter(pool *porch.Pool, st store.Store, limit int, window time.Duration, opt Options) *Limiter {
+	if pool == nil {
+		panic("rate: New expects a non-nil pool")
+	}
+	if isNil(st) {
+		panic("rate: New expects a non-nil store")
+	}
 	if limit < 1 {
-		panic("rate: New expects limit >= 1")
+		panic(fmt.Sprintf("rate: New expects limit >= 1, got %d", limit))
 	}
 	if window < time.Millisecond {
-		panic("rate: New expects window >= 1ms")
+		panic(fmt.Sprintf("rate: New expects window >= 1ms, got %s", window))
 	}
 	if opt.Name == "" {
 		opt.Name = "default"
@@ -112,31 +133,53 @@ func New(pool *porch.Pool, st store.Store, limit int, window time.Duration, opt 
 	l.limitValue = []string{strconv.Itoa(limit)}
 	l.policyValue = []string{l.policy}
 	l.rateLimitPrefix = `"` + opt.Name + `";r=`
+	switch c := st.(type) {
+	case store.ExclusiveCounters:
+		l.exclusive = c
+	case store.SharedCounters:
+		l.shared = c
+	default:
+		panic(fmt.Sprintf("rate: New expects a store with counters (store.ExclusiveCounters or store.SharedCounters), got %T", st))
+	}
+	return l
+}
+
+// isNil reports whether st is nil, or a nil pointer in an interface (what
+// st, _ := store.OpenSQLite(...) leaves behind when the open failed).
+func isNil(st store.Store) bool {
+	if st == nil {
+		return true
+	}
+	v := reflect.ValueOf(st)
+	return v.Kind() == reflect.Pointer && v.IsNil()
+}
+
+// open is New's half that does I/O: it claims the limiter's policy in the
+// store and, when this process is the counters' only writer, loads the
+// counters of still-open windows.
+func (l *Limiter) open() error {
 	var claimer interface {
 		ClaimPolicy(context.Context, store.Policy) (func(), error)
 	}
-	switch c := st.(type) {
-	case store.ExclusiveCounters:
-		l.exclusive, claimer = c, c
-	case store.SharedCounters:
-		l.shared, claimer = c, c
-	default:
-		panic(fmt.Sprintf("rate: New expects a store with counters, got %T", st))
+	if l.exclusive != nil {
+		claimer = l.exclusive
+	} else {
+		claimer = l.shared
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), claimTimeout)
 	defer cancel()
-	release, err := claimer.ClaimPolicy(ctx, store.Policy{Name: opt.Name, Limit: l.limit, Window: window})
+	release, err := claimer.ClaimPolicy(ctx, store.Policy{Name: l.opt.Name, Limit: l.limit, Window: l.window})
 	if err != nil {
-		return nil, fmt.Errorf("rate: %w", err)
+		return fmt.Errorf("rate: %w", err)
 	}
 	l.release = release
 	if l.exclusive != nil {
 		if err := l.load(context.Background()); err != nil {
 			release()
-			return nil, err
+			return err
 		}
 	}
-	return l, nil
+	return nil
 }
 
 // claimTimeout bounds New's claim of its policy in a shared store.
