@@ -18,7 +18,10 @@ type Options struct {
 	// Name scopes this limiter's counters, so that several limiters can share
 	// one store, and names the policy in the RateLimit headers. Two limiters
 	// with different limits or windows need different Names: New refuses a
-	// second one under a Name in use (see New). If empty, "default".
+	// second one under a Name in use (see New). A Name is printable ASCII
+	// without '"', '\' or ':': it is quoted in the headers, and ':' ends it
+	// in the counter keys, where limiters "a" and "a:p" could otherwise
+	// write one row. If empty, "default".
 	Name string
 	// TrustProxy keys on the client IP resolved by chi's client-IP
 	// middleware (middleware.ClientIPFromXFF, ClientIPFromXFFTrustedProxies,
@@ -88,7 +91,8 @@ type Limiter struct {
 //
 // New panics, with a "rate: " message, on a programming error: a nil pool
 // or store, a store that keeps no counters (neither store.ExclusiveCounters
-// nor store.SharedCounters), limit < 1 or a window under a millisecond. It
+// nor store.SharedCounters), limit < 1, a window under a millisecond, or an
+// Options.Name that is not a valid name (see Options.Name). It
 // checks all of these before any I/O. It returns an error only for what the
 // store answers: the policy refused (store.ErrPolicyConflict), or the store
 // failing to record the policy or to load the open windows.
@@ -118,6 +122,9 @@ func newLimiter(pool *porch.Pool, st store.Store, limit int, window time.Duratio
 	if opt.Name == "" {
 		opt.Name = "default"
 	}
+	if !validName(opt.Name) {
+		panic(fmt.Sprintf(`rate: New expects an Options.Name of printable ASCII without '"', '\' or ':', got %q`, opt.Name))
+	}
 	ahead := int64(opt.WriteAhead)
 	switch {
 	case ahead == 0:
@@ -142,6 +149,17 @@ func newLimiter(pool *porch.Pool, st store.Store, limit int, window time.Duratio
 		panic(fmt.Sprintf("rate: New expects a store with counters (store.ExclusiveCounters or store.SharedCounters), got %T", st))
 	}
 	return l
+}
+
+// validName reports whether name can go into a counter key and a header
+// as it is (see Options.Name).
+func validName(name string) bool {
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; c < ' ' || c > '~' || c == '"' || c == '\\' || c == ':' {
+			return false
+		}
+	}
+	return true
 }
 
 // isNil reports whether st is nil, or a nil pointer in an interface (what

@@ -41,16 +41,23 @@ func TestNewPanicsOnBadConfig(t *testing.T) {
 		st        store.Store
 		limit     int
 		window    time.Duration
+		optName   string // Options.Name
 		wantPanic string // a part of the message, after "rate: "
 	}{
-		{"nil pool", nil, st, 10, time.Minute, "non-nil pool"},
-		{"nil store", pool, nil, 10, time.Minute, "non-nil store"},
-		{"nil pointer store", pool, (*store.SQLite)(nil), 10, time.Minute, "non-nil store"},
-		{"store without counters", pool, noCounters{st}, 10, time.Minute, "store with counters"},
-		{"zero limit", pool, st, 0, time.Minute, "limit >= 1"},
-		{"negative limit", pool, st, -1, time.Minute, "limit >= 1"},
-		{"zero window", pool, st, 10, 0, "window >= 1ms"},
-		{"sub-millisecond window", pool, st, 10, time.Microsecond, "window >= 1ms"},
+		{"nil pool", nil, st, 10, time.Minute, "", "non-nil pool"},
+		{"nil store", pool, nil, 10, time.Minute, "", "non-nil store"},
+		{"nil pointer store", pool, (*store.SQLite)(nil), 10, time.Minute, "", "non-nil store"},
+		{"store without counters", pool, noCounters{st}, 10, time.Minute, "", "store with counters"},
+		{"zero limit", pool, st, 0, time.Minute, "", "limit >= 1"},
+		{"negative limit", pool, st, -1, time.Minute, "", "limit >= 1"},
+		{"zero window", pool, st, 10, 0, "", "window >= 1ms"},
+		{"sub-millisecond window", pool, st, 10, time.Microsecond, "", "window >= 1ms"},
+		// "a:p" would write the rows of limiter "a"'s principals.
+		{"name with a colon", pool, st, 10, time.Minute, "a:p", "Options.Name"},
+		{"name with a quote", pool, st, 10, time.Minute, `a"b`, "Options.Name"},
+		{"name with a backslash", pool, st, 10, time.Minute, `a\b`, "Options.Name"},
+		{"name with a newline", pool, st, 10, time.Minute, "a\nb", "Options.Name"},
+		{"name not ASCII", pool, st, 10, time.Minute, "café", "Options.Name"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -60,7 +67,7 @@ func TestNewPanicsOnBadConfig(t *testing.T) {
 					t.Errorf("got panic %q, want one prefixed %q that says %q", msg, "rate: ", tt.wantPanic)
 				}
 			}()
-			rate.New(tt.pool, tt.st, tt.limit, tt.window, rate.Options{})
+			rate.New(tt.pool, tt.st, tt.limit, tt.window, rate.Options{Name: tt.optName})
 		})
 	}
 	// The panics came before New claimed a policy: a limiter of the default
