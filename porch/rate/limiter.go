@@ -50,7 +50,8 @@ type Options struct {
 // on the store's monotonic timeline, so a wall-clock jump (even across a
 // restart) grants no extra allowance.
 //
-// A Limiter is safe for concurrent use. Create it with [New].
+// A Limiter is safe for concurrent use. Create it with [New]; the zero
+// value is not usable.
 type Limiter struct {
 	pool      *porch.Pool
 	store     store.Store
