@@ -18,6 +18,17 @@
 //	r := chi.NewRouter()
 //	r.Use(lim.Handler)
 //
+// # Panics and errors
+//
+// New follows chi's rule. A programming error panics at construction with a
+// "rate: " message, before any I/O: a nil pool or store, a store that keeps
+// no counters, a limit below 1, a window under a millisecond, an
+// Options.Name that a counter key or a header cannot hold. An error is
+// returned only for what the store answers: the policy refused
+// (store.ErrPolicyConflict), or the store failing to record the policy or
+// to load the open windows. Past New the limiter does not panic: a hit it
+// cannot count is a 503 (Before, Handler) or an error (Allow).
+//
 // # Who a client is, and chi's middleware.RealIP
 //
 // By default a client is the connection's peer address (an IPv6 client by

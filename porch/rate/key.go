@@ -20,3 +20,18 @@ func (l *Limiter) clientKey(r *http.Request) string {
 	}
 	return key
 }
+
+// key is the counter key r is counted against: the limiter's prefix, then
+// the principal Options.Key returns, or else the client address. The
+// storage format stays inside the package, so that what a caller counts
+// is always what load reads back after a restart.
+func (l *Limiter) key(r *http.Request) string {
+	if l.opt.Key != nil {
+		if k := l.opt.Key(r); k != "" {
+			return l.principalKey(k)
+		}
+	}
+	return l.prefix + "ip:" + l.clientKey(r)
+}
+
+func (l *Limiter) principalKey(principal string) string { return l.prefix + "p:" + principal }

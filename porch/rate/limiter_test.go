@@ -20,6 +20,12 @@ import (
 	"github.com/writeonce/porch-go/porch/store"
 )
 
+// noCounters is a store that keeps no rate counters: it implements neither
+// store.ExclusiveCounters nor store.SharedCounters.
+type noCounters struct{ store.Store }
+
+// A programming error in New's arguments panics at construction, with a
+// message that names it, before any I/O; it is never found by a request.
 func TestNewPanicsOnBadConfig(t *testing.T) {
 	st, err := store.OpenSQLite(filepath.Join(t.TempDir(), "porch.db"), store.Options{})
 	if err != nil {
@@ -30,26 +36,47 @@ func TestNewPanicsOnBadConfig(t *testing.T) {
 	t.Cleanup(func() { pool.Close(context.Background()) })
 
 	tests := []struct {
-		name   string
-		limit  int
-		window time.Duration
+		name      string
+		pool      *porch.Pool
+		st        store.Store
+		limit     int
+		window    time.Duration
+		optName   string // Options.Name
+		wantPanic string // a part of the message, after "rate: "
 	}{
-		{"zero limit", 0, time.Minute},
-		{"negative limit", -1, time.Minute},
-		{"zero window", 10, 0},
-		{"sub-millisecond window", 10, time.Microsecond},
+		{"nil pool", nil, st, 10, time.Minute, "", "non-nil pool"},
+		{"nil store", pool, nil, 10, time.Minute, "", "non-nil store"},
+		{"nil pointer store", pool, (*store.SQLite)(nil), 10, time.Minute, "", "non-nil store"},
+		{"store without counters", pool, noCounters{st}, 10, time.Minute, "", "store with counters"},
+		{"zero limit", pool, st, 0, time.Minute, "", "limit >= 1"},
+		{"negative limit", pool, st, -1, time.Minute, "", "limit >= 1"},
+		{"zero window", pool, st, 10, 0, "", "window >= 1ms"},
+		{"sub-millisecond window", pool, st, 10, time.Microsecond, "", "window >= 1ms"},
+		// "a:p" would write the rows of limiter "a"'s principals.
+		{"name with a colon", pool, st, 10, time.Minute, "a:p", "Options.Name"},
+		{"name with a quote", pool, st, 10, time.Minute, `a"b`, "Options.Name"},
+		{"name with a backslash", pool, st, 10, time.Minute, `a\b`, "Options.Name"},
+		{"name with a newline", pool, st, 10, time.Minute, "a\nb", "Options.Name"},
+		{"name not ASCII", pool, st, 10, time.Minute, "café", "Options.Name"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			defer func() {
 				msg, _ := recover().(string)
-				if !strings.HasPrefix(msg, "rate: ") {
-					t.Errorf("got panic %q, want one prefixed %q", msg, "rate: ")
+				if !strings.HasPrefix(msg, "rate: ") || !strings.Contains(msg, tt.wantPanic) {
+					t.Errorf("got panic %q, want one prefixed %q that says %q", msg, "rate: ", tt.wantPanic)
 				}
 			}()
-			rate.New(pool, st, tt.limit, tt.window, rate.Options{})
+			rate.New(tt.pool, tt.st, tt.limit, tt.window, rate.Options{Name: tt.optName})
 		})
 	}
+	// The panics came before New claimed a policy: a limiter of the default
+	// Name and another policy is not refused.
+	lim, err := rate.New(pool, st, 99, time.Hour, rate.Options{})
+	if err != nil {
+		t.Fatalf("after the panics: got %v, want no policy claimed", err)
+	}
+	lim.Close(context.Background())
 }
 
 // TestLimit sends N+1 requests through each wiring, letting time pass on the

@@ -62,8 +62,9 @@ func resumedStart(c store.Counter, window time.Duration, now time.Time) time.Tim
 // Close writes the exact count of every open window that was written ahead
 // (see Options.WriteAhead), so that a clean shutdown leaves exact counts in
 // the store, and frees the limiter's Name for another policy. Call it after
-// the server has drained and before the pool and the store close; porch.App runs closers in that order when the limiter is
-// registered after them. It returns the first write error, or ctx.Err().
+// the server has drained and before the pool and the store close; porch.App
+// runs closers in that order when the limiter is registered after them. It
+// returns the first write error, or ctx.Err().
 func (l *Limiter) Close(ctx context.Context) error {
 	// The policy's name is free for another limiter once this one is done
 	// counting, whether or not its flush finishes in time.
