@@ -99,11 +99,11 @@ func New(pool *porch.Pool, st store.Store, opt Options) *Idempotent {
 }
 
 // ownership is what Before hands After (and the handler, through [Exec])
-// through the request context.
+// through the request context: the flight the request leads, and its
+// reservation of the key in the store.
 type ownership struct {
-	key    string
+	flight *flight
 	digest []byte
-	caller *caller
 	store  store.Store
 	hold   store.Reservation
 }
@@ -136,157 +136,21 @@ func (m *Idempotent) Before(r *http.Request) (*http.Request, *porch.Response) {
 		return r, res
 	}
 	key = m.scope(r, key)
-	if outer, ok := r.Context().Value(ownerKey{}).(*ownership); ok && outer.key == key && outer.store == m.store {
+	if outer, ok := r.Context().Value(ownerKey{}).(*ownership); ok && outer.flight.key == key && outer.store == m.store {
 		// An idempotency middleware further out already owns this key on
 		// this store for this very request, and will store its response.
 		// Leading it again would wait on our own reservation forever.
 		return r, nil
 	}
-	for {
-		c := new(caller)
-		kind, f, err := m.join(r.Context(), key, digest, c)
-		if err != nil {
-			return r, m.unavailable(r, err)
-		}
-		if kind == outcomeLead {
-			o, res := m.lead(r, key, digest, c)
-			if o != nil {
-				ctx := context.WithValue(r.Context(), ownershipKey{m}, o)
-				return r.WithContext(context.WithValue(ctx, ownerKey{}, o)), nil
-			}
-			return r, res
-		}
-		if res := m.wait(r, f); res != nil {
-			return r, res
-		}
-		switch f.kind {
-		case outcomeReplay:
-			return r, m.answer(f.res, digest)
-		case outcomeFailed:
-			return r, m.unavailable(r, f.err)
-		}
-		// The leader gave up (a 5xx, a panic, it left): decide afresh, and
-		// the first waiter back leads.
-	}
+	return m.decide(r, key, digest)
 }
 
-// join asks key's actor whether this caller leads the key's flight or waits
-// on it. If the caller leaves before the answer arrives, a lead it was
-// granted is handed back, so no key is left led by a caller nobody runs.
-func (m *Idempotent) join(ctx context.Context, key string, digest []byte, c *caller) (outcome, *flight, error) {
-	type joined struct {
-		kind outcome
-		f    *flight
-	}
-	reply := porch.NewReply[joined]()
-	err := m.pool.Send(key, func(i int) {
-		kind, f := m.shards[i].begin(key, c)
-		reply.Send(joined{kind, f}, nil)
-	})
-	if err != nil {
-		return 0, nil, err
-	}
-	j, err := reply.Wait(ctx)
-	if err != nil {
-		m.end(key, c, outcomeReleased, store.Response{}, nil)
-		return 0, nil, err
-	}
-	return j.kind, j.f, nil
-}
-
-// lead runs on the leader's goroutine: it reserves the key in the store
-// (across processes, where the store is shared), reads what is stored, and
-// either answers from it or takes ownership, returned for After.
-func (m *Idempotent) lead(r *http.Request, key string, digest []byte, c *caller) (*ownership, *porch.Response) {
-	ctx := r.Context()
-	hold, err := m.reserve(ctx, key)
-	if errors.Is(err, errWaitedTooLong) {
-		m.end(key, c, outcomeReleased, store.Response{}, nil)
-		return nil, m.inFlight()
-	}
-	if err != nil {
-		m.end(key, c, failedOrReleased(ctx, err), store.Response{}, err)
-		return nil, m.unavailable(r, err)
-	}
-	stored, ok, err := hold.Load(ctx)
-	if err != nil {
-		hold.Release()
-		m.end(key, c, failedOrReleased(ctx, err), store.Response{}, err)
-		return nil, m.unavailable(r, err)
-	}
-	if !ok {
-		return &ownership{key: key, digest: digest, caller: c, store: m.store, hold: hold}, nil
-	}
-	hold.Release()
-	m.end(key, c, outcomeReplay, stored, nil)
-	return nil, m.answer(stored, digest)
-}
-
-// answer is what a request gets once its key has a stored response: a
-// replay when it is the same request, and 422 when the key was reused for a
-// different one. Nothing is run and nothing is overwritten.
-func (m *Idempotent) answer(stored store.Response, digest []byte) *porch.Response {
-	if !bytes.Equal(stored.Digest, digest) {
-		return problem(ProblemKeyReused, http.StatusUnprocessableEntity, "Idempotency-Key reused",
-			"this key was used for a request with a different method, path or body")
-	}
-	return replay(stored)
-}
-
-// errWaitedTooLong reports a reservation that outlasted MaxWait.
-var errWaitedTooLong = errors.New("idem: waited longer than MaxWait for the key")
-
-// reserve reserves key in the store. With a shared store it may wait for an
-// owner on another instance; MaxWait bounds that wait as it bounds a local
-// duplicate's.
-func (m *Idempotent) reserve(ctx context.Context, key string) (store.Reservation, error) {
-	if m.opt.MaxWait <= 0 {
-		return m.store.Reserve(ctx, key)
-	}
-	wctx, cancel := context.WithTimeout(ctx, m.opt.MaxWait)
-	defer cancel()
-	hold, err := m.store.Reserve(wctx, key)
-	if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
-		return nil, errWaitedTooLong
-	}
-	return hold, err
-}
-
-// failedOrReleased tells a leader that left (its context ended: the waiters
-// should decide afresh) from a store that failed (the waiters fail too).
-func failedOrReleased(ctx context.Context, err error) outcome {
-	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
-		return outcomeReleased
-	}
-	return outcomeFailed
-}
-
-// wait parks a duplicate until the leader's flight is over. It returns a
-// response only when the wait itself ends the request (context, MaxWait).
-func (m *Idempotent) wait(r *http.Request, f *flight) *porch.Response {
-	var timeout <-chan time.Time
-	if m.opt.MaxWait > 0 {
-		t := time.NewTimer(m.opt.MaxWait)
-		defer t.Stop()
-		timeout = t.C
-	}
-	select {
-	case <-f.done:
-		return nil
-	case <-timeout:
-		return m.inFlight()
-	case <-r.Context().Done():
-		return m.unavailable(r, r.Context().Err())
-	}
-}
-
-// inFlight is the draft's answer to a duplicate that waited MaxWait for the
-// key's owner: 409, and when to retry.
-func (m *Idempotent) inFlight() *porch.Response {
-	res := problem(ProblemInFlight, http.StatusConflict, "Request in flight",
-		"a request with this Idempotency-Key is still being processed; retry later")
-	res.SetHeader("Retry-After", strconv.Itoa(porch.RetryAfterSeconds(m.opt.MaxWait)))
-	return res
+// own hands r the key its flight leads: After finishes the flight, and the
+// handler writes through hold with [Exec].
+func (m *Idempotent) own(r *http.Request, f *flight, digest []byte, hold store.Reservation) *http.Request {
+	o := &ownership{flight: f, digest: digest, store: m.store, hold: hold}
+	ctx := context.WithValue(r.Context(), ownershipKey{m}, o)
+	return r.WithContext(context.WithValue(ctx, ownerKey{}, o))
 }
 
 // After stores the owner's response, with the writes its handler made
@@ -301,44 +165,39 @@ func (m *Idempotent) After(r *http.Request, res *porch.Response, c porch.Complet
 	if !ok {
 		return
 	}
+	m.finish(o.flight, m.save(r, o, res, c))
+}
+
+// save stores the owner's response, or hands the key back, and says how
+// its flight ended. Either way the reservation has ended when save returns,
+// before the flight does: the duplicate that leads next needs the key's
+// slot (on PostgreSQL, a key connection) free. A response that could not be
+// stored is replaced by the problem its client gets instead.
+func (m *Idempotent) save(r *http.Request, o *ownership, res *porch.Response, c porch.Completion) result {
 	status := res.StatusCode()
 	if c != porch.Handled || status >= 500 {
-		// Release before the flight ends: the duplicate that leads next
-		// needs the key's slot (on PostgreSQL, a key connection) free.
 		o.hold.Release()
-		m.end(o.key, o.caller, outcomeReleased, store.Response{}, nil)
-		return
+		return released()
 	}
-	stored := store.Response{
-		Key: o.key, Digest: o.digest, Status: status,
+	row := store.Response{
+		Key: o.flight.key, Digest: o.digest, Status: status,
 		ContentType: res.Header.Get("Content-Type"), Body: res.Body,
 	}
-	if stored.Body == nil {
-		stored.Body = []byte{} // an empty body (a 204) is a response, not a missing one
+	if row.Body == nil {
+		row.Body = []byte{} // an empty body (a 204) is a response, not a missing one
 	}
 	// The client may have gone; the response is stored all the same, so its
 	// retry replays rather than runs the handler again.
-	// Save ends the reservation whatever its outcome, so the key's slot is
-	// free before the flight ends.
-	if err := o.hold.Save(context.WithoutCancel(r.Context()), stored, m.opt.TTL); err != nil {
-		if errors.Is(err, store.ErrWriteFailed) {
-			// Nothing happened: the next duplicate may lead and try again.
-			m.end(o.key, o.caller, outcomeReleased, store.Response{}, nil)
-			*res = *m.writeFailed(r, err)
-			return
-		}
-		m.end(o.key, o.caller, outcomeFailed, store.Response{}, err)
+	err := o.hold.Save(context.WithoutCancel(r.Context()), row, m.opt.TTL)
+	switch {
+	case err == nil:
+		return stored(row)
+	case errors.Is(err, store.ErrWriteFailed):
+		*res = *m.writeFailed(r, err)
+		return released() // nothing happened: the next duplicate may lead and try again
+	default:
 		*res = *m.unavailable(r, err)
-		return
-	}
-	m.end(o.key, o.caller, outcomeReplay, stored, nil)
-}
-
-// end reports a flight's outcome to key's actor, waiting for mailbox room:
-// the report must not be lost to saturation, or the key would stay led.
-func (m *Idempotent) end(key string, c *caller, kind outcome, res store.Response, err error) {
-	if sendErr := m.pool.SendWait(key, func(i int) { m.shards[i].end(key, c, kind, res, err) }); sendErr != nil {
-		porch.LogError(context.Background(), "idem: report to actor failed", "err", sendErr)
+		return failed(err)
 	}
 }
 
