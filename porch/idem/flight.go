@@ -65,7 +65,7 @@ func failed(err error) result { return result{kind: endFailed, err: err} }
 // decide runs r's part in key's flight: it leads the flight, or waits on the
 // one under way and answers from how it ended. A duplicate whose leader
 // gave the key up tries again, and the first one back leads.
-func (m *Idempotent) decide(r *http.Request, key string, digest []byte) (*http.Request, *porch.Response) {
+func (m *Keys) decide(r *http.Request, key string, digest []byte) (*http.Request, *porch.Response) {
 	for {
 		f, leads, err := m.begin(r.Context(), key)
 		if err != nil {
@@ -92,7 +92,7 @@ func (m *Idempotent) decide(r *http.Request, key string, digest []byte) (*http.R
 // A caller that leaves before the answer arrives finishes its own flight, so
 // a lead it was granted is handed back and no key is left led by a caller
 // nobody runs.
-func (m *Idempotent) begin(ctx context.Context, key string) (f *flight, leads bool, err error) {
+func (m *Keys) begin(ctx context.Context, key string) (f *flight, leads bool, err error) {
 	mine := newFlight(key)
 	reply := porch.NewReply[*flight]()
 	if err := m.pool.Send(key, func(i int) { reply.Send(m.shards[i].join(mine), nil) }); err != nil {
@@ -109,7 +109,7 @@ func (m *Idempotent) begin(ctx context.Context, key string) (f *flight, leads bo
 // (across processes, where the store is shared) and reads what is stored.
 // With nothing stored the request owns the key and goes on to the handler,
 // and After finishes the flight; otherwise lead finishes it.
-func (m *Idempotent) lead(r *http.Request, f *flight, digest []byte) (*http.Request, *porch.Response) {
+func (m *Keys) lead(r *http.Request, f *flight, digest []byte) (*http.Request, *porch.Response) {
 	hold, row, err := m.load(r.Context(), f.key)
 	if hold != nil {
 		return m.own(r, f, digest, hold), nil
@@ -128,7 +128,7 @@ func (m *Idempotent) lead(r *http.Request, f *flight, digest []byte) (*http.Requ
 // returns the reservation only when nothing is stored and nothing failed;
 // otherwise the reservation has ended by the time load returns, so the key's
 // slot in the store is free before the flight ends.
-func (m *Idempotent) load(ctx context.Context, key string) (store.Reservation, store.Response, error) {
+func (m *Keys) load(ctx context.Context, key string) (store.Reservation, store.Response, error) {
 	hold, err := m.reserve(ctx, key)
 	if err != nil {
 		return nil, store.Response{}, err
@@ -147,7 +147,7 @@ var errWaitedTooLong = errors.New("idem: waited longer than MaxWait for the key"
 // reserve reserves key in the store. With a shared store it may wait for an
 // owner on another instance; MaxWait bounds that wait as it bounds a local
 // duplicate's.
-func (m *Idempotent) reserve(ctx context.Context, key string) (store.Reservation, error) {
+func (m *Keys) reserve(ctx context.Context, key string) (store.Reservation, error) {
 	if m.opt.MaxWait <= 0 {
 		return m.store.Reserve(ctx, key)
 	}
@@ -176,7 +176,7 @@ func loaded(ctx context.Context, row store.Response, err error) result {
 
 // wait parks a duplicate until the leader's flight is over. It returns a
 // response only when the wait itself ends the request (context, MaxWait).
-func (m *Idempotent) wait(r *http.Request, f *flight) *porch.Response {
+func (m *Keys) wait(r *http.Request, f *flight) *porch.Response {
 	var timeout <-chan time.Time
 	if m.opt.MaxWait > 0 {
 		t := time.NewTimer(m.opt.MaxWait)
@@ -195,7 +195,7 @@ func (m *Idempotent) wait(r *http.Request, f *flight) *porch.Response {
 
 // inFlight is the draft's answer to a duplicate that waited MaxWait for the
 // key's owner: 409, and when to retry.
-func (m *Idempotent) inFlight() *porch.Response {
+func (m *Keys) inFlight() *porch.Response {
 	res := problem(ProblemInFlight, http.StatusConflict, "Request in flight",
 		"a request with this Idempotency-Key is still being processed; retry later")
 	res.SetHeader("Retry-After", strconv.Itoa(porch.RetryAfterSeconds(m.opt.MaxWait)))
@@ -205,7 +205,7 @@ func (m *Idempotent) inFlight() *porch.Response {
 // answer is what a request gets once its key has a stored response: a
 // replay when it is the same request, and 422 when the key was reused for a
 // different one. Nothing is run and nothing is overwritten.
-func (m *Idempotent) answer(row store.Response, digest []byte) *porch.Response {
+func (m *Keys) answer(row store.Response, digest []byte) *porch.Response {
 	if !bytes.Equal(row.Digest, digest) {
 		return problem(ProblemKeyReused, http.StatusUnprocessableEntity, "Idempotency-Key reused",
 			"this key was used for a request with a different method, path or body")
@@ -215,7 +215,7 @@ func (m *Idempotent) answer(row store.Response, digest []byte) *porch.Response {
 
 // finish ends f with res on its key's actor, waiting for mailbox room: the
 // report must not be lost to saturation, or the key would stay led.
-func (m *Idempotent) finish(f *flight, res result) {
+func (m *Keys) finish(f *flight, res result) {
 	if err := m.pool.SendWait(f.key, func(i int) { m.shards[i].finish(f, res) }); err != nil {
 		porch.LogError(context.Background(), "idem: report to actor failed", "err", err)
 	}

@@ -29,8 +29,8 @@ const (
 // handler.
 const ReplayedHeader = "Idempotency-Replayed"
 
-// Options configure an Idempotent middleware. The zero value applies to POST
-// and PATCH, accepts requests without a key, and keeps responses a day.
+// Options configure the middleware [New] returns. The zero value applies to
+// POST and PATCH, accepts requests without a key, and keeps responses a day.
 type Options struct {
 	// Methods the middleware applies to. If nil, POST and PATCH.
 	Methods []string
@@ -42,7 +42,7 @@ type Options struct {
 	// the client's address, as the rate limiter keys it by default (the
 	// peer IP, an IPv6 client by its /64; see TrustProxy), so that one
 	// client's stored response is never replayed to another that sends the
-	// same key. Keys are never global unless Principal makes them so by
+	// same key. A key is never global unless Principal makes it so by
 	// returning one constant.
 	Principal func(r *http.Request) string
 	// TrustProxy scopes keys without a principal by the client address
@@ -63,9 +63,14 @@ type Options struct {
 	MaxWait time.Duration
 }
 
-// Idempotent is the idempotency-key middleware. It is safe for concurrent
-// use. Create it with [New].
-type Idempotent struct {
+// Keys is the idempotency-key middleware: it keeps the Idempotency-Keys of
+// the requests it guards, in flight on its pool's actors and answered in its
+// store, so that each key's handler runs once. Use it as a porch.Middleware
+// (in [porch.Chain]) or as chi middleware through [Keys.Handler].
+//
+// Create it with [New]; the zero value is not usable. It is safe for
+// concurrent use.
+type Keys struct {
 	pool    *porch.Pool
 	store   store.Store
 	opt     Options
@@ -77,7 +82,7 @@ type Idempotent struct {
 
 // New returns the middleware, its in-flight state kept by pool's actors and
 // its responses stored in st. It panics on a negative TTL, MaxBody or MaxWait.
-func New(pool *porch.Pool, st store.Store, opt Options) *Idempotent {
+func New(pool *porch.Pool, st store.Store, opt Options) *Keys {
 	if opt.TTL < 0 || opt.MaxBody < 0 || opt.MaxWait < 0 {
 		panic("idem: New expects TTL, MaxBody and MaxWait >= 0")
 	}
@@ -87,7 +92,7 @@ func New(pool *porch.Pool, st store.Store, opt Options) *Idempotent {
 	if opt.MaxBody == 0 {
 		opt.MaxBody = DefaultMaxBody
 	}
-	m := &Idempotent{pool: pool, store: st, opt: opt, shards: make([]*shard, pool.Size())}
+	m := &Keys{pool: pool, store: st, opt: opt, shards: make([]*shard, pool.Size())}
 	m.methods = opt.Methods
 	if m.methods == nil {
 		m.methods = []string{http.MethodPost, http.MethodPatch}
@@ -111,12 +116,12 @@ type ownership struct {
 // ownershipKey finds m's ownership for After; ownerKey finds the innermost
 // ownership for the handler's Exec and OperationID.
 type (
-	ownershipKey struct{ m *Idempotent }
+	ownershipKey struct{ m *Keys }
 	ownerKey     struct{}
 )
 
 // Before decides the request's outcome. It implements porch.Middleware.
-func (m *Idempotent) Before(r *http.Request) (*http.Request, *porch.Response) {
+func (m *Keys) Before(r *http.Request) (*http.Request, *porch.Response) {
 	if !slices.Contains(m.methods, r.Method) {
 		return r, nil
 	}
@@ -147,7 +152,7 @@ func (m *Idempotent) Before(r *http.Request) (*http.Request, *porch.Response) {
 
 // own hands r the key its flight leads: After finishes the flight, and the
 // handler writes through hold with [Exec].
-func (m *Idempotent) own(r *http.Request, f *flight, digest []byte, hold store.Reservation) *http.Request {
+func (m *Keys) own(r *http.Request, f *flight, digest []byte, hold store.Reservation) *http.Request {
 	o := &ownership{flight: f, digest: digest, store: m.store, hold: hold}
 	ctx := context.WithValue(r.Context(), ownershipKey{m}, o)
 	return r.WithContext(context.WithValue(ctx, ownerKey{}, o))
@@ -160,7 +165,7 @@ func (m *Idempotent) own(r *http.Request, f *flight, digest []byte, hold store.R
 // handed back, and a waiting duplicate decides afresh. If the handler's
 // writes fail at commit, nothing is stored and the client gets a 500
 // problem instead of the handler's answer. It implements porch.Middleware.
-func (m *Idempotent) After(r *http.Request, res *porch.Response, c porch.Completion) {
+func (m *Keys) After(r *http.Request, res *porch.Response, c porch.Completion) {
 	o, ok := r.Context().Value(ownershipKey{m}).(*ownership)
 	if !ok {
 		return
@@ -173,7 +178,7 @@ func (m *Idempotent) After(r *http.Request, res *porch.Response, c porch.Complet
 // before the flight does: the duplicate that leads next needs the key's
 // slot (on PostgreSQL, a key connection) free. A response that could not be
 // stored is replaced by the problem its client gets instead.
-func (m *Idempotent) save(r *http.Request, o *ownership, res *porch.Response, c porch.Completion) result {
+func (m *Keys) save(r *http.Request, o *ownership, res *porch.Response, c porch.Completion) result {
 	status := res.StatusCode()
 	if c != porch.Handled || status >= 500 {
 		o.hold.Release()
@@ -204,11 +209,11 @@ func (m *Idempotent) save(r *http.Request, o *ownership, res *porch.Response, c 
 // Handler is the middleware as plain chi middleware. It buffers the
 // response, which idempotency needs: nothing may reach the client before the
 // response is durable.
-func (m *Idempotent) Handler(next http.Handler) http.Handler { return porch.Adapt(m)(next) }
+func (m *Keys) Handler(next http.Handler) http.Handler { return porch.Adapt(m)(next) }
 
 // digest reads the body (restoring it for the handler) and hashes method,
 // path with query, and body.
-func (m *Idempotent) digest(r *http.Request) ([]byte, *porch.Response) {
+func (m *Keys) digest(r *http.Request) ([]byte, *porch.Response) {
 	body, err := io.ReadAll(io.LimitReader(r.Body, m.opt.MaxBody+1))
 	if err != nil {
 		return nil, problem(ProblemBodyUnreadable, http.StatusBadRequest, "Unreadable body", err.Error())
@@ -233,7 +238,7 @@ func (m *Idempotent) digest(r *http.Request) ([]byte, *porch.Response) {
 // pair can be made to collide with another, and the two forms differ after
 // "idem:" (a digit, or "ip:"). A principal's form is the one earlier
 // versions stored.
-func (m *Idempotent) scope(r *http.Request, key string) string {
+func (m *Keys) scope(r *http.Request, key string) string {
 	if m.opt.Principal != nil {
 		if p := m.opt.Principal(r); p != "" {
 			return "idem:" + strconv.Itoa(len(p)) + ":" + p + ":" + key
@@ -246,7 +251,7 @@ func (m *Idempotent) scope(r *http.Request, key string) string {
 // clientAddr is the scope of a request without a principal. A RemoteAddr
 // rewritten from a forgeable header is still used, since the real peer is
 // gone by then, but logged once: it lets a client pose as another.
-func (m *Idempotent) clientAddr(r *http.Request) string {
+func (m *Keys) clientAddr(r *http.Request) string {
 	a, rewritten := clientip.Key(r, m.opt.TrustProxy)
 	if rewritten {
 		m.warnRewritten.Do(func() { slog.Warn("idem: "+clientip.RewrittenWarning, "remote_addr", r.RemoteAddr) })
