@@ -81,8 +81,16 @@ type Keys struct {
 }
 
 // New returns the middleware, its in-flight state kept by pool's actors and
-// its responses stored in st. It panics on a negative TTL, MaxBody or MaxWait.
+// its responses stored in st. It does no I/O, so it returns no error; like
+// chi's middleware constructors, it panics on a programming error: a nil
+// pool or store, or a negative TTL, MaxBody or MaxWait.
 func New(pool *porch.Pool, st store.Store, opt Options) *Keys {
+	if pool == nil {
+		panic("idem: New expects a pool")
+	}
+	if st == nil {
+		panic("idem: New expects a store")
+	}
 	if opt.TTL < 0 || opt.MaxBody < 0 || opt.MaxWait < 0 {
 		panic("idem: New expects TTL, MaxBody and MaxWait >= 0")
 	}
