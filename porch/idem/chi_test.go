@@ -87,12 +87,12 @@ func TestChiMiddleware(t *testing.T) {
 func TestChainWithLimiter(t *testing.T) {
 	tests := []struct {
 		name  string
-		chain func(m *idem.Idempotent, r refuser) func(http.Handler) http.Handler
+		chain func(m *idem.Keys, r refuser) func(http.Handler) http.Handler
 	}{
-		{"idempotency after the limiter", func(m *idem.Idempotent, r refuser) func(http.Handler) http.Handler {
+		{"idempotency after the limiter", func(m *idem.Keys, r refuser) func(http.Handler) http.Handler {
 			return porch.Chain(r, m)
 		}},
-		{"idempotency before the limiter", func(m *idem.Idempotent, r refuser) func(http.Handler) http.Handler {
+		{"idempotency before the limiter", func(m *idem.Keys, r refuser) func(http.Handler) http.Handler {
 			return porch.Chain(m, r)
 		}},
 	}

@@ -2,7 +2,9 @@
 // Idempotency-Key runs its handler exactly once, even when retries of it
 // arrive concurrently, and every retry gets the first execution's response.
 //
-// The key's pool actor decides one of four outcomes:
+// A key's flight is shaped like golang.org/x/sync/singleflight's: the key's
+// pool actor lets one request lead and parks its duplicates, and the leader
+// ends the flight with one result they all act on. One of four outcomes:
 //
 //   - a stored response whose request digest matches: replay it (same status,
 //     byte-identical body, Content-Type, Idempotency-Replayed: true);
@@ -24,6 +26,10 @@
 //
 //	keys := idem.New(pool, st, idem.Options{RequireKey: true})
 //	r.With(porch.Chain(limiter, keys)).Post("/checkout", checkout)
+//
+// [Keys.Handler] is the same middleware for chi alone: r.With(keys.Handler).
+// [New] does no I/O: it panics on a programming error, as chi's constructors
+// do, and returns no error.
 //
 // # Whose key is it
 //

@@ -1,72 +1,251 @@
 package idem
 
 import (
+	"bytes"
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/store"
 )
 
-// flight is one decision about a key in this process: from the moment a
-// leader is chosen until the key's outcome is known (a replay, a conflict, a
-// freshly stored response) or the leader gives the key up. Duplicates that
-// arrive meanwhile hold the flight and wait on done; they are not registered
-// anywhere, so one that leaves (its context ended) needs no cleanup.
+// flight is one decision about a key in this process, shaped like
+// golang.org/x/sync/singleflight's call: from the moment a leader is chosen
+// until the key's outcome is known (a replay, a conflict, a freshly stored
+// response) or the leader gives the key up. Duplicates that arrive meanwhile
+// hold the flight and wait on done; they are not registered anywhere, so one
+// that leaves (its context ended) needs no cleanup.
 //
-// The fields below done are written once, on the actor, before done is
-// closed, and read only after it is closed.
+// A caller brings a flight of its own to the key's actor, which makes it the
+// key's flight when there is none. The flight is thus also the caller's
+// identity: a caller that left before learning whether it leads finishes its
+// own flight, which ends nothing unless that flight is the key's. (A token
+// compared by identity must not be zero-size: Go may give every zero-size
+// allocation the same address, and then a duplicate that left would end the
+// real leader's flight.)
 type flight struct {
-	leader *caller // compared by identity
-	done   chan struct{}
-
-	kind outcome        // outcomeReplay, outcomeReleased or outcomeFailed
-	res  store.Response // outcomeReplay
-	err  error          // outcomeFailed
+	key  string        // the scoped key, under which the actor holds the flight
+	done chan struct{} // closed by shard.finish, once
+	res  result        // written before done is closed, read only after
 }
 
-// caller identifies one request to the actor, so that a leader that left
-// before learning it led can give the key back, and only that leader.
-//
-// It must not be zero-size: Go may give every zero-size allocation the same
-// address, and then every caller would compare equal to the leader, so a
-// duplicate that left could end the real leader's flight.
-type caller struct {
-	_ byte // gives each caller an address of its own
+func newFlight(key string) *flight {
+	return &flight{key: key, done: make(chan struct{})}
 }
 
-type outcome int
+// result is how a flight ended: what its waiters act on.
+type result struct {
+	kind     ending
+	response store.Response // endStored
+	err      error          // endFailed
+}
+
+type ending int
 
 const (
-	outcomeLead     outcome = iota + 1 // no flight: this caller decides for the key
-	outcomeWait                        // a flight is under way: wait on it
-	outcomeReplay                      // a response is stored (its digest decides replay or 422)
-	outcomeReleased                    // the leader gave up; nothing is known
-	outcomeFailed                      // the store failed; the outcome is unknown
+	endStored   ending = iota + 1 // a response is stored (its digest decides replay or 422)
+	endReleased                   // the leader gave the key up; nothing is known
+	endFailed                     // the store failed; the outcome is unknown
 )
+
+// stored ends a flight whose key has response stored: every waiter answers
+// from it.
+func stored(response store.Response) result { return result{kind: endStored, response: response} }
+
+// released ends a flight whose leader gave the key up (a 5xx, a panic, it
+// left, MaxWait): its waiters decide afresh, and the first one back leads.
+func released() result { return result{kind: endReleased} }
+
+// failed ends a flight whose store failed: its waiters fail closed too.
+func failed(err error) result { return result{kind: endFailed, err: err} }
+
+// decide runs r's part in key's flight: it leads the flight, or waits on the
+// one under way and answers from how it ended. A duplicate whose leader
+// gave the key up tries again, and the first one back leads.
+func (m *Keys) decide(r *http.Request, key string, digest []byte) (*http.Request, *porch.Response) {
+	for {
+		f, leads, err := m.begin(r.Context(), key)
+		if err != nil {
+			return r, m.unavailable(r, err)
+		}
+		if leads {
+			return m.lead(r, f, digest)
+		}
+		if res := m.wait(r, f); res != nil {
+			return r, res
+		}
+		switch f.res.kind {
+		case endStored:
+			return r, m.answer(f.res.response, digest)
+		case endFailed:
+			return r, m.unavailable(r, f.res.err)
+		}
+		// endReleased: the leader gave the key up; decide afresh.
+	}
+}
+
+// begin asks key's actor for the key's flight: the caller leads a flight of
+// its own when none is under way, and waits on the one under way otherwise.
+// A caller that leaves before the answer arrives finishes its own flight, so
+// a lead it was granted is handed back and no key is left led by a caller
+// nobody runs.
+func (m *Keys) begin(ctx context.Context, key string) (f *flight, leads bool, err error) {
+	mine := newFlight(key)
+	reply := porch.NewReply[*flight]()
+	if err := m.pool.Send(key, func(i int) { reply.Send(m.shards[i].join(mine), nil) }); err != nil {
+		return nil, false, err
+	}
+	if f, err = reply.Wait(ctx); err != nil {
+		m.finish(mine, released())
+		return nil, false, err
+	}
+	return f, f == mine, nil
+}
+
+// lead runs on the leader's goroutine: it reserves the key in the store
+// (across processes, where the store is shared) and reads what is stored.
+// With nothing stored the request owns the key and goes on to the handler,
+// and After finishes the flight; otherwise lead finishes it.
+func (m *Keys) lead(r *http.Request, f *flight, digest []byte) (*http.Request, *porch.Response) {
+	hold, row, err := m.load(r.Context(), f.key)
+	if hold != nil {
+		return m.own(r, f, digest, hold), nil
+	}
+	m.finish(f, loaded(r.Context(), row, err))
+	switch {
+	case err == nil:
+		return r, m.answer(row, digest)
+	case errors.Is(err, errWaitedTooLong):
+		return r, m.inFlight()
+	}
+	return r, m.unavailable(r, err)
+}
+
+// load reserves key in the store and reads what is stored under it. It
+// returns the reservation only when nothing is stored and nothing failed;
+// otherwise the reservation has ended by the time load returns, so the key's
+// slot in the store is free before the flight ends.
+func (m *Keys) load(ctx context.Context, key string) (store.Reservation, store.Response, error) {
+	hold, err := m.reserve(ctx, key)
+	if err != nil {
+		return nil, store.Response{}, err
+	}
+	row, ok, err := hold.Load(ctx)
+	if err != nil || ok {
+		hold.Release()
+		return nil, row, err
+	}
+	return hold, store.Response{}, nil
+}
+
+// errWaitedTooLong reports a reservation that outlasted MaxWait.
+var errWaitedTooLong = errors.New("idem: waited longer than MaxWait for the key")
+
+// reserve reserves key in the store. With a shared store it may wait for an
+// owner on another instance; MaxWait bounds that wait as it bounds a local
+// duplicate's.
+func (m *Keys) reserve(ctx context.Context, key string) (store.Reservation, error) {
+	if m.opt.MaxWait <= 0 {
+		return m.store.Reserve(ctx, key)
+	}
+	wctx, cancel := context.WithTimeout(ctx, m.opt.MaxWait)
+	defer cancel()
+	hold, err := m.store.Reserve(wctx, key)
+	if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+		return nil, errWaitedTooLong
+	}
+	return hold, err
+}
+
+// loaded is how a flight ends whose leader did not get to own the key: with
+// the row load found, or, when load failed, released if the leader gave up
+// waiting (MaxWait, or its context ended: nothing is known, and the waiters
+// decide afresh), and failed if the store failed (the waiters fail too).
+func loaded(ctx context.Context, row store.Response, err error) result {
+	switch {
+	case err == nil:
+		return stored(row)
+	case errors.Is(err, errWaitedTooLong), ctx.Err() != nil && errors.Is(err, ctx.Err()):
+		return released()
+	}
+	return failed(err)
+}
+
+// wait parks a duplicate until the leader's flight is over. It returns a
+// response only when the wait itself ends the request (context, MaxWait).
+func (m *Keys) wait(r *http.Request, f *flight) *porch.Response {
+	var timeout <-chan time.Time
+	if m.opt.MaxWait > 0 {
+		t := time.NewTimer(m.opt.MaxWait)
+		defer t.Stop()
+		timeout = t.C
+	}
+	select {
+	case <-f.done:
+		return nil
+	case <-timeout:
+		return m.inFlight()
+	case <-r.Context().Done():
+		return m.unavailable(r, r.Context().Err())
+	}
+}
+
+// inFlight is the draft's answer to a duplicate that waited MaxWait for the
+// key's owner: 409, and when to retry.
+func (m *Keys) inFlight() *porch.Response {
+	res := problem(ProblemInFlight, http.StatusConflict, "Request in flight",
+		"a request with this Idempotency-Key is still being processed; retry later")
+	res.SetHeader("Retry-After", strconv.Itoa(porch.RetryAfterSeconds(m.opt.MaxWait)))
+	return res
+}
+
+// answer is what a request gets once its key has a stored response: a
+// replay when it is the same request, and 422 when the key was reused for a
+// different one. Nothing is run and nothing is overwritten.
+func (m *Keys) answer(row store.Response, digest []byte) *porch.Response {
+	if !bytes.Equal(row.Digest, digest) {
+		return problem(ProblemKeyReused, http.StatusUnprocessableEntity, "Idempotency-Key reused",
+			"this key was used for a request with a different method, path or body")
+	}
+	return replay(row)
+}
+
+// finish ends f with res on its key's actor, waiting for mailbox room: the
+// report must not be lost to saturation, or the key would stay led.
+func (m *Keys) finish(f *flight, res result) {
+	if err := m.pool.SendWait(f.key, func(i int) { m.shards[i].finish(f, res) }); err != nil {
+		porch.LogError(context.Background(), "idem: report to actor failed", "err", err)
+	}
+}
 
 // shard is one actor's in-flight keys. Only that actor touches it.
 type shard struct {
 	flights map[string]*flight
 }
 
-// begin runs on key's actor: the first caller for a key leads its flight,
-// every later one waits on it. The actor does no I/O.
-func (sh *shard) begin(key string, c *caller) (outcome, *flight) {
-	if f, ok := sh.flights[key]; ok {
-		return outcomeWait, f
+// join runs on the key's actor: mine becomes the key's flight when it has
+// none, and its caller leads; otherwise the flight under way is returned,
+// to wait on. The actor does no I/O.
+func (sh *shard) join(mine *flight) *flight {
+	if f, ok := sh.flights[mine.key]; ok {
+		return f
 	}
-	f := &flight{leader: c, done: make(chan struct{})}
-	sh.flights[key] = f
-	return outcomeLead, f
+	sh.flights[mine.key] = mine
+	return mine
 }
 
-// end runs on key's actor when c's flight has an outcome: it publishes the
-// outcome to the waiters and lets the key go, so the next request reads the
-// stored row or leads afresh. A caller that no longer leads (it left and
-// its flight was already ended) changes nothing.
-func (sh *shard) end(key string, c *caller, kind outcome, res store.Response, err error) {
-	f, ok := sh.flights[key]
-	if !ok || f.leader != c {
+// finish runs on the key's actor, and is the one place a flight ends: it
+// publishes res to the waiters and lets the key go, so the next request
+// reads the stored row or leads afresh. A flight that is not the key's (its
+// caller never led, or it has ended already) changes nothing.
+func (sh *shard) finish(f *flight, res result) {
+	if sh.flights[f.key] != f {
 		return
 	}
-	delete(sh.flights, key)
-	f.kind, f.res, f.err = kind, res, err
+	delete(sh.flights, f.key)
+	f.res = res
 	close(f.done)
 }

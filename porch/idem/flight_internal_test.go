@@ -41,7 +41,7 @@ func openSQLite(t *testing.T) *store.SQLite {
 
 // newMiddleware builds the middleware over st; cleanup closes its pool
 // before st (opened earlier) closes.
-func newMiddleware(t *testing.T, st store.Store, opt Options, popt porch.PoolOptions) *Idempotent {
+func newMiddleware(t *testing.T, st store.Store, opt Options, popt porch.PoolOptions) *Keys {
 	t.Helper()
 	pool := porch.NewPool(popt)
 	t.Cleanup(func() {
@@ -57,7 +57,7 @@ func newMiddleware(t *testing.T, st store.Store, opt Options, popt porch.PoolOpt
 // inFlight counts the keys with a flight, reading each shard on its own
 // actor. Jobs run in order, so every report a finished request queued has run
 // by the time this one does.
-func inFlight(t *testing.T, m *Idempotent) int {
+func inFlight(t *testing.T, m *Keys) int {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 	defer cancel()
@@ -172,7 +172,7 @@ func (r ctxReservation) Load(ctx context.Context) (store.Response, bool, error) 
 
 // parkedFrame is wait as it appears in a goroutine dump; parked duplicates
 // are registered nowhere else.
-const parkedFrame = "porch/idem.(*Idempotent).wait("
+const parkedFrame = "porch/idem.(*Keys).wait("
 
 // waitParked polls until exactly n requests are parked behind a leader.
 func waitParked(t *testing.T, n int) {

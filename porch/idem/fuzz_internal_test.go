@@ -95,7 +95,7 @@ func FuzzDigest(f *testing.F) {
 	f.Add("POST", "/a%00b", []byte(""), "POST", "/a", []byte("\x00b"))
 	f.Add("POST", "http://h/a", []byte(""), "POST", "/a", []byte(""))
 	f.Add("POST", "*", []byte(""), "OPTIONS", "*", []byte(""))
-	m := &Idempotent{opt: Options{MaxBody: DefaultMaxBody}}
+	m := &Keys{opt: Options{MaxBody: DefaultMaxBody}}
 	f.Fuzz(func(t *testing.T, m1, u1 string, b1 []byte, m2, u2 string, b2 []byte) {
 		r1, r2 := readRequest(m1, u1, b1), readRequest(m2, u2, b2)
 		if r1 == nil || r2 == nil {

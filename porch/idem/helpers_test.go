@@ -31,7 +31,7 @@ const waitLimit = 10 * time.Second
 type env struct {
 	pool    *porch.Pool
 	store   *store.SQLite // nil when the env runs on another store (newEnvOn)
-	m       *idem.Idempotent
+	m       *idem.Keys
 	handler http.Handler // m.Handler(inner), for requests a test builds by hand
 	srv     *httptest.Server
 }
@@ -270,7 +270,7 @@ func (g *gate) waitEntered(t *testing.T) {
 // parkedFrame is the middleware's wait for a running owner as it appears in a
 // goroutine dump. Parked duplicates are registered nowhere (see flight.go),
 // so the dump is the one place that counts them without a hook in the code.
-const parkedFrame = "porch/idem.(*Idempotent).wait("
+const parkedFrame = "porch/idem.(*Keys).wait("
 
 // waitParked polls until exactly n requests are parked behind a running
 // owner. While it waits the handler must not run more than calls times: a

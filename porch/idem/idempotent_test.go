@@ -13,19 +13,29 @@ import (
 	"github.com/writeonce/porch-go/porch/store"
 )
 
-func TestNewPanicsOnBadOptions(t *testing.T) {
+func TestNewPanicsOnBadConfig(t *testing.T) {
 	tests := []struct {
-		name string
-		opt  idem.Options
+		name    string
+		noPool  bool
+		noStore bool
+		opt     idem.Options
 	}{
-		{"negative TTL", idem.Options{TTL: -time.Second}},
-		{"negative MaxBody", idem.Options{MaxBody: -1}},
-		{"negative MaxWait", idem.Options{MaxWait: -time.Second}},
+		{name: "nil pool", noPool: true},
+		{name: "nil store", noStore: true},
+		{name: "negative TTL", opt: idem.Options{TTL: -time.Second}},
+		{name: "negative MaxBody", opt: idem.Options{MaxBody: -1}},
+		{name: "negative MaxWait", opt: idem.Options{MaxWait: -time.Second}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			st := openStore(t, store.Options{})
+			var st store.Store = openStore(t, store.Options{})
 			pool := newPool(t, porch.PoolOptions{Size: 1})
+			if tc.noStore {
+				st = nil
+			}
+			if tc.noPool {
+				pool = nil
+			}
 			defer func() {
 				v := recover()
 				msg, ok := v.(string)

@@ -27,7 +27,7 @@ func problem(typ string, status int, title, detail string) *porch.Response {
 
 // unavailable is the fail-closed answer: the handler does not run, or its
 // response is withheld because it could not be made durable.
-func (m *Idempotent) unavailable(r *http.Request, err error) *porch.Response {
+func (m *Keys) unavailable(r *http.Request, err error) *porch.Response {
 	if errors.Is(err, store.ErrNoKeyConn) {
 		return porch.Unavailable(ProblemUnavailable, "no database connection is free to hold this key", time.Second)
 	}
@@ -38,7 +38,7 @@ func (m *Idempotent) unavailable(r *http.Request, err error) *porch.Response {
 // response is withheld, since the side effect it reports did not happen.
 // The statement's error stays in the log, which a handler failing on every
 // request does not flood (see porch.LogError); it may name tables and values.
-func (m *Idempotent) writeFailed(r *http.Request, err error) *porch.Response {
+func (m *Keys) writeFailed(r *http.Request, err error) *porch.Response {
 	porch.LogError(r.Context(), "idem: the handler's writes failed; nothing was stored",
 		"method", r.Method, "path", r.URL.Path, "err", err)
 	return problem(ProblemWriteFailed, http.StatusInternalServerError, "Write failed",

@@ -53,5 +53,5 @@ func OperationID(ctx context.Context) (id string, ok bool) {
 	if !ok {
 		return "", false
 	}
-	return uuid.NewSHA1(operationSpace, []byte(o.key)).String(), true
+	return uuid.NewSHA1(operationSpace, []byte(o.flight.key)).String(), true
 }

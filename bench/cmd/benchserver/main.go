@@ -14,7 +14,7 @@
 //	porch-sqlite    porch's rate.Limiter on store.OpenSQLite, durable
 //	porch-postgres  porch's rate.Limiter on store.OpenPostgres, in a fresh
 //	                schema dropped at exit
-//	porch-idem      porch's idem.Idempotent (on SQLite) in front of POST
+//	porch-idem      porch's idem.Keys (on SQLite) in front of POST
 //
 // Every limiter keys on the client IP: the connection's peer, or with
 // -trust-proxy the address chi's ClientIPFromXFFTrustedProxies(1) resolved

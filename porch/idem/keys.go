@@ -1,0 +1,279 @@
+package idem
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/writeonce/porch-go/porch"
+	"github.com/writeonce/porch-go/porch/internal/clientip"
+	"github.com/writeonce/porch-go/porch/store"
+)
+
+// Defaults for [Options].
+const (
+	DefaultTTL     = 24 * time.Hour
+	DefaultMaxBody = 1 << 20
+)
+
+// ReplayedHeader marks a response served from the store rather than by the
+// handler.
+const ReplayedHeader = "Idempotency-Replayed"
+
+// Options configure the middleware [New] returns. The zero value applies to
+// POST and PATCH, accepts requests without a key, and keeps responses a day.
+type Options struct {
+	// Methods the middleware applies to. If nil, POST and PATCH.
+	Methods []string
+	// RequireKey answers 400 to a request of those methods without a key.
+	RequireKey bool
+	// Principal scopes keys: two principals using the same key get separate
+	// records. Set it to the authenticated account (the auth middleware
+	// must run first). If nil, or when it returns "", a key is scoped by
+	// the client's address, as the rate limiter keys it by default (the
+	// peer IP, an IPv6 client by its /64; see TrustProxy), so that one
+	// client's stored response is never replayed to another that sends the
+	// same key. A key is never global unless Principal makes it so by
+	// returning one constant.
+	Principal func(r *http.Request) string
+	// TrustProxy scopes keys without a principal by the client address
+	// chi's client-IP middleware resolved (middleware.ClientIPFromXFF,
+	// ClientIPFromXFFTrustedProxies), as rate.Options.TrustProxy does; set
+	// it behind a proxy you control, or every client behind it shares the
+	// proxy's scope. If false, the connection's peer address.
+	TrustProxy bool
+	// TTL is how long a stored response is kept. If zero, DefaultTTL.
+	TTL time.Duration
+	// MaxBody is the largest request body accepted, in bytes; a larger one
+	// is refused with 413 before anything is reserved. If zero,
+	// DefaultMaxBody.
+	MaxBody int64
+	// MaxWait bounds how long a duplicate waits for a running owner before
+	// it is answered 409 with Retry-After, the draft's in-flight answer. If
+	// zero, a duplicate waits as long as its request context lasts.
+	MaxWait time.Duration
+}
+
+// Keys is the idempotency-key middleware: it keeps the Idempotency-Keys of
+// the requests it guards, in flight on its pool's actors and answered in its
+// store, so that each key's handler runs once. Use it as a porch.Middleware
+// (in [porch.Chain]) or as chi middleware through [Keys.Handler].
+//
+// Create it with [New]; the zero value is not usable. It is safe for
+// concurrent use.
+type Keys struct {
+	pool    *porch.Pool
+	store   store.Store
+	opt     Options
+	shards  []*shard // indexed by pool shard; shards[i] is touched only by actor i
+	methods []string
+
+	warnRewritten sync.Once
+}
+
+// New returns the middleware, its in-flight state kept by pool's actors and
+// its responses stored in st. It does no I/O, so it returns no error; like
+// chi's middleware constructors, it panics on a programming error: a nil
+// pool or store, or a negative TTL, MaxBody or MaxWait.
+func New(pool *porch.Pool, st store.Store, opt Options) *Keys {
+	if pool == nil {
+		panic("idem: New expects a pool")
+	}
+	if st == nil {
+		panic("idem: New expects a store")
+	}
+	if opt.TTL < 0 || opt.MaxBody < 0 || opt.MaxWait < 0 {
+		panic("idem: New expects TTL, MaxBody and MaxWait >= 0")
+	}
+	if opt.TTL == 0 {
+		opt.TTL = DefaultTTL
+	}
+	if opt.MaxBody == 0 {
+		opt.MaxBody = DefaultMaxBody
+	}
+	m := &Keys{pool: pool, store: st, opt: opt, shards: make([]*shard, pool.Size())}
+	m.methods = opt.Methods
+	if m.methods == nil {
+		m.methods = []string{http.MethodPost, http.MethodPatch}
+	}
+	for i := range m.shards {
+		m.shards[i] = &shard{flights: make(map[string]*flight)}
+	}
+	return m
+}
+
+// ownership is what Before hands After (and the handler, through [Exec])
+// through the request context: the flight the request leads, and its
+// reservation of the key in the store.
+type ownership struct {
+	flight *flight
+	digest []byte
+	store  store.Store
+	hold   store.Reservation
+}
+
+// ownershipKey finds m's ownership for After; ownerKey finds the innermost
+// ownership for the handler's Exec and OperationID.
+type (
+	ownershipKey struct{ m *Keys }
+	ownerKey     struct{}
+)
+
+// Before decides the request's outcome. It implements porch.Middleware.
+func (m *Keys) Before(r *http.Request) (*http.Request, *porch.Response) {
+	if !slices.Contains(m.methods, r.Method) {
+		return r, nil
+	}
+	key, err := parseKey(r)
+	if errors.Is(err, errKeyMissing) {
+		if !m.opt.RequireKey {
+			return r, nil
+		}
+		return r, problem(ProblemKeyRequired, http.StatusBadRequest, "Idempotency-Key required",
+			"this endpoint requires an Idempotency-Key header")
+	}
+	if err != nil {
+		return r, problem(ProblemKeyInvalid, http.StatusBadRequest, "Invalid Idempotency-Key", err.Error())
+	}
+	digest, res := m.digest(r)
+	if res != nil {
+		return r, res
+	}
+	key = m.scope(r, key)
+	if outer, ok := r.Context().Value(ownerKey{}).(*ownership); ok && outer.flight.key == key && outer.store == m.store {
+		// An idempotency middleware further out already owns this key on
+		// this store for this very request, and will store its response.
+		// Leading it again would wait on our own reservation forever.
+		return r, nil
+	}
+	return m.decide(r, key, digest)
+}
+
+// own hands r the key its flight leads: After finishes the flight, and the
+// handler writes through hold with [Exec].
+func (m *Keys) own(r *http.Request, f *flight, digest []byte, hold store.Reservation) *http.Request {
+	o := &ownership{flight: f, digest: digest, store: m.store, hold: hold}
+	ctx := context.WithValue(r.Context(), ownershipKey{m}, o)
+	return r.WithContext(context.WithValue(ctx, ownerKey{}, o))
+}
+
+// After stores the owner's response, with the writes its handler made
+// through [Exec], and lets it out only once both are durable. A 5xx, a
+// panic, or a refusal by a middleware after this one (the handler never
+// ran) is not stored and the handler's writes are discarded: the key is
+// handed back, and a waiting duplicate decides afresh. If the handler's
+// writes fail at commit, nothing is stored and the client gets a 500
+// problem instead of the handler's answer. It implements porch.Middleware.
+func (m *Keys) After(r *http.Request, res *porch.Response, c porch.Completion) {
+	o, ok := r.Context().Value(ownershipKey{m}).(*ownership)
+	if !ok {
+		return
+	}
+	m.finish(o.flight, m.save(r, o, res, c))
+}
+
+// save stores the owner's response, or hands the key back, and says how
+// its flight ended. Either way the reservation has ended when save returns,
+// before the flight does: the duplicate that leads next needs the key's
+// slot (on PostgreSQL, a key connection) free. A response that could not be
+// stored is replaced by the problem its client gets instead.
+func (m *Keys) save(r *http.Request, o *ownership, res *porch.Response, c porch.Completion) result {
+	status := res.StatusCode()
+	if c != porch.Handled || status >= 500 {
+		o.hold.Release()
+		return released()
+	}
+	row := store.Response{
+		Key: o.flight.key, Digest: o.digest, Status: status,
+		ContentType: res.Header.Get("Content-Type"), Body: res.Body,
+	}
+	if row.Body == nil {
+		row.Body = []byte{} // an empty body (a 204) is a response, not a missing one
+	}
+	// The client may have gone; the response is stored all the same, so its
+	// retry replays rather than runs the handler again.
+	err := o.hold.Save(context.WithoutCancel(r.Context()), row, m.opt.TTL)
+	switch {
+	case err == nil:
+		return stored(row)
+	case errors.Is(err, store.ErrWriteFailed):
+		*res = *m.writeFailed(r, err)
+		return released() // nothing happened: the next duplicate may lead and try again
+	default:
+		*res = *m.unavailable(r, err)
+		return failed(err)
+	}
+}
+
+// Handler is the middleware as plain chi middleware. It buffers the
+// response, which idempotency needs: nothing may reach the client before the
+// response is durable.
+func (m *Keys) Handler(next http.Handler) http.Handler { return porch.Adapt(m)(next) }
+
+// digest reads the body (restoring it for the handler) and hashes method,
+// path with query, and body.
+func (m *Keys) digest(r *http.Request) ([]byte, *porch.Response) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, m.opt.MaxBody+1))
+	if err != nil {
+		return nil, problem(ProblemBodyUnreadable, http.StatusBadRequest, "Unreadable body", err.Error())
+	}
+	if int64(len(body)) > m.opt.MaxBody {
+		return nil, problem(ProblemBodyTooLarge, http.StatusRequestEntityTooLarge, "Body too large",
+			fmt.Sprintf("an idempotent request body may be at most %d bytes", m.opt.MaxBody))
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	h := sha256.New()
+	io.WriteString(h, r.Method)
+	h.Write([]byte{0})
+	io.WriteString(h, r.URL.RequestURI())
+	h.Write([]byte{0})
+	h.Write(body)
+	return h.Sum(nil), nil
+}
+
+// scope makes the lookup key: the key under the principal, or under the
+// client's address when there is none, so that no client can ever read
+// another's stored response. Lengths are spelled out so that no scope/key
+// pair can be made to collide with another, and the two forms differ after
+// "idem:" (a digit, or "ip:"). A principal's form is the one earlier
+// versions stored.
+func (m *Keys) scope(r *http.Request, key string) string {
+	if m.opt.Principal != nil {
+		if p := m.opt.Principal(r); p != "" {
+			return "idem:" + strconv.Itoa(len(p)) + ":" + p + ":" + key
+		}
+	}
+	a := m.clientAddr(r)
+	return "idem:ip:" + strconv.Itoa(len(a)) + ":" + a + ":" + key
+}
+
+// clientAddr is the scope of a request without a principal. A RemoteAddr
+// rewritten from a forgeable header is still used, since the real peer is
+// gone by then, but logged once: it lets a client pose as another.
+func (m *Keys) clientAddr(r *http.Request) string {
+	a, rewritten := clientip.Key(r, m.opt.TrustProxy)
+	if rewritten {
+		m.warnRewritten.Do(func() { slog.Warn("idem: "+clientip.RewrittenWarning, "remote_addr", r.RemoteAddr) })
+	}
+	return a
+}
+
+// replay renders a stored response: its status, body and content type only.
+// Other stored headers (Set-Cookie, Date) would be wrong to repeat.
+func replay(s store.Response) *porch.Response {
+	res := &porch.Response{Status: s.Status, Header: make(http.Header), Body: s.Body}
+	if s.ContentType != "" {
+		res.Header.Set("Content-Type", s.ContentType)
+	}
+	res.Header.Set(ReplayedHeader, "true")
+	return res
+}
