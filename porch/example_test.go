@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"time"
 
 	"github.com/writeonce/porch-go/porch"
 )
@@ -65,18 +64,4 @@ func ExampleCall() {
 	}
 	fmt.Println(hit("alice"), hit("alice"), hit("bob"), hit("alice"))
 	// Output: 1 2 1 3
-}
-
-func ExampleTimeline() {
-	clock := porch.NewFakeClock(time.Date(2026, 8, 29, 12, 0, 0, 0, time.UTC))
-	tl := porch.NewTimeline(clock, time.Time{})
-
-	clock.Advance(time.Minute) // a minute passes
-	clock.Jump(-time.Hour)     // an operator sets the wall clock back
-
-	fmt.Println("wall:    ", tl.Wall().Format(time.TimeOnly))
-	fmt.Println("timeline:", tl.Now().Format(time.TimeOnly))
-	// Output:
-	// wall:     11:01:00
-	// timeline: 12:01:00
 }

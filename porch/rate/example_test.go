@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/writeonce/porch-go/porch"
+	"github.com/writeonce/porch-go/porch/porchtest"
 	"github.com/writeonce/porch-go/porch/rate"
 	"github.com/writeonce/porch-go/porch/store"
 )
@@ -20,7 +21,7 @@ func ExampleNew() {
 		panic(err)
 	}
 	defer os.RemoveAll(dir)
-	clock := porch.NewFakeClock(time.Date(2026, 8, 29, 12, 0, 0, 0, time.UTC))
+	clock := porchtest.NewFakeClock(time.Date(2026, 8, 29, 12, 0, 0, 0, time.UTC))
 	st, err := store.OpenSQLite(filepath.Join(dir, "app.db"), store.Options{Clock: clock})
 	if err != nil {
 		panic(err)

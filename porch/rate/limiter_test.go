@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/writeonce/porch-go/porch"
+	"github.com/writeonce/porch-go/porch/porchtest"
 	"github.com/writeonce/porch-go/porch/rate"
 	"github.com/writeonce/porch-go/porch/store"
 )
@@ -127,7 +128,7 @@ func TestHeadersRoundUp(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			rg := newRig(t, 1, window, rigOptions{clock: porch.NewFakeClock(tt.start)})
+			rg := newRig(t, 1, window, rigOptions{clock: porchtest.NewFakeClock(tt.start)})
 			h := rg.lim.Handler(&counted{})
 			serve(h, request("192.0.2.1:1"))
 			rg.clock.Advance(tt.wait)
@@ -311,7 +312,7 @@ func TestRestartKeepsCounters(t *testing.T) {
 			}
 			first.stop(t)
 
-			clock := porch.NewFakeClock(t0.Add(tt.downtime + tt.wallShift))
+			clock := porchtest.NewFakeClock(t0.Add(tt.downtime + tt.wallShift))
 			second := newRig(t, limit, window, rigOptions{path: first.path, clock: clock})
 			if v := second.allowKey(t, key); v.Allowed {
 				t.Fatal("after restart: got allowed, want still limited")
@@ -330,7 +331,7 @@ func TestRestartKeepsCounters(t *testing.T) {
 
 func TestNameScopesCounters(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "porch.db")
-	clock := porch.NewFakeClock(t0)
+	clock := porchtest.NewFakeClock(t0)
 	a := newRig(t, 1, time.Minute, rigOptions{path: path, clock: clock, rate: rate.Options{Name: "a"}})
 	b, err := rate.New(a.pool, a.st, 1, time.Minute, rate.Options{Name: "b"})
 	if err != nil {

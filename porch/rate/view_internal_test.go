@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/writeonce/porch-go/porch"
+	"github.com/writeonce/porch-go/porch/porchtest"
 	"github.com/writeonce/porch-go/porch/store"
 )
 
@@ -93,7 +94,7 @@ func TestViewMemoryFollowsLiveKeys(t *testing.T) {
 // TestLimiterForgetsClosedWindows checks the view through the limiter: after
 // the windows close, hits on any key let the old keys go.
 func TestLimiterForgetsClosedWindows(t *testing.T) {
-	clock := porch.NewFakeClock(t0)
+	clock := porchtest.NewFakeClock(t0)
 	st, err := store.OpenSQLite(filepath.Join(t.TempDir(), "porch.db"), store.Options{Clock: clock})
 	if err != nil {
 		t.Fatal(err)
@@ -132,7 +133,7 @@ func TestLimiterForgetsClosedWindows(t *testing.T) {
 // An actor that gets no more hits still lets its closed windows go: its
 // timer hands it a forget job once the oldest window closes.
 func TestIdleActorForgets(t *testing.T) {
-	clock := porch.NewFakeClock(t0)
+	clock := porchtest.NewFakeClock(t0)
 	st, err := store.OpenSQLite(filepath.Join(t.TempDir(), "porch.db"), store.Options{Clock: clock})
 	if err != nil {
 		t.Fatal(err)

@@ -6,7 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/writeonce/porch-go/porch"
+	"github.com/writeonce/porch-go/porch/clock"
 )
 
 // op is one queued write. Exactly one of its payload fields is set; a hit
@@ -65,7 +65,7 @@ type committer struct {
 	queue    chan op
 	maxBatch int
 	writer   batchWriter
-	clock    porch.Clock // its monotonic reading dates each batch's outcome
+	clock    clock.Clock // its monotonic reading dates each batch's outcome
 
 	health       health
 	healthBudget time.Duration // HealthBudget; a test may shorten it
@@ -77,7 +77,7 @@ type committer struct {
 	commits, writes, failed atomic.Int64
 }
 
-func newCommitter(w batchWriter, clock porch.Clock, queueSize, maxBatch int) *committer {
+func newCommitter(w batchWriter, clock clock.Clock, queueSize, maxBatch int) *committer {
 	c := &committer{queue: make(chan op, queueSize), maxBatch: maxBatch, writer: w, clock: clock,
 		healthBudget: HealthBudget, done: make(chan struct{})}
 	go c.run()

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/writeonce/porch-go/porch"
+	"github.com/writeonce/porch-go/porch/clock"
 )
 
 // gatedWriter records batch sizes; the first batch waits for release.
@@ -40,7 +40,7 @@ func TestCommitterCapsBatches(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			w := &gatedWriter{entered: make(chan struct{}), release: make(chan struct{}), fail: tt.fail}
-			c := newCommitter(w, porch.SystemClock{}, 16, 3)
+			c := newCommitter(w, clock.System{}, 16, 3)
 			var mu sync.Mutex // protects got
 			var got []error
 			done := func(err error) { mu.Lock(); got = append(got, err); mu.Unlock() }
@@ -87,7 +87,7 @@ func (w *stuckWriter) writeBatch([]op) error { <-w.release; return nil }
 func stuckCommitter(t *testing.T) *committer {
 	t.Helper()
 	w := &stuckWriter{release: make(chan struct{})}
-	c := newCommitter(w, porch.SystemClock{}, 1, 1)
+	c := newCommitter(w, clock.System{}, 1, 1)
 	t.Cleanup(func() { close(w.release); c.close() })
 	return c
 }

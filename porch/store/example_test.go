@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/writeonce/porch-go/porch"
+	"github.com/writeonce/porch-go/porch/porchtest"
 	"github.com/writeonce/porch-go/porch/store"
 )
 
@@ -17,7 +17,7 @@ func ExampleOpenSQLite() {
 		panic(err)
 	}
 	defer os.RemoveAll(dir)
-	clock := porch.NewFakeClock(time.Date(2026, 8, 29, 12, 0, 0, 0, time.UTC))
+	clock := porchtest.NewFakeClock(time.Date(2026, 8, 29, 12, 0, 0, 0, time.UTC))
 
 	s, err := store.OpenSQLite(filepath.Join(dir, "app.db"), store.Options{Clock: clock})
 	if err != nil {

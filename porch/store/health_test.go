@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/writeonce/porch-go/internal/pgtest"
-	"github.com/writeonce/porch-go/porch"
+	"github.com/writeonce/porch-go/porch/porchtest"
 	"github.com/writeonce/porch-go/porch/store"
 )
 
@@ -16,7 +16,7 @@ import (
 // refuses every write to porch_rate_counters.
 type healthRig struct {
 	st    store.Store
-	clock *porch.FakeClock
+	clock *porchtest.FakeClock
 	write func() error // one ordinary counter write, waited for
 	fail  func()       // plant the trigger
 	mend  func()       // remove it

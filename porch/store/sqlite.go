@@ -11,14 +11,16 @@ import (
 
 	"github.com/mattn/go-sqlite3" // also registers the "sqlite3" driver
 
-	"github.com/writeonce/porch-go/porch"
+	"github.com/writeonce/porch-go/porch/clock"
 )
 
 // Defaults for [Options].
 const (
 	// DefaultQueueSize is porch.DefaultPoolSize × porch.DefaultMailbox: the
 	// committer can hold one write for every job the pool's mailboxes hold.
-	DefaultQueueSize = porch.DefaultPoolSize * porch.DefaultMailbox
+	// It is spelled out because the store does not import the framework;
+	// a test holds the two equal.
+	DefaultQueueSize = 16 * 1024
 	DefaultMaxBatch  = 4096
 	DefaultPruneRows = 64
 )
@@ -26,8 +28,8 @@ const (
 // Options configure a store. The zero value is ready to use.
 type Options struct {
 	// Clock supplies the wall and monotonic readings. If nil,
-	// porch.SystemClock{}.
-	Clock porch.Clock
+	// clock.System{}.
+	Clock clock.Clock
 	// QueueSize bounds the committer's queue; a write waits while it is
 	// full. Size it in proportion to the pool (size × mailbox). If zero,
 	// DefaultQueueSize.
@@ -52,7 +54,7 @@ type Options struct {
 
 func (o Options) withDefaults() Options {
 	if o.Clock == nil {
-		o.Clock = porch.SystemClock{}
+		o.Clock = clock.System{}
 	}
 	if o.QueueSize == 0 {
 		o.QueueSize = DefaultQueueSize
@@ -80,7 +82,7 @@ type SQLite struct {
 	commits  int // batches committed by writeBatch; only the committer touches it
 	stmts    sqliteStmts
 	opt      Options
-	timeline porch.Timeline
+	timeline timeline
 	c        *committer
 	seen     map[string]int // batch scratch: newest counter write per key
 	unlock   func()         // releases the file's lock, after the database closes; see lockFile
@@ -141,7 +143,7 @@ func (s *SQLite) init(ctx context.Context) error {
 	if err := s.db.QueryRowContext(ctx, sqlNewest).Scan(&newest); err != nil {
 		return fmt.Errorf("store: read newest time: %w", err)
 	}
-	s.timeline = porch.NewTimeline(s.opt.Clock, time.UnixMilli(newest))
+	s.timeline = newTimeline(s.opt.Clock, time.UnixMilli(newest))
 	conn, err := s.db.Conn(ctx)
 	if err != nil {
 		return fmt.Errorf("store: writer connection: %w", err)
@@ -224,10 +226,10 @@ func migrateSQLite(ctx context.Context, db *sql.DB) error {
 func (s *SQLite) DB() *sql.DB { return s.db }
 
 // Now reads the store's timeline.
-func (s *SQLite) Now() time.Time { return s.timeline.Now() }
+func (s *SQLite) Now() time.Time { return s.timeline.now() }
 
 // Wall reads the wall clock.
-func (s *SQLite) Wall() time.Time { return s.timeline.Wall() }
+func (s *SQLite) Wall() time.Time { return s.timeline.wall() }
 
 // LoadCounters calls fn for every counter still open at now.
 func (s *SQLite) LoadCounters(ctx context.Context, now time.Time, fn func(Counter)) error {

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/writeonce/porch-go/porch"
+	"github.com/writeonce/porch-go/porch/porchtest"
 	"github.com/writeonce/porch-go/porch/store"
 )
 
@@ -111,4 +111,4 @@ func execSQL(t *testing.T, db *sql.DB, query string) {
 }
 
 // fakeClock starts a fake clock at wall0.
-func fakeClock() *porch.FakeClock { return porch.NewFakeClock(wall0) }
+func fakeClock() *porchtest.FakeClock { return porchtest.NewFakeClock(wall0) }

@@ -8,7 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5/stdlib"
 
-	"github.com/writeonce/porch-go/porch"
+	"github.com/writeonce/porch-go/porch/clock"
 	"github.com/writeonce/porch-go/porch/store"
 )
 
@@ -17,7 +17,7 @@ import (
 // for the shop's own tables, whose schema it has created.
 func openBackend(cfg config, queueSize int) (store.Store, *sql.DB, error) {
 	opt := store.Options{
-		Clock:       porch.SystemClock{Offset: cfg.wallOffset},
+		Clock:       offsetClock{offset: cfg.wallOffset},
 		QueueSize:   queueSize,
 		CommitDelay: cfg.storeDelay,
 		KeyConns:    cfg.keyConns,
@@ -91,3 +91,15 @@ func createSchemaSQLite(ctx context.Context, db *sql.DB) error {
 	}
 	return nil
 }
+
+// offsetClock is the system clock with offset added to every wall reading,
+// for -wall-offset: the acceptance gate restarts the storefront with its
+// wall clock set back, as an operator or NTP would, and checks that no
+// window reopens. The monotonic reading is the system's own.
+type offsetClock struct {
+	clock.System
+	offset time.Duration
+}
+
+// Wall reads the wall clock plus the offset.
+func (c offsetClock) Wall() time.Time { return c.System.Wall().Add(c.offset) }
