@@ -5,6 +5,8 @@ import (
 	"errors"
 	"hash/maphash"
 	"sync"
+
+	"github.com/writeonce/porch-go/porch/internal/lifecycle"
 )
 
 // Capacity defaults for [PoolOptions]. A burst of 1,000 concurrent requests
@@ -19,8 +21,10 @@ var (
 	// ErrSaturated is returned at once when the key's mailbox is full. Callers
 	// fail closed: answer 503 with Retry-After, never proceed uncounted.
 	ErrSaturated = errors.New("porch: pool saturated")
-	// ErrClosed is returned after [Pool.Close] has begun.
-	ErrClosed = errors.New("porch: pool closed")
+	// ErrClosed is returned after [Pool.Close] has begun. It is the same
+	// value as store.ErrClosed, so one errors.Is catches a request refused
+	// by either.
+	ErrClosed = lifecycle.ErrClosed
 )
 
 // PoolOptions are the pool's capacity knobs.

@@ -4,12 +4,16 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/writeonce/porch-go/porch/internal/lifecycle"
 )
 
 // Errors returned by a Store.
 var (
-	// ErrClosed is returned by writes queued after Close has begun.
-	ErrClosed = errors.New("store: closed")
+	// ErrClosed is returned by writes queued after Close has begun. It is
+	// the same value as porch.ErrClosed, so one errors.Is catches a request
+	// refused by the pool or by the store.
+	ErrClosed = lifecycle.ErrClosed
 	// ErrLocked is returned by OpenSQLite when the database file is
 	// already open, in another process or this one, by any of its names
 	// (a symlink, a hard link): one process per SQLite file is what keeps

@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"errors"
 	"testing"
 
 	"github.com/writeonce/porch-go/porch"
@@ -13,5 +14,13 @@ import (
 func TestDefaultQueueSizeHoldsADefaultPool(t *testing.T) {
 	if got, want := store.DefaultQueueSize, porch.DefaultPoolSize*porch.DefaultMailbox; got != want {
 		t.Errorf("got DefaultQueueSize %d, want porch.DefaultPoolSize × porch.DefaultMailbox = %d", got, want)
+	}
+}
+
+// A request can be refused by a closed pool or by a closed store; one
+// errors.Is must catch both.
+func TestErrClosedIsOneValue(t *testing.T) {
+	if !errors.Is(store.ErrClosed, porch.ErrClosed) || !errors.Is(porch.ErrClosed, store.ErrClosed) {
+		t.Errorf("store.ErrClosed (%v) and porch.ErrClosed (%v) do not match each other", store.ErrClosed, porch.ErrClosed)
 	}
 }
