@@ -13,6 +13,7 @@ import (
 	"github.com/writeonce/porch-go/porch/porchtest"
 	"github.com/writeonce/porch-go/porch/rate"
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/sqlite"
 )
 
 func ExampleNew() {
@@ -22,7 +23,7 @@ func ExampleNew() {
 	}
 	defer os.RemoveAll(dir)
 	clock := porchtest.NewFakeClock(time.Date(2026, 8, 29, 12, 0, 0, 0, time.UTC))
-	st, err := store.OpenSQLite(filepath.Join(dir, "app.db"), store.Options{Clock: clock})
+	st, err := sqlite.Open(filepath.Join(dir, "app.db"), store.Options{Clock: clock})
 	if err != nil {
 		panic(err)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/writeonce/porch-go/porch/porchtest"
 	"github.com/writeonce/porch-go/porch/rate"
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/sqlite"
 )
 
 // t0 is a whole second, so header arithmetic in the tests stays exact.
@@ -27,7 +28,7 @@ type rig struct {
 	path  string
 	clock *porchtest.FakeClock
 	pool  *porch.Pool
-	st    *store.SQLite
+	st    *sqlite.Store
 	lim   *rate.Limiter
 }
 
@@ -48,7 +49,7 @@ func newRig(t *testing.T, limit int, window time.Duration, o rigOptions) *rig {
 	if o.clock == nil {
 		o.clock = porchtest.NewFakeClock(t0)
 	}
-	st, err := store.OpenSQLite(o.path, store.Options{Clock: o.clock})
+	st, err := sqlite.Open(o.path, store.Options{Clock: o.clock})
 	if err != nil {
 		t.Fatalf("open store: %v", err)
 	}

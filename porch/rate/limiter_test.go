@@ -19,10 +19,11 @@ import (
 	"github.com/writeonce/porch-go/porch/porchtest"
 	"github.com/writeonce/porch-go/porch/rate"
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/sqlite"
 )
 
 func TestNewPanicsOnBadConfig(t *testing.T) {
-	st, err := store.OpenSQLite(filepath.Join(t.TempDir(), "porch.db"), store.Options{})
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "porch.db"), store.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

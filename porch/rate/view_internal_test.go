@@ -12,6 +12,7 @@ import (
 	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/porchtest"
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/sqlite"
 )
 
 var t0 = time.Date(2026, 8, 29, 12, 0, 0, 0, time.UTC)
@@ -95,7 +96,7 @@ func TestViewMemoryFollowsLiveKeys(t *testing.T) {
 // the windows close, hits on any key let the old keys go.
 func TestLimiterForgetsClosedWindows(t *testing.T) {
 	clock := porchtest.NewFakeClock(t0)
-	st, err := store.OpenSQLite(filepath.Join(t.TempDir(), "porch.db"), store.Options{Clock: clock})
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "porch.db"), store.Options{Clock: clock})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +135,7 @@ func TestLimiterForgetsClosedWindows(t *testing.T) {
 // timer hands it a forget job once the oldest window closes.
 func TestIdleActorForgets(t *testing.T) {
 	clock := porchtest.NewFakeClock(t0)
-	st, err := store.OpenSQLite(filepath.Join(t.TempDir(), "porch.db"), store.Options{Clock: clock})
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "porch.db"), store.Options{Clock: clock})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,8 @@ import (
 
 	"github.com/writeonce/porch-go/porch/clock"
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/postgres"
+	"github.com/writeonce/porch-go/porch/store/sqlite"
 )
 
 // openBackend opens porch's store, SQLite by default or PostgreSQL with
@@ -25,7 +27,7 @@ func openBackend(cfg config, queueSize int) (store.Store, *sql.DB, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if cfg.postgres == "" {
-		st, err := store.OpenSQLite(cfg.db, opt)
+		st, err := sqlite.Open(cfg.db, opt)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -35,7 +37,7 @@ func openBackend(cfg config, queueSize int) (store.Store, *sql.DB, error) {
 		}
 		return st, st.DB(), nil
 	}
-	st, err := store.OpenPostgres(ctx, cfg.postgres, opt)
+	st, err := postgres.Open(ctx, cfg.postgres, opt)
 	if err != nil {
 		return nil, nil, err
 	}

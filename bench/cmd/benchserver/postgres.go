@@ -12,12 +12,13 @@ import (
 
 	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/postgres"
 )
 
 // openPostgres opens porch's PostgreSQL store in a fresh schema of dsn's
 // database, and registers on app the store's Close and then the schema's
 // drop, so that runs never see each other's rows.
-func openPostgres(ctx context.Context, dsn string, opt store.Options, app *porch.App) (*store.Postgres, error) {
+func openPostgres(ctx context.Context, dsn string, opt store.Options, app *porch.App) (*postgres.Store, error) {
 	var b [6]byte
 	rand.Read(b[:])
 	schema := "porch_bench_" + hex.EncodeToString(b[:])
@@ -33,7 +34,7 @@ func openPostgres(ctx context.Context, dsn string, opt store.Options, app *porch
 	q := u.Query()
 	q.Set("search_path", schema)
 	u.RawQuery = q.Encode()
-	pg, err := store.OpenPostgres(ctx, u.String(), opt)
+	pg, err := postgres.Open(ctx, u.String(), opt)
 	if err != nil {
 		drop(ctx)
 		return nil, err

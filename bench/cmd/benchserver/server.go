@@ -22,6 +22,7 @@ import (
 	"github.com/writeonce/porch-go/porch/idem"
 	"github.com/writeonce/porch-go/porch/rate"
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/sqlite"
 )
 
 var modes = []string{"none", "httprate", "naive", "porch-sqlite", "porch-postgres", "porch-idem"}
@@ -107,7 +108,7 @@ func newLimiter(ctx context.Context, cfg config, app *porch.App, clk clock.Clock
 		}
 		st = pg
 	} else {
-		sq, err := store.OpenSQLite(cfg.db, opt)
+		sq, err := sqlite.Open(cfg.db, opt)
 		if err != nil {
 			pool.Close(context.Background())
 			return nil, nil, err
