@@ -20,7 +20,7 @@ func (p *Store) Health(ctx context.Context) error { return p.c.Check(ctx) }
 func writeProbe(ctx context.Context, tx pgx.Tx) error {
 	for _, q := range commit.ProbeSQL {
 		if _, err := tx.Exec(ctx, q); err != nil {
-			return fmt.Errorf("store: health probe: %w", err)
+			return fmt.Errorf("postgres: health probe: %w", err)
 		}
 	}
 	return nil

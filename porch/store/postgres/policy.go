@@ -73,7 +73,7 @@ func (p *Store) claimShared(ctx context.Context, pol store.Policy) error {
 	if p.policyConn == nil {
 		conn, err := p.writer.Acquire(ctx)
 		if err != nil {
-			return fmt.Errorf("store: claim rate policy: %w", err)
+			return fmt.Errorf("postgres: claim rate policy: %w", err)
 		}
 		p.policyConn = conn
 	}
@@ -128,10 +128,10 @@ func (p *Store) claimShared(ctx context.Context, pol store.Policy) error {
 		if p.policyConn != nil && p.policyConn.Conn().IsClosed() {
 			p.dropPolicyConn()
 		}
-		return fmt.Errorf("store: claim rate policy %s: %w", pol, err)
+		return fmt.Errorf("postgres: claim rate policy %s: %w", pol, err)
 	}
 	if found && old != pol {
-		slog.Warn("store: rate policy changed; open windows keep their counts and close at their old end or one new window from now, whichever is sooner",
+		slog.Warn("postgres: rate policy changed; open windows keep their counts and close at their old end or one new window from now, whichever is sooner",
 			"was", old.String(), "now", pol.String())
 	}
 	return nil

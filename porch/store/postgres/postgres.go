@@ -64,7 +64,7 @@ func Open(ctx context.Context, dsn string, opt store.Options) (*Store, error) {
 	}
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
-		return nil, fmt.Errorf("store: postgres dsn: %w", err)
+		return nil, fmt.Errorf("postgres: dsn: %w", err)
 	}
 	if !strings.Contains(dsn, "pool_max_conns") {
 		cfg.MaxConns = DefaultConns
@@ -85,7 +85,7 @@ func Open(ctx context.Context, dsn string, opt store.Options) (*Store, error) {
 		pl, err := pgxpool.NewWithConfig(ctx, c)
 		if err != nil {
 			closeAll()
-			return nil, fmt.Errorf("store: postgres: %w", err)
+			return nil, fmt.Errorf("postgres: connect: %w", err)
 		}
 		pools = append(pools, pl)
 	}
@@ -109,25 +109,25 @@ var readCommitted = pgx.TxOptions{IsoLevel: pgx.ReadCommitted}
 func (p *Store) migrate(ctx context.Context) error {
 	return pgx.BeginTxFunc(ctx, p.writer, readCommitted, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, pgLockSchema); err != nil {
-			return fmt.Errorf("store: lock schema: %w", err)
+			return fmt.Errorf("postgres: lock schema: %w", err)
 		}
 		if _, err := tx.Exec(ctx, pgVersionTable); err != nil {
-			return fmt.Errorf("store: schema version table: %w", err)
+			return fmt.Errorf("postgres: schema version table: %w", err)
 		}
 		var version int
 		if err := tx.QueryRow(ctx, pgReadVersion).Scan(&version); err != nil {
-			return fmt.Errorf("store: read schema version: %w", err)
+			return fmt.Errorf("postgres: read schema version: %w", err)
 		}
 		if version > len(postgresMigrations) {
-			return fmt.Errorf("store: schema version %d is newer than this build knows (%d)", version, len(postgresMigrations))
+			return fmt.Errorf("postgres: schema version %d is newer than this build knows (%d)", version, len(postgresMigrations))
 		}
 		for v := version; v < len(postgresMigrations); v++ {
 			if _, err := tx.Exec(ctx, postgresMigrations[v]); err != nil {
-				return fmt.Errorf("store: migrate to %d: %w", v+1, err)
+				return fmt.Errorf("postgres: migrate to %d: %w", v+1, err)
 			}
 		}
 		if _, err := tx.Exec(ctx, fmt.Sprintf(pgWriteVersion, len(postgresMigrations))); err != nil {
-			return fmt.Errorf("store: write schema version: %w", err)
+			return fmt.Errorf("postgres: write schema version: %w", err)
 		}
 		return nil
 	})
@@ -171,7 +171,7 @@ func (p *Store) Close(ctx context.Context) error {
 	case <-closed:
 		return nil
 	case <-ctx.Done():
-		return fmt.Errorf("store: close postgres: connections still held by owners: %w", ctx.Err())
+		return fmt.Errorf("postgres: close: connections still held by owners: %w", ctx.Err())
 	}
 }
 
@@ -219,7 +219,7 @@ func (p *Store) writeBatch(batch []commit.Op) error {
 	return pgx.BeginTxFunc(ctx, p.writer, readCommitted, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, pgAddHits, keys, windows, hits)
 		if err != nil {
-			return fmt.Errorf("store: add hits: %w", err)
+			return fmt.Errorf("postgres: add hits: %w", err)
 		}
 		seen := 0
 		for rows.Next() {
@@ -227,12 +227,12 @@ func (p *Store) writeBatch(batch []commit.Op) error {
 			var count, leftMS int64
 			if err := rows.Scan(&key, &count, &leftMS); err != nil {
 				rows.Close()
-				return fmt.Errorf("store: add hits: %w", err)
+				return fmt.Errorf("postgres: add hits: %w", err)
 			}
 			kh := byKey[key]
 			if kh == nil {
 				rows.Close()
-				return fmt.Errorf("store: add hits: unexpected key %q returned", key)
+				return fmt.Errorf("postgres: add hits: unexpected key %q returned", key)
 			}
 			first := count - int64(len(kh.ops))
 			for i, h := range kh.ops {
@@ -242,10 +242,10 @@ func (p *Store) writeBatch(batch []commit.Op) error {
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
-			return fmt.Errorf("store: add hits: %w", err)
+			return fmt.Errorf("postgres: add hits: %w", err)
 		}
 		if seen != len(keys) {
-			return fmt.Errorf("store: add hits: %d of %d keys returned", seen, len(keys))
+			return fmt.Errorf("postgres: add hits: %d of %d keys returned", seen, len(keys))
 		}
 		if probe {
 			if err := writeProbe(ctx, tx); err != nil {
@@ -254,10 +254,10 @@ func (p *Store) writeBatch(batch []commit.Op) error {
 		}
 		if p.opt.PruneRows > 0 {
 			if _, err := tx.Exec(ctx, pgPruneCounters, p.opt.PruneRows); err != nil {
-				return fmt.Errorf("store: prune counters: %w", err)
+				return fmt.Errorf("postgres: prune counters: %w", err)
 			}
 			if _, err := tx.Exec(ctx, pgPruneResponses, p.opt.PruneRows); err != nil {
-				return fmt.Errorf("store: prune responses: %w", err)
+				return fmt.Errorf("postgres: prune responses: %w", err)
 			}
 		}
 		return nil
@@ -280,20 +280,20 @@ func (p *Store) Reserve(ctx context.Context, key string) (store.Reservation, err
 	conn, err := p.keys.Acquire(ctx)
 	if err != nil {
 		<-p.slots
-		return nil, fmt.Errorf("store: reserve: %w", err)
+		return nil, fmt.Errorf("postgres: reserve: %w", err)
 	}
 	tx, err := conn.BeginTx(ctx, readCommitted)
 	if err != nil {
 		discard(conn)
 		<-p.slots
-		return nil, fmt.Errorf("store: reserve: %w", err)
+		return nil, fmt.Errorf("postgres: reserve: %w", err)
 	}
 	if _, err := tx.Exec(ctx, pgLockKey, key); err != nil {
 		// A lock granted just as ctx ended must not stay on a pooled
 		// connection: close it, which ends the transaction and its lock.
 		discard(conn)
 		<-p.slots
-		return nil, fmt.Errorf("store: reserve: %w", err)
+		return nil, fmt.Errorf("postgres: reserve: %w", err)
 	}
 	return &reservation{p: p, conn: conn, tx: tx, key: key}, nil
 }
@@ -327,7 +327,7 @@ func (r *reservation) Load(ctx context.Context) (store.Response, bool, error) {
 		return store.Response{}, false, nil
 	}
 	if err != nil {
-		return store.Response{}, false, fmt.Errorf("store: load response: %w", err)
+		return store.Response{}, false, fmt.Errorf("postgres: load response: %w", err)
 	}
 	res.Created, res.Expires = time.UnixMilli(created), time.UnixMilli(expires)
 	return res, true, nil
@@ -350,7 +350,7 @@ func (r *reservation) Exec(ctx context.Context, query string, args ...any) error
 		if ownersFault(ctx, err) {
 			err = fmt.Errorf("%w: %w", store.ErrWriteFailed, err)
 		} else {
-			err = fmt.Errorf("store: owner's write: %w", err)
+			err = fmt.Errorf("postgres: owner's write: %w", err)
 		}
 		r.failed = err
 		return err
@@ -401,7 +401,7 @@ func (r *reservation) Save(ctx context.Context, res store.Response, ttl time.Dur
 	if _, err := r.tx.Exec(ctx, pgSaveResponse, r.key, res.Digest, res.Status, res.ContentType, res.Body,
 		ttl.Milliseconds()); err != nil {
 		r.end(false)
-		return fmt.Errorf("store: save response: %w", err)
+		return fmt.Errorf("postgres: save response: %w", err)
 	}
 	if err := r.tx.Commit(ctx); err != nil {
 		// A deferred constraint fails here, and is the owner's; if the
@@ -411,11 +411,11 @@ func (r *reservation) Save(ctx context.Context, res store.Response, ttl time.Dur
 		if ownersFault(ctx, err) {
 			return fmt.Errorf("%w: %w", store.ErrWriteFailed, err)
 		}
-		return fmt.Errorf("store: commit response: %w", err)
+		return fmt.Errorf("postgres: commit response: %w", err)
 	}
 	if r.p.opt.PruneRows > 0 {
 		if _, err := r.conn.Exec(ctx, pgPruneResponses, r.p.opt.PruneRows); err != nil {
-			slog.Warn("store: prune responses", "err", err) // the next save prunes again
+			slog.Warn("postgres: prune responses", "err", err) // the next save prunes again
 		}
 	}
 	r.end(true)

@@ -36,7 +36,7 @@ func (s *Store) writeBatch(batch []commit.Op) error {
 		}
 		batch[ab.index].Failed = ab.err
 	}
-	return errors.New("store: batch aborted by every write in it") // unreachable: each pass drops one
+	return errors.New("sqlite: batch aborted by every write in it") // unreachable: each pass drops one
 }
 
 // appAborted reports an application's statement that rolled back the
@@ -54,7 +54,7 @@ func (s *Store) writeBatchOnce(batch []commit.Op) (err error) {
 		time.Sleep(s.opt.CommitDelay) // fault injection: a slow disk
 	}
 	if _, err := s.wconn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
-		return fmt.Errorf("store: begin batch: %w", err)
+		return fmt.Errorf("sqlite: begin batch: %w", err)
 	}
 	defer func() {
 		if err != nil {
@@ -64,10 +64,10 @@ func (s *Store) writeBatchOnce(batch []commit.Op) (err error) {
 	if s.opt.PruneRows > 0 {
 		now := s.Now().UnixMilli()
 		if _, err := s.stmts.pruneCounters.ExecContext(ctx, now, s.opt.PruneRows); err != nil {
-			return fmt.Errorf("store: prune counters: %w", err)
+			return fmt.Errorf("sqlite: prune counters: %w", err)
 		}
 		if _, err := s.stmts.pruneResponses.ExecContext(ctx, now, s.opt.PruneRows); err != nil {
-			return fmt.Errorf("store: prune responses: %w", err)
+			return fmt.Errorf("sqlite: prune responses: %w", err)
 		}
 	}
 	clear(s.seen)
@@ -82,7 +82,7 @@ func (s *Store) writeBatchOnce(batch []commit.Op) (err error) {
 		}
 	}
 	if _, err := s.wconn.ExecContext(ctx, "COMMIT"); err != nil {
-		return fmt.Errorf("store: commit batch: %w", err)
+		return fmt.Errorf("sqlite: commit batch: %w", err)
 	}
 	if s.commits++; s.commits%checkpointEvery == 0 {
 		s.ckpt.poke()
@@ -104,7 +104,7 @@ func (s *Store) apply(ctx context.Context, batch []commit.Op, i int) error {
 		start := c.WindowStart.UnixMilli()
 		window := c.Window.Milliseconds()
 		if _, err := s.stmts.upsertCounter.ExecContext(ctx, c.Key, start, window, c.Count, start+window); err != nil {
-			return fmt.Errorf("store: save counter: %w", err)
+			return fmt.Errorf("sqlite: save counter: %w", err)
 		}
 	case o.Response != nil && len(o.Owner) > 0:
 		ownErr, txErr := s.inSavepoint(ctx, func() error { return s.applyOwner(ctx, o) })
@@ -112,7 +112,7 @@ func (s *Store) apply(ctx context.Context, batch []commit.Op, i int) error {
 			return &appAborted{index: i, err: fmt.Errorf("%w: %w", store.ErrWriteFailed, ownErr)}
 		}
 		if txErr != nil {
-			return fmt.Errorf("store: save response: %w", txErr)
+			return fmt.Errorf("sqlite: save response: %w", txErr)
 		}
 		batch[i].Failed = ownErr
 	case o.Response != nil:
@@ -121,7 +121,7 @@ func (s *Store) apply(ctx context.Context, batch []commit.Op, i int) error {
 		}
 	case o.Delete != nil:
 		if _, err := s.stmts.deleteResponse.ExecContext(ctx, o.Delete.Key, o.Delete.Now); err != nil {
-			return fmt.Errorf("store: delete response: %w", err)
+			return fmt.Errorf("sqlite: delete response: %w", err)
 		}
 	case o.Exec != nil:
 		execErr, txErr := s.inSavepoint(ctx, func() error { return s.execApp(ctx, o.Exec) })
@@ -129,7 +129,7 @@ func (s *Store) apply(ctx context.Context, batch []commit.Op, i int) error {
 			return &appAborted{index: i, err: execErr}
 		}
 		if txErr != nil {
-			return fmt.Errorf("store: exec: %w", txErr)
+			return fmt.Errorf("sqlite: exec: %w", txErr)
 		}
 		batch[i].Failed = execErr
 	case o.Probe:
@@ -145,7 +145,7 @@ func (s *Store) upsertResponse(ctx context.Context, r *store.Response) error {
 	}
 	if _, err := s.stmts.upsertResponse.ExecContext(ctx, r.Key, r.Digest, r.Status, r.ContentType, body,
 		r.Created.UnixMilli(), r.Expires.UnixMilli()); err != nil {
-		return fmt.Errorf("store: save response: %w", err)
+		return fmt.Errorf("sqlite: save response: %w", err)
 	}
 	return nil
 }
@@ -160,7 +160,7 @@ func (s *Store) applyOwner(ctx context.Context, o commit.Op) error {
 			if ownersFault(err) {
 				return fmt.Errorf("%w: %w", store.ErrWriteFailed, err)
 			}
-			return fmt.Errorf("store: owner's write: %w", err)
+			return fmt.Errorf("sqlite: owner's write: %w", err)
 		}
 	}
 	return s.upsertResponse(ctx, o.Response)
@@ -211,7 +211,7 @@ func (s *Store) authorize(action int, _, _, _ string) int {
 }
 
 // errTxGone reports that a statement ended the batch's whole transaction.
-var errTxGone = errors.New("store: the statement rolled back the whole transaction")
+var errTxGone = errors.New("sqlite: the statement rolled back the whole transaction")
 
 // inTransaction reports whether the writer is still inside the batch's
 // transaction: a statement with a ROLLBACK conflict clause, or a trigger's

@@ -43,7 +43,7 @@ func (c *checkpointer) run() {
 		if _, err := c.conn.ExecContext(context.Background(), "PRAGMA wal_checkpoint(PASSIVE)"); err != nil {
 			// The WAL only grows until the next checkpoint succeeds; the
 			// data is safe either way.
-			slog.Warn("store: wal checkpoint failed", "err", err)
+			slog.Warn("sqlite: wal checkpoint failed", "err", err)
 		}
 	}
 }

@@ -19,7 +19,7 @@ func (s *Store) Health(ctx context.Context) error { return s.c.Check(ctx) }
 func (s *Store) writeProbe(ctx context.Context) error {
 	for _, q := range commit.ProbeSQL {
 		if _, err := s.wconn.ExecContext(ctx, q); err != nil {
-			return fmt.Errorf("store: health probe: %w", err)
+			return fmt.Errorf("sqlite: health probe: %w", err)
 		}
 	}
 	return nil

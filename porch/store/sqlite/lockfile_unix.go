@@ -73,7 +73,7 @@ func lockFile(path string) (release func(), err error) {
 		if errors.Is(err, syscall.EWOULDBLOCK) {
 			return nil, lockedError(path, id)
 		}
-		return nil, fmt.Errorf("store: lock %s: %w", path, err)
+		return nil, fmt.Errorf("sqlite: lock %s: %w", path, err)
 	}
 	held.Lock()
 	held.m[id] = path

@@ -21,9 +21,9 @@ var errNotRegular = errors.New("not a regular file")
 // like a bug in the query. The cause stays wrapped for errors.Is and As.
 func openError(path string, err error) error {
 	if hint := openHint(path, err); hint != "" {
-		return fmt.Errorf("store: open %s: %s (%w)", path, hint, err)
+		return fmt.Errorf("sqlite: open %s: %s (%w)", path, hint, err)
 	}
-	return fmt.Errorf("store: open %s: %w", path, err)
+	return fmt.Errorf("sqlite: open %s: %w", path, err)
 }
 
 func openHint(path string, err error) string {

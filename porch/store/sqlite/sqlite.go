@@ -73,7 +73,7 @@ func Open(path string, opt store.Options) (*Store, error) {
 	db, err := sql.Open("sqlite3", "file:"+(&url.URL{Path: path}).EscapedPath()+"?"+q.Encode())
 	if err != nil {
 		unlock()
-		return nil, fmt.Errorf("store: open %s: %w", path, err)
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
 	// Idle readers close, and their page caches go with them: memory
 	// follows the load rather than its peak.
@@ -94,12 +94,12 @@ func (s *Store) init(ctx context.Context) error {
 	}
 	var newest int64
 	if err := s.db.QueryRowContext(ctx, sqlNewest).Scan(&newest); err != nil {
-		return fmt.Errorf("store: read newest time: %w", err)
+		return fmt.Errorf("sqlite: read newest time: %w", err)
 	}
 	s.timeline = newTimeline(s.opt.Clock, time.UnixMilli(newest))
 	conn, err := s.db.Conn(ctx)
 	if err != nil {
-		return fmt.Errorf("store: writer connection: %w", err)
+		return fmt.Errorf("sqlite: writer connection: %w", err)
 	}
 	s.wconn = conn
 	if err := conn.Raw(func(dc any) error {
@@ -110,7 +110,7 @@ func (s *Store) init(ctx context.Context) error {
 		c.RegisterAuthorizer(s.authorize)
 		return nil
 	}); err != nil {
-		return fmt.Errorf("store: writer connection: %w", err)
+		return fmt.Errorf("sqlite: writer connection: %w", err)
 	}
 	// The checkpointer copies the WAL back off the request path, but only
 	// the writer can start the WAL over once it is copied: a checkpointer
@@ -119,15 +119,15 @@ func (s *Store) init(ctx context.Context) error {
 	// frames already copied and costs little, and the WAL is cut back to
 	// journal_size_limit when it restarts.
 	if _, err := conn.ExecContext(ctx, "PRAGMA journal_size_limit = 67108864"); err != nil {
-		return fmt.Errorf("store: writer connection: %w", err)
+		return fmt.Errorf("sqlite: writer connection: %w", err)
 	}
 	ckconn, err := s.db.Conn(ctx)
 	if err != nil {
-		return fmt.Errorf("store: checkpoint connection: %w", err)
+		return fmt.Errorf("sqlite: checkpoint connection: %w", err)
 	}
 	s.ckpt = newCheckpointer(ckconn)
 	if s.stmts.loadResponse, err = s.db.PrepareContext(ctx, sqlLoadResponse); err != nil {
-		return fmt.Errorf("store: prepare: %w", err)
+		return fmt.Errorf("sqlite: prepare: %w", err)
 	}
 	for _, p := range []struct {
 		dst **sql.Stmt
@@ -140,7 +140,7 @@ func (s *Store) init(ctx context.Context) error {
 		{&s.stmts.pruneResponses, sqlPruneResponses},
 	} {
 		if *p.dst, err = conn.PrepareContext(ctx, p.sql); err != nil {
-			return fmt.Errorf("store: prepare: %w", err)
+			return fmt.Errorf("sqlite: prepare: %w", err)
 		}
 	}
 	return nil
@@ -149,26 +149,26 @@ func (s *Store) init(ctx context.Context) error {
 func migrateSQLite(ctx context.Context, db *sql.DB) error {
 	var version int
 	if err := db.QueryRowContext(ctx, "PRAGMA user_version").Scan(&version); err != nil {
-		return fmt.Errorf("store: read schema version: %w", err)
+		return fmt.Errorf("sqlite: read schema version: %w", err)
 	}
 	if version > len(sqliteMigrations) {
-		return fmt.Errorf("store: schema version %d is newer than this build knows (%d)", version, len(sqliteMigrations))
+		return fmt.Errorf("sqlite: schema version %d is newer than this build knows (%d)", version, len(sqliteMigrations))
 	}
 	for v := version; v < len(sqliteMigrations); v++ {
 		tx, err := db.BeginTx(ctx, nil)
 		if err != nil {
-			return fmt.Errorf("store: migrate to %d: %w", v+1, err)
+			return fmt.Errorf("sqlite: migrate to %d: %w", v+1, err)
 		}
 		if _, err := tx.ExecContext(ctx, sqliteMigrations[v]); err != nil {
 			tx.Rollback()
-			return fmt.Errorf("store: migrate to %d: %w", v+1, err)
+			return fmt.Errorf("sqlite: migrate to %d: %w", v+1, err)
 		}
 		if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", v+1)); err != nil {
 			tx.Rollback()
-			return fmt.Errorf("store: migrate to %d: %w", v+1, err)
+			return fmt.Errorf("sqlite: migrate to %d: %w", v+1, err)
 		}
 		if err := tx.Commit(); err != nil {
-			return fmt.Errorf("store: migrate to %d: %w", v+1, err)
+			return fmt.Errorf("sqlite: migrate to %d: %w", v+1, err)
 		}
 	}
 	return nil
@@ -188,21 +188,21 @@ func (s *Store) Wall() time.Time { return s.timeline.wall() }
 func (s *Store) LoadCounters(ctx context.Context, now time.Time, fn func(store.Counter)) error {
 	rows, err := s.db.QueryContext(ctx, sqlLoadCounters, now.UnixMilli())
 	if err != nil {
-		return fmt.Errorf("store: load counters: %w", err)
+		return fmt.Errorf("sqlite: load counters: %w", err)
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var c store.Counter
 		var start, window int64
 		if err := rows.Scan(&c.Key, &start, &window, &c.Count); err != nil {
-			return fmt.Errorf("store: load counters: %w", err)
+			return fmt.Errorf("sqlite: load counters: %w", err)
 		}
 		c.WindowStart = time.UnixMilli(start)
 		c.Window = time.Duration(window) * time.Millisecond
 		fn(c)
 	}
 	if err := rows.Err(); err != nil {
-		return fmt.Errorf("store: load counters: %w", err)
+		return fmt.Errorf("sqlite: load counters: %w", err)
 	}
 	return nil
 }
@@ -223,7 +223,7 @@ func (s *Store) LoadResponse(ctx context.Context, key string) (store.Response, b
 		return store.Response{}, false, nil
 	}
 	if err != nil {
-		return store.Response{}, false, fmt.Errorf("store: load response: %w", err)
+		return store.Response{}, false, fmt.Errorf("sqlite: load response: %w", err)
 	}
 	r.Created, r.Expires = time.UnixMilli(created), time.UnixMilli(expires)
 	return r, true, nil
@@ -245,7 +245,7 @@ func (s *Store) DeleteResponse(key string, now time.Time, done func(error)) erro
 // store.
 func (s *Store) Reserve(ctx context.Context, key string) (store.Reservation, error) {
 	if err := s.keys.lock(ctx, key); err != nil {
-		return nil, fmt.Errorf("store: reserve: %w", err)
+		return nil, fmt.Errorf("sqlite: reserve: %w", err)
 	}
 	return &reservation{s: s, key: key}, nil
 }
@@ -331,7 +331,7 @@ func (s *Store) Close(ctx context.Context) error {
 	err := s.closeDB()
 	s.unlock() // after the database: the next process must find it closed
 	if err != nil {
-		return fmt.Errorf("store: close: %w", err)
+		return fmt.Errorf("sqlite: close: %w", err)
 	}
 	return nil
 }
@@ -347,7 +347,7 @@ func (s *Store) Close(ctx context.Context) error {
 // always learn its outcome, as the storefront does for its orders.
 func (s *Store) Exec(ctx context.Context, query string, args ...any) error {
 	if err := s.c.Do(ctx, commit.Op{Exec: &commit.Statement{Query: query, Args: args}}); err != nil {
-		return fmt.Errorf("store: exec: %w", err)
+		return fmt.Errorf("sqlite: exec: %w", err)
 	}
 	return nil
 }
