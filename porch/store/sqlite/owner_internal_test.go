@@ -47,7 +47,7 @@ func ownerBatch(t *testing.T, ownerQuery string) (errs [3]error, ids []string) {
 		rows.Scan(&id)
 		ids = append(ids, id)
 	}
-	if _, ok, err := s.LoadResponse(context.Background(), "k"); err != nil || ok {
+	if _, ok, err := s.loadResponse(context.Background(), "k"); err != nil || ok {
 		t.Errorf("the failed owner's response: stored %v (%v), want not stored", ok, err)
 	}
 	return errs, ids

@@ -212,9 +212,9 @@ func (s *Store) SaveCounter(c store.Counter, done func(error)) error {
 	return s.c.Enqueue(commit.Op{Counter: &c, Done: done})
 }
 
-// LoadResponse reads key's stored response, expired or not. Middleware reads
+// loadResponse reads key's stored response, expired or not. Middleware reads
 // through a Reservation, which treats an expired row as absent.
-func (s *Store) LoadResponse(ctx context.Context, key string) (store.Response, bool, error) {
+func (s *Store) loadResponse(ctx context.Context, key string) (store.Response, bool, error) {
 	r := store.Response{Key: key}
 	var created, expires int64
 	err := s.stmts.loadResponse.QueryRowContext(ctx, key).
@@ -229,13 +229,8 @@ func (s *Store) LoadResponse(ctx context.Context, key string) (store.Response, b
 	return r, true, nil
 }
 
-// SaveResponse queues an upsert of r.
-func (s *Store) SaveResponse(r store.Response, done func(error)) error {
-	return s.c.Enqueue(commit.Op{Response: &r, Done: done})
-}
-
-// DeleteResponse queues the prune of key's expired row.
-func (s *Store) DeleteResponse(key string, now time.Time, done func(error)) error {
+// deleteResponse queues the prune of key's expired row.
+func (s *Store) deleteResponse(key string, now time.Time, done func(error)) error {
 	return s.c.Enqueue(commit.Op{Delete: &commit.Deletion{Key: key, Now: now.UnixMilli()}, Done: done})
 }
 
@@ -265,7 +260,7 @@ type reservation struct {
 }
 
 func (r *reservation) Load(ctx context.Context) (store.Response, bool, error) {
-	res, ok, err := r.s.LoadResponse(ctx, r.key)
+	res, ok, err := r.s.loadResponse(ctx, r.key)
 	if err != nil || !ok {
 		return store.Response{}, false, err
 	}
@@ -274,7 +269,7 @@ func (r *reservation) Load(ctx context.Context) (store.Response, bool, error) {
 		return res, true, nil
 	}
 	// Prune on access; the owner's write, queued later, lands after it.
-	if err := r.s.DeleteResponse(r.key, now, nil); err != nil {
+	if err := r.s.deleteResponse(r.key, now, nil); err != nil {
 		return store.Response{}, false, err
 	}
 	return store.Response{}, false, nil
