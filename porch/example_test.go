@@ -43,7 +43,7 @@ func ExampleChain() {
 	// 200 yes hello
 }
 
-func ExampleCall() {
+func ExampleReply() {
 	p := porch.NewPool(porch.PoolOptions{Size: 4})
 	defer p.Close(context.Background())
 
@@ -53,10 +53,15 @@ func ExampleCall() {
 		counts[i] = make(map[string]int)
 	}
 	hit := func(key string) int {
-		n, err := porch.Call(context.Background(), p, key, func(shard int, r porch.Reply[int]) {
+		reply := porch.NewReply[int]()
+		err := p.Send(key, func(shard int) {
 			counts[shard][key]++
-			r.Send(counts[shard][key], nil)
+			reply.Send(counts[shard][key], nil)
 		})
+		if err != nil {
+			panic(err) // ErrSaturated: a server answers 503
+		}
+		n, err := reply.Wait(context.Background())
 		if err != nil {
 			panic(err)
 		}

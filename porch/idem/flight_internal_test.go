@@ -65,7 +65,7 @@ func inFlight(t *testing.T, m *Idempotent) int {
 	total := 0
 	for i := range m.shards {
 		reply := porch.NewReply[int]()
-		if err := m.pool.SendShard(i, func(i int) { reply.Send(len(m.shards[i].flights), nil) }); err != nil {
+		if err := m.pool.SendShard(i, false, func(i int) { reply.Send(len(m.shards[i].flights), nil) }); err != nil {
 			t.Fatalf("ask shard %d: %v", i, err)
 		}
 		n, err := reply.Wait(ctx)

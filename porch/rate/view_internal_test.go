@@ -120,9 +120,11 @@ func TestLimiterForgetsClosedWindows(t *testing.T) {
 		}
 	}
 	// Read the view on its actor, the only goroutine that may touch it.
-	got, err := porch.Call(ctx, pool, "new", func(shard int, r porch.Reply[[]string]) {
-		r.Send(keys(l.views[shard]), nil)
-	})
+	reply := porch.NewReply[[]string]()
+	if err := pool.Send("new", func(shard int) { reply.Send(keys(l.views[shard]), nil) }); err != nil {
+		t.Fatal(err)
+	}
+	got, err := reply.Wait(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +164,7 @@ func TestIdleActorForgets(t *testing.T) {
 		left := 0
 		for shard, v := range l.views {
 			reply := porch.NewReply[int]()
-			if err := pool.SendShard(shard, func(int) { reply.Send(len(v.counts), nil) }); err != nil {
+			if err := pool.SendShard(shard, false, func(int) { reply.Send(len(v.counts), nil) }); err != nil {
 				t.Fatal(err)
 			}
 			n, err := reply.Wait(ctx)
