@@ -80,7 +80,7 @@ type Committer struct {
 	health       health
 	healthBudget time.Duration // store.HealthBudget; a test may shorten it
 
-	mu     sync.RWMutex // protects closed against enqueue racing close
+	mu     sync.RWMutex // protects closed against Enqueue racing close
 	closed bool
 	done   chan struct{}
 
