@@ -48,3 +48,8 @@ fuzz time="30s":
         printf '\n>>> %s in ./%s for %s\n' "$name" "$(dirname "$file")" '{{time}}'
         go test -run '^$' -fuzz "^${name}\$" -fuzztime '{{time}}' "./$(dirname "$file")"
     done
+
+# A PostgreSQL-only program, built without a C compiler, served and stopped
+# against PORCH_TEST_POSTGRES (or -dsn DSN): the drivers are leaves.
+pgonly *args:
+    CGO_ENABLED=0 go build -o /tmp/porch-pgonly ./internal/tools/pgonly && /tmp/porch-pgonly {{args}}

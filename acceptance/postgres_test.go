@@ -21,7 +21,7 @@ import (
 // legDSN is a fresh schema's DSN with each instance's pool bounded to 8
 // connections. Several instances share one server, so its max_connections
 // (100 by default) must cover instances × (pool_max_conns + the committer's
-// 2): the default pool of store.DefaultPostgresConns (64) each would let the
+// 2): the default pool of postgres.DefaultConns (64) each would let the
 // gate's parallel legs, or two instances warming up, exhaust it ("too many
 // clients already"), as it would in a deployment sized without that sum.
 func legDSN(t *testing.T) string {

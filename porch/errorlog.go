@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/writeonce/porch-go/porch/clock"
 )
 
 // DefaultErrorLogEvery is how often an ErrorLog lets a repeated kind of
@@ -25,7 +27,7 @@ const DefaultErrorLogEvery = 10 * time.Second
 //
 // An ErrorLog is safe for concurrent use. Create it with [NewErrorLog].
 type ErrorLog struct {
-	clock  Clock
+	clock  clock.Clock
 	every  time.Duration
 	logger *slog.Logger // if nil, slog.Default() at each call
 
@@ -42,7 +44,7 @@ type errorKind struct {
 // on clock's monotonic reading, to logger. If every is zero,
 // DefaultErrorLogEvery; if logger is nil, slog.Default() as of each call. It
 // panics on a negative every or a nil clock.
-func NewErrorLog(clock Clock, every time.Duration, logger *slog.Logger) *ErrorLog {
+func NewErrorLog(clock clock.Clock, every time.Duration, logger *slog.Logger) *ErrorLog {
 	if clock == nil || every < 0 {
 		panic("porch: NewErrorLog expects a clock and every >= 0")
 	}
@@ -89,7 +91,7 @@ func (l *ErrorLog) admit(msg string) (suppressed int, ok bool) {
 }
 
 // errorLog is the process's ErrorLog, for LogError.
-var errorLog = NewErrorLog(SystemClock{}, DefaultErrorLogEvery, nil)
+var errorLog = NewErrorLog(clock.System{}, DefaultErrorLogEvery, nil)
 
 // LogError logs through the process's ErrorLog (every DefaultErrorLogEvery,
 // to slog's default logger): for errors that recur with every request while

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/writeonce/porch-go/porch"
+	"github.com/writeonce/porch-go/porch/porchtest"
 )
 
 // logLine is what a test reads back of one logged line.
@@ -78,7 +79,7 @@ func TestErrorLog(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			clock := porch.NewFakeClock(time.Unix(0, 0))
+			clock := porchtest.NewFakeClock(time.Unix(0, 0))
 			logger, lines := jsonLog(t)
 			l := porch.NewErrorLog(clock, every, logger)
 			for _, e := range tc.events {

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"time"
 
 	"github.com/writeonce/porch-go/porch"
 )
@@ -44,7 +43,7 @@ func ExampleChain() {
 	// 200 yes hello
 }
 
-func ExampleCall() {
+func ExampleReply() {
 	p := porch.NewPool(porch.PoolOptions{Size: 4})
 	defer p.Close(context.Background())
 
@@ -54,10 +53,15 @@ func ExampleCall() {
 		counts[i] = make(map[string]int)
 	}
 	hit := func(key string) int {
-		n, err := porch.Call(context.Background(), p, key, func(shard int, r porch.Reply[int]) {
+		reply := porch.NewReply[int]()
+		err := p.Send(key, func(shard int) {
 			counts[shard][key]++
-			r.Send(counts[shard][key], nil)
+			reply.Send(counts[shard][key], nil)
 		})
+		if err != nil {
+			panic(err) // ErrSaturated: a server answers 503
+		}
+		n, err := reply.Wait(context.Background())
 		if err != nil {
 			panic(err)
 		}
@@ -65,18 +69,4 @@ func ExampleCall() {
 	}
 	fmt.Println(hit("alice"), hit("alice"), hit("bob"), hit("alice"))
 	// Output: 1 2 1 3
-}
-
-func ExampleTimeline() {
-	clock := porch.NewFakeClock(time.Date(2026, 8, 29, 12, 0, 0, 0, time.UTC))
-	tl := porch.NewTimeline(clock, time.Time{})
-
-	clock.Advance(time.Minute) // a minute passes
-	clock.Jump(-time.Hour)     // an operator sets the wall clock back
-
-	fmt.Println("wall:    ", tl.Wall().Format(time.TimeOnly))
-	fmt.Println("timeline:", tl.Now().Format(time.TimeOnly))
-	// Output:
-	// wall:     11:01:00
-	// timeline: 12:01:00
 }

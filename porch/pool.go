@@ -5,6 +5,8 @@ import (
 	"errors"
 	"hash/maphash"
 	"sync"
+
+	"github.com/writeonce/porch-go/porch/internal/lifecycle"
 )
 
 // Capacity defaults for [PoolOptions]. A burst of 1,000 concurrent requests
@@ -14,13 +16,15 @@ const (
 	DefaultMailbox  = 1024
 )
 
-// Errors returned by [Pool.Send] and [Call].
+// Errors returned by [Pool.Send] and its variants.
 var (
 	// ErrSaturated is returned at once when the key's mailbox is full. Callers
 	// fail closed: answer 503 with Retry-After, never proceed uncounted.
 	ErrSaturated = errors.New("porch: pool saturated")
-	// ErrClosed is returned after [Pool.Close] has begun.
-	ErrClosed = errors.New("porch: pool closed")
+	// ErrClosed is returned after [Pool.Close] has begun. It is the same
+	// value as store.ErrClosed, so one errors.Is catches a request refused
+	// by either.
+	ErrClosed = lifecycle.ErrClosed
 )
 
 // PoolOptions are the pool's capacity knobs.
@@ -96,23 +100,23 @@ func (p *Pool) Shard(key string) int {
 // Send queues job on key's actor and returns at once. The job receives the
 // shard index. It fails with ErrSaturated when the mailbox is full and with
 // ErrClosed once Close has begun; the job then never runs.
-func (p *Pool) Send(key string, job func(shard int)) error {
-	return p.SendShard(p.Shard(key), job)
-}
-
-// SendShard is Send for a shard already chosen with Shard.
-func (p *Pool) SendShard(shard int, job func(shard int)) error { return p.send(shard, job, false) }
+func (p *Pool) Send(key string, job func(shard int)) error { return p.send(p.Shard(key), job, false) }
 
 // SendWait is Send that waits for room in the mailbox instead of failing with
 // ErrSaturated. It is for reports that must not be lost (an idempotency owner
 // handing back its key), never for admitting new work: admission fails fast
 // so that overload becomes 503s. It fails with ErrClosed once Close has begun.
 func (p *Pool) SendWait(key string, job func(shard int)) error {
-	return p.SendShardWait(p.Shard(key), job)
+	return p.send(p.Shard(key), job, true)
 }
 
-// SendShardWait is SendWait for a shard already chosen.
-func (p *Pool) SendShardWait(shard int, job func(shard int)) error { return p.send(shard, job, true) }
+// SendShard queues job on a shard's actor, for state kept per shard rather
+// than per key (a timer's job, a flush of every shard at Close). Without
+// wait it fails fast, as Send does; with wait it waits for room, as SendWait
+// does.
+func (p *Pool) SendShard(shard int, wait bool, job func(shard int)) error {
+	return p.send(shard, job, wait)
+}
 
 // send queues job on shard's mailbox under the read lock that keeps Close
 // from closing it meanwhile. When the mailbox is full it fails with
@@ -163,10 +167,12 @@ func (p *Pool) Close(ctx context.Context) error {
 	}
 }
 
-// Reply carries an actor's answer back to the caller of [Call]. An actor may
-// keep a Reply and answer it later, from any goroutine (a committer after its
-// transaction, or an owner's report). Send must be called exactly once; it
-// never blocks, even when the caller has stopped waiting.
+// Reply carries an actor's answer back to the caller that sent it the job:
+// the caller makes one with [NewReply], sends a job that answers it, and
+// waits. An actor may keep a Reply and answer it later, from any goroutine
+// (a committer after its transaction, or an owner's report). Send must be
+// called exactly once; it never blocks, even when the caller has stopped
+// waiting.
 type Reply[T any] struct{ ch chan result[T] }
 
 type result[T any] struct {
@@ -189,16 +195,4 @@ func (r Reply[T]) Wait(ctx context.Context) (T, error) {
 		var zero T
 		return zero, ctx.Err()
 	}
-}
-
-// Call sends job to key's actor and waits under ctx for its reply. The job
-// runs on the actor with the shard index and the Reply it must answer, now or
-// later.
-func Call[T any](ctx context.Context, p *Pool, key string, job func(shard int, r Reply[T])) (T, error) {
-	r := NewReply[T]()
-	if err := p.Send(key, func(shard int) { job(shard, r) }); err != nil {
-		var zero T
-		return zero, err
-	}
-	return r.Wait(ctx)
 }

@@ -26,14 +26,14 @@ func benchKeys(n int) []string {
 	return keys
 }
 
-// BenchmarkCall measures one round trip through the pool: hand a job to the
+// BenchmarkRoundTrip measures one round trip through the pool: hand a job to the
 // key's actor, let it answer at once, wait for the reply. That is the hop
 // every limiter verdict and idempotency decision pays before any I/O.
 //
 // serial is one caller (the bare latency of the hop); parallel is 32
 // callers per GOMAXPROCS, as a server under load has, on one key (one actor
 // does all the work) and on many keys (every actor has a share).
-func BenchmarkCall(b *testing.B) {
+func BenchmarkRoundTrip(b *testing.B) {
 	job := func(shard int, r porch.Reply[int]) { r.Send(shard, nil) }
 	for _, bc := range []struct {
 		name string
@@ -48,7 +48,7 @@ func BenchmarkCall(b *testing.B) {
 			b.ReportAllocs()
 			i := 0
 			for b.Loop() {
-				if _, err := porch.Call(ctx, p, bc.keys[i%len(bc.keys)], job); err != nil {
+				if _, err := call(ctx, p, bc.keys[i%len(bc.keys)], job); err != nil {
 					b.Fatal(err)
 				}
 				i++
@@ -63,7 +63,7 @@ func BenchmarkCall(b *testing.B) {
 			b.RunParallel(func(pb *testing.PB) {
 				i := int(next.Add(7919)) // spread the goroutines over the keys
 				for pb.Next() {
-					if _, err := porch.Call(ctx, p, bc.keys[i%len(bc.keys)], job); err != nil {
+					if _, err := call(ctx, p, bc.keys[i%len(bc.keys)], job); err != nil {
 						b.Error(err)
 						return
 					}

@@ -158,7 +158,7 @@ func TestPoolShard(t *testing.T) {
 	}
 
 	for _, key := range []string{"a", "b", "c"} {
-		got, err := porch.Call(context.Background(), p, key, func(shard int, r porch.Reply[int]) {
+		got, err := call(context.Background(), p, key, func(shard int, r porch.Reply[int]) {
 			r.Send(shard, nil)
 		})
 		if err != nil {
@@ -184,7 +184,7 @@ func TestPoolFullMailboxIsSaturated(t *testing.T) {
 	promptly(t, "Send into a full mailbox", func() {
 		sendErr = p.Send("k", refused)
 		otherErr = p.Send("other key, same (only) actor", refused)
-		_, callErr = porch.Call(context.Background(), p, "k", func(int, porch.Reply[int]) { refused(0) })
+		_, callErr = call(context.Background(), p, "k", func(int, porch.Reply[int]) { refused(0) })
 	})
 	for _, got := range []error{sendErr, otherErr, callErr} {
 		if !errors.Is(got, porch.ErrSaturated) {
@@ -213,9 +213,9 @@ func TestPoolCloseDrainsThenRefuses(t *testing.T) {
 	if err := p.Send("k", func(int) { t.Error("job sent after Close ran") }); !errors.Is(err, porch.ErrClosed) {
 		t.Errorf("got Send after Close = %v, want ErrClosed", err)
 	}
-	_, err := porch.Call(context.Background(), p, "k", func(int, porch.Reply[int]) {})
+	_, err := call(context.Background(), p, "k", func(int, porch.Reply[int]) {})
 	if !errors.Is(err, porch.ErrClosed) {
-		t.Errorf("got Call after Close = %v, want ErrClosed", err)
+		t.Errorf("got a round trip after Close = %v, want ErrClosed", err)
 	}
 
 	release()
@@ -227,7 +227,7 @@ func TestPoolCloseDrainsThenRefuses(t *testing.T) {
 	}
 }
 
-func TestCallHonoursContext(t *testing.T) {
+func TestReplyWaitHonoursContext(t *testing.T) {
 	tests := []struct {
 		name string
 		ctx  func() (ctx context.Context, cancel func())
@@ -256,8 +256,8 @@ func TestCallHonoursContext(t *testing.T) {
 			// caller's context, so only the context can end the wait.
 			var got string
 			var err error
-			promptly(t, "Call after its context ended", func() {
-				got, err = porch.Call(ctx, p, "k", func(_ int, r porch.Reply[string]) {
+			promptly(t, "Wait after its context ended", func() {
+				got, err = call(ctx, p, "k", func(_ int, r porch.Reply[string]) {
 					kept <- r
 					cancel()
 				})
@@ -275,7 +275,7 @@ func TestCallHonoursContext(t *testing.T) {
 	}
 }
 
-func TestCallReplyFromAnotherGoroutine(t *testing.T) {
+func TestReplyFromAnotherGoroutine(t *testing.T) {
 	errLate := errors.New("late failure")
 	tests := []struct {
 		name    string
@@ -296,7 +296,7 @@ func TestCallReplyFromAnotherGoroutine(t *testing.T) {
 				r := <-kept // the actor has long returned by now
 				r.Send(tt.value, tt.err)
 			}()
-			got, err := porch.Call(context.Background(), p, "k", func(_ int, r porch.Reply[int]) {
+			got, err := call(context.Background(), p, "k", func(_ int, r porch.Reply[int]) {
 				kept <- r
 			})
 			<-answered
@@ -368,4 +368,15 @@ func TestPoolCloseHonoursContextWhileSendWaitParked(t *testing.T) {
 	if !errors.Is(err, porch.ErrClosed) {
 		t.Errorf("got Send during Close = %v, want ErrClosed", err)
 	}
+}
+
+// call is the round trip rate and idem make: send key's actor a job that
+// answers a Reply, now or later, and wait for the answer under ctx.
+func call[T any](ctx context.Context, p *porch.Pool, key string, job func(shard int, r porch.Reply[T])) (T, error) {
+	r := porch.NewReply[T]()
+	if err := p.Send(key, func(shard int) { job(shard, r) }); err != nil {
+		var zero T
+		return zero, err
+	}
+	return r.Wait(ctx)
 }

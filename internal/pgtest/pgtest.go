@@ -10,10 +10,7 @@ package pgtest
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
-	"net/url"
 	"os"
 	"sync"
 	"testing"
@@ -22,6 +19,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/ory/dockertest/v3"
 	"github.com/ory/dockertest/v3/docker"
+
+	"github.com/writeonce/porch-go/internal/pgschema"
 )
 
 // EnvDSN names the variable holding the server's DSN.
@@ -45,48 +44,24 @@ func DSN(tb testing.TB) string {
 		}
 		tb.Skipf("no postgres: %v", serverErr)
 	}
-	var b [6]byte
-	rand.Read(b[:])
-	schema := "porch_test_" + hex.EncodeToString(b[:])
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, serverDSN)
+	dsn, drop, err := pgschema.Fresh(ctx, serverDSN, "porch_test_")
 	if err != nil {
-		tb.Fatalf("connect %s: %v", EnvDSN, err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
-		tb.Fatalf("create schema: %v", err)
+		tb.Fatalf("%s: %v", EnvDSN, err)
 	}
 	tb.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, serverDSN)
-		if err != nil {
-			tb.Errorf("drop schema %s: %v", schema, err)
-			return
-		}
-		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE"); err != nil {
-			tb.Errorf("drop schema %s: %v", schema, err)
+		if err := drop(context.Background()); err != nil {
+			tb.Error(err)
 		}
 	})
-	return WithParam(serverDSN, "search_path", schema)
+	return dsn
 }
 
 // WithParam returns dsn with the connection parameter key set to value
 // (search_path, application_name, pool_max_conns), in URL or keyword/value
 // form as dsn is written.
-func WithParam(dsn, key, value string) string {
-	u, err := url.Parse(dsn)
-	if err != nil || u.Scheme == "" {
-		return dsn + " " + key + "=" + value
-	}
-	q := u.Query()
-	q.Set(key, value)
-	u.RawQuery = q.Encode()
-	return u.String()
-}
+func WithParam(dsn, key, value string) string { return pgschema.WithParam(dsn, key, value) }
 
 // server finds or starts a PostgreSQL server and returns its DSN.
 func server() (string, error) {

@@ -16,6 +16,7 @@ import (
 	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/idem"
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/sqlite"
 )
 
 // A checkout that requires an Idempotency-Key: a retry replays the first
@@ -27,7 +28,7 @@ func Example() {
 		panic(err)
 	}
 	defer os.RemoveAll(dir)
-	st, err := store.OpenSQLite(filepath.Join(dir, "shop.db"), store.Options{})
+	st, err := sqlite.Open(filepath.Join(dir, "shop.db"), store.Options{})
 	if err != nil {
 		panic(err)
 	}

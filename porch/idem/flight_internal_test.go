@@ -15,6 +15,7 @@ import (
 
 	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/sqlite"
 )
 
 // waitLimit bounds every wait: a deadline that means the middleware hung,
@@ -23,9 +24,9 @@ const waitLimit = 10 * time.Second
 
 // openSQLite opens a store in a fresh temporary directory and closes it on
 // cleanup.
-func openSQLite(t *testing.T) *store.SQLite {
+func openSQLite(t *testing.T) *sqlite.Store {
 	t.Helper()
-	st, err := store.OpenSQLite(filepath.Join(t.TempDir(), "porch.db"), store.Options{})
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "porch.db"), store.Options{})
 	if err != nil {
 		t.Fatalf("open store: %v", err)
 	}
@@ -64,7 +65,7 @@ func inFlight(t *testing.T, m *Keys) int {
 	total := 0
 	for i := range m.shards {
 		reply := porch.NewReply[int]()
-		if err := m.pool.SendShard(i, func(i int) { reply.Send(len(m.shards[i].flights), nil) }); err != nil {
+		if err := m.pool.SendShard(i, false, func(i int) { reply.Send(len(m.shards[i].flights), nil) }); err != nil {
 			t.Fatalf("ask shard %d: %v", i, err)
 		}
 		n, err := reply.Wait(ctx)
@@ -142,7 +143,7 @@ func TestNoFlightAfterFailedWrite(t *testing.T) {
 // hookedStore lets a test act when a leader reserves its key. Its
 // reservations honour their context, as the Store contract asks.
 type hookedStore struct {
-	*store.SQLite
+	*sqlite.Store
 	// reserve, if set, runs at the start of every Reserve; an error it
 	// returns is Reserve's.
 	reserve func(ctx context.Context) error
@@ -154,7 +155,7 @@ func (s *hookedStore) Reserve(ctx context.Context, key string) (store.Reservatio
 			return nil, err
 		}
 	}
-	r, err := s.SQLite.Reserve(ctx, key)
+	r, err := s.Store.Reserve(ctx, key)
 	if err != nil {
 		return nil, err
 	}
@@ -263,7 +264,7 @@ func TestCallerGoneBeforeJoinAnswered(t *testing.T) {
 // the key has learned nothing about it, so a parked duplicate must not be
 // failed: it leads afresh and runs the handler.
 func TestLeaderGoneWhileReserving(t *testing.T) {
-	hs := &hookedStore{SQLite: openSQLite(t)}
+	hs := &hookedStore{Store: openSQLite(t)}
 	m := newMiddleware(t, hs, Options{}, porch.PoolOptions{})
 	var calls atomic.Int64
 	h := m.Handler(created201(&calls))
@@ -302,7 +303,7 @@ func TestLeaderGoneWhileReserving(t *testing.T) {
 // response answers its waiters from it: a replay for the same request, 422
 // for a different one, and the handler does not run.
 func TestWaitersBehindALeaderThatFindsARow(t *testing.T) {
-	hs := &hookedStore{SQLite: openSQLite(t)}
+	hs := &hookedStore{Store: openSQLite(t)}
 	m := newMiddleware(t, hs, Options{}, porch.PoolOptions{})
 	var calls atomic.Int64
 	h := m.Handler(created201(&calls))
@@ -348,7 +349,7 @@ func TestWaitersBehindALeaderThatFindsARow(t *testing.T) {
 // its parked duplicate get 503, the handler never runs, and the key is free
 // once the store recovers.
 func TestReserveFails(t *testing.T) {
-	hs := &hookedStore{SQLite: openSQLite(t)}
+	hs := &hookedStore{Store: openSQLite(t)}
 	m := newMiddleware(t, hs, Options{}, porch.PoolOptions{})
 	var calls atomic.Int64
 	h := m.Handler(created201(&calls))

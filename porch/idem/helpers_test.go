@@ -18,6 +18,7 @@ import (
 	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/idem"
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/sqlite"
 )
 
 // waitLimit bounds every wait in these tests. It is a deadline, not a sleep:
@@ -30,7 +31,7 @@ const waitLimit = 10 * time.Second
 // m.Handler(inner).
 type env struct {
 	pool    *porch.Pool
-	store   *store.SQLite // nil when the env runs on another store (newEnvOn)
+	store   *sqlite.Store // nil when the env runs on another store (newEnvOn)
 	m       *idem.Keys
 	handler http.Handler // m.Handler(inner), for requests a test builds by hand
 	srv     *httptest.Server
@@ -69,9 +70,9 @@ func newEnvOn(t *testing.T, st store.Store, cfg envConfig, inner http.Handler) *
 
 // openStore opens a SQLite store in a fresh temporary directory and closes
 // it on cleanup.
-func openStore(t *testing.T, opt store.Options) *store.SQLite {
+func openStore(t *testing.T, opt store.Options) *sqlite.Store {
 	t.Helper()
-	st, err := store.OpenSQLite(filepath.Join(t.TempDir(), "porch.db"), opt)
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "porch.db"), opt)
 	if err != nil {
 		t.Fatalf("open store: %v", err)
 	}

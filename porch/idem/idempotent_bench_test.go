@@ -12,6 +12,7 @@ import (
 	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/idem"
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/sqlite"
 )
 
 // benchCallers is how many callers per GOMAXPROCS the benchmarks run: with
@@ -24,9 +25,9 @@ const benchReplayKeys = 16
 // benchChain is the middleware through porch.Chain in front of a handler
 // answering 200 "ok", on a SQLite file in b's temporary directory. The pool
 // closes before the store, as App does it.
-func benchChain(b *testing.B) (http.Handler, *store.SQLite) {
+func benchChain(b *testing.B) (http.Handler, *sqlite.Store) {
 	b.Helper()
-	st, err := store.OpenSQLite(filepath.Join(b.TempDir(), "porch.db"), store.Options{})
+	st, err := sqlite.Open(filepath.Join(b.TempDir(), "porch.db"), store.Options{})
 	if err != nil {
 		b.Fatalf("open store: %v", err)
 	}

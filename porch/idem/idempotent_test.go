@@ -10,6 +10,7 @@ import (
 
 	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/idem"
+	"github.com/writeonce/porch-go/porch/porchtest"
 	"github.com/writeonce/porch-go/porch/store"
 )
 
@@ -417,7 +418,7 @@ func TestTTL(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			fc := porch.NewFakeClock(time.Date(2026, 8, 29, 12, 0, 0, 0, time.UTC))
+			fc := porchtest.NewFakeClock(time.Date(2026, 8, 29, 12, 0, 0, 0, time.UTC))
 			o := new(orders)
 			e := newEnv(t, envConfig{opt: idem.Options{TTL: ttl}, store: store.Options{Clock: fc}}, o)
 

@@ -10,16 +10,17 @@ import (
 	"github.com/writeonce/porch-go/internal/pgtest"
 	"github.com/writeonce/porch-go/porch/idem"
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/postgres"
 )
 
 // openPostgresStore opens the PostgreSQL store on dsn and closes it on
 // cleanup. It needs a server (see internal/pgtest); pgtest.DSN skips the test
 // without one unless PORCH_REQUIRE_POSTGRES is set.
-func openPostgresStore(t *testing.T, dsn string) *store.Postgres {
+func openPostgresStore(t *testing.T, dsn string) *postgres.Store {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 	defer cancel()
-	st, err := store.OpenPostgres(ctx, dsn, store.Options{})
+	st, err := postgres.Open(ctx, dsn, store.Options{})
 	if err != nil {
 		t.Fatalf("open postgres: %v", err)
 	}

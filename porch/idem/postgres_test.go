@@ -17,12 +17,13 @@ import (
 	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/idem"
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/postgres"
 )
 
 // pgInstance is one process's middleware on a shared PostgreSQL schema,
 // behind its own server.
 type pgInstance struct {
-	st  *store.Postgres
+	st  *postgres.Store
 	srv *httptest.Server
 }
 
@@ -30,7 +31,7 @@ func newPGInstance(t *testing.T, dsn string, h http.Handler) *pgInstance {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	st, err := store.OpenPostgres(ctx, dsn, store.Options{})
+	st, err := postgres.Open(ctx, dsn, store.Options{})
 	if err != nil {
 		t.Fatalf("open postgres: %v", err)
 	}
@@ -260,7 +261,7 @@ func TestSharedKeyOwnerSessionLost(t *testing.T) {
 // waitAdvisory polls until an instance's backend holds (granted) or waits
 // for (not granted) an advisory lock. The server's lock table can only be
 // polled.
-func waitAdvisory(t *testing.T, st *store.Postgres, app string, granted bool) {
+func waitAdvisory(t *testing.T, st *postgres.Store, app string, granted bool) {
 	t.Helper()
 	deadline := time.Now().Add(waitLimit)
 	for {
@@ -285,7 +286,7 @@ func newPGMiddleware(t *testing.T, dsn string, opt idem.Options, sopt store.Opti
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	st, err := store.OpenPostgres(ctx, dsn, sopt)
+	st, err := postgres.Open(ctx, dsn, sopt)
 	if err != nil {
 		t.Fatalf("open postgres: %v", err)
 	}

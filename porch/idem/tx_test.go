@@ -281,7 +281,7 @@ func TestTwoMiddlewaresOneStore(t *testing.T) {
 		<-entered
 		second := make(chan *httptest.ResponseRecorder, 1)
 		go func() { second <- send(internal, "k", "a") }()
-		waitInStack(t, "porch/store.(*SQLite).Reserve(", "porch/store.(*Postgres).Reserve(")
+		waitInStack(t, "porch/store/sqlite.(*Store).Reserve(", "porch/store/postgres.(*Store).Reserve(")
 		close(release)
 		a, c := <-first, <-second
 		if a.Code != http.StatusCreated || c.Code != http.StatusCreated || a.Body.String() != c.Body.String() {

@@ -42,7 +42,7 @@ func (l *Limiter) Allow(ctx context.Context, principal string) (Verdict, error) 
 
 // allow counts one request against the counter key.
 func (l *Limiter) allow(ctx context.Context, key string) (Verdict, error) {
-	// porch.Call, unrolled: one closure instead of two on the hot path.
+	// One closure on the hot path: the actor answers through reply directly.
 	reply := porch.NewReply[Verdict]()
 	err := l.pool.Send(key, func(shard int) {
 		if l.exclusive != nil {

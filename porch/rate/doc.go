@@ -12,7 +12,7 @@
 // that stops counting under load would make overload the bypass.
 //
 //	pool := porch.NewPool(porch.PoolOptions{})
-//	st, _ := store.OpenSQLite("app.db", store.Options{})
+//	st, _ := sqlite.Open("app.db", store.Options{})
 //	lim, err := rate.New(pool, st, 100, time.Minute, rate.Options{})
 //	if err != nil { ... }
 //	r := chi.NewRouter()

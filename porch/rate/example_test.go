@@ -10,8 +10,10 @@ import (
 	"time"
 
 	"github.com/writeonce/porch-go/porch"
+	"github.com/writeonce/porch-go/porch/porchtest"
 	"github.com/writeonce/porch-go/porch/rate"
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/sqlite"
 )
 
 func ExampleNew() {
@@ -20,8 +22,8 @@ func ExampleNew() {
 		panic(err)
 	}
 	defer os.RemoveAll(dir)
-	clock := porch.NewFakeClock(time.Date(2026, 8, 29, 12, 0, 0, 0, time.UTC))
-	st, err := store.OpenSQLite(filepath.Join(dir, "app.db"), store.Options{Clock: clock})
+	clock := porchtest.NewFakeClock(time.Date(2026, 8, 29, 12, 0, 0, 0, time.UTC))
+	st, err := sqlite.Open(filepath.Join(dir, "app.db"), store.Options{Clock: clock})
 	if err != nil {
 		panic(err)
 	}

@@ -37,7 +37,7 @@ func (l *Limiter) armForget(v *view, now time.Time) {
 // again in a second while the mailbox is full (hits are forgetting
 // meanwhile). After Close the pool refuses, and the ticking stops.
 func (l *Limiter) forgetTick(v *view) {
-	err := l.pool.SendShard(v.shard, func(int) {
+	err := l.pool.SendShard(v.shard, false, func(int) {
 		now := l.exclusive.Now()
 		v.forget(now, l.window, forgetPerTick)
 		v.armed = false

@@ -14,8 +14,10 @@ import (
 	"time"
 
 	"github.com/writeonce/porch-go/porch"
+	"github.com/writeonce/porch-go/porch/porchtest"
 	"github.com/writeonce/porch-go/porch/rate"
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/sqlite"
 )
 
 // t0 is a whole second, so header arithmetic in the tests stays exact.
@@ -24,15 +26,15 @@ var t0 = time.Date(2026, 8, 29, 12, 0, 0, 0, time.UTC)
 // rig is one limiter over its own pool and SQLite file, on a fake clock.
 type rig struct {
 	path  string
-	clock *porch.FakeClock
+	clock *porchtest.FakeClock
 	pool  *porch.Pool
-	st    *store.SQLite
+	st    *sqlite.Store
 	lim   *rate.Limiter
 }
 
 type rigOptions struct {
-	path  string           // if empty, a fresh file
-	clock *porch.FakeClock // if nil, a fake clock at t0
+	path  string               // if empty, a fresh file
+	clock *porchtest.FakeClock // if nil, a fake clock at t0
 	pool  porch.PoolOptions
 	rate  rate.Options
 }
@@ -45,9 +47,9 @@ func newRig(t *testing.T, limit int, window time.Duration, o rigOptions) *rig {
 		o.path = filepath.Join(t.TempDir(), "porch.db")
 	}
 	if o.clock == nil {
-		o.clock = porch.NewFakeClock(t0)
+		o.clock = porchtest.NewFakeClock(t0)
 	}
-	st, err := store.OpenSQLite(o.path, store.Options{Clock: o.clock})
+	st, err := sqlite.Open(o.path, store.Options{Clock: o.clock})
 	if err != nil {
 		t.Fatalf("open store: %v", err)
 	}

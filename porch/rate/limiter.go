@@ -164,7 +164,7 @@ func validName(name string) bool {
 }
 
 // isNil reports whether st is nil, or a nil pointer in an interface (what
-// st, _ := store.OpenSQLite(...) leaves behind when the open failed).
+// st, _ := sqlite.Open(...) leaves behind when the open failed).
 func isNil(st store.Store) bool {
 	if st == nil {
 		return true

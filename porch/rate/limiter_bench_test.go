@@ -13,6 +13,7 @@ import (
 	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/rate"
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/sqlite"
 )
 
 // benchCallers is how many callers per GOMAXPROCS the limiter benchmarks
@@ -26,9 +27,9 @@ const benchLimit = 1_000_000_000
 // benchLimiter is a durable limiter on a SQLite file in b's temporary
 // directory and the real clock. The pool closes before the store, as App
 // does it.
-func benchLimiter(b *testing.B) (*rate.Limiter, *store.SQLite) {
+func benchLimiter(b *testing.B) (*rate.Limiter, *sqlite.Store) {
 	b.Helper()
-	st, err := store.OpenSQLite(filepath.Join(b.TempDir(), "porch.db"), store.Options{})
+	st, err := sqlite.Open(filepath.Join(b.TempDir(), "porch.db"), store.Options{})
 	if err != nil {
 		b.Fatalf("open store: %v", err)
 	}
@@ -62,7 +63,7 @@ var benchKeyModes = []struct {
 
 // reportBatch reports the mean number of counter writes per commit while
 // the benchmark ran.
-func reportBatch(b *testing.B, st *store.SQLite, before store.Stats) {
+func reportBatch(b *testing.B, st *sqlite.Store, before store.Stats) {
 	b.Helper()
 	after := st.Stats()
 	d := store.Stats{Commits: after.Commits - before.Commits, Writes: after.Writes - before.Writes}

@@ -16,8 +16,10 @@ import (
 	"time"
 
 	"github.com/writeonce/porch-go/porch"
+	"github.com/writeonce/porch-go/porch/porchtest"
 	"github.com/writeonce/porch-go/porch/rate"
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/sqlite"
 )
 
 // noCounters is a store that keeps no rate counters: it implements neither
@@ -27,7 +29,7 @@ type noCounters struct{ store.Store }
 // A programming error in New's arguments panics at construction, with a
 // message that names it, before any I/O; it is never found by a request.
 func TestNewPanicsOnBadConfig(t *testing.T) {
-	st, err := store.OpenSQLite(filepath.Join(t.TempDir(), "porch.db"), store.Options{})
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "porch.db"), store.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +48,7 @@ func TestNewPanicsOnBadConfig(t *testing.T) {
 	}{
 		{"nil pool", nil, st, 10, time.Minute, "", "non-nil pool"},
 		{"nil store", pool, nil, 10, time.Minute, "", "non-nil store"},
-		{"nil pointer store", pool, (*store.SQLite)(nil), 10, time.Minute, "", "non-nil store"},
+		{"nil pointer store", pool, (*sqlite.Store)(nil), 10, time.Minute, "", "non-nil store"},
 		{"store without counters", pool, noCounters{st}, 10, time.Minute, "", "store with counters"},
 		{"zero limit", pool, st, 0, time.Minute, "", "limit >= 1"},
 		{"negative limit", pool, st, -1, time.Minute, "", "limit >= 1"},
@@ -154,7 +156,7 @@ func TestHeadersRoundUp(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			rg := newRig(t, 1, window, rigOptions{clock: porch.NewFakeClock(tt.start)})
+			rg := newRig(t, 1, window, rigOptions{clock: porchtest.NewFakeClock(tt.start)})
 			h := rg.lim.Handler(&counted{})
 			serve(h, request("192.0.2.1:1"))
 			rg.clock.Advance(tt.wait)
@@ -338,7 +340,7 @@ func TestRestartKeepsCounters(t *testing.T) {
 			}
 			first.stop(t)
 
-			clock := porch.NewFakeClock(t0.Add(tt.downtime + tt.wallShift))
+			clock := porchtest.NewFakeClock(t0.Add(tt.downtime + tt.wallShift))
 			second := newRig(t, limit, window, rigOptions{path: first.path, clock: clock})
 			if v := second.allowKey(t, key); v.Allowed {
 				t.Fatal("after restart: got allowed, want still limited")
@@ -357,7 +359,7 @@ func TestRestartKeepsCounters(t *testing.T) {
 
 func TestNameScopesCounters(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "porch.db")
-	clock := porch.NewFakeClock(t0)
+	clock := porchtest.NewFakeClock(t0)
 	a := newRig(t, 1, time.Minute, rigOptions{path: path, clock: clock, rate: rate.Options{Name: "a"}})
 	b, err := rate.New(a.pool, a.st, 1, time.Minute, rate.Options{Name: "b"})
 	if err != nil {

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/writeonce/porch-go/porch"
+	"github.com/writeonce/porch-go/porch/porchtest"
 	"github.com/writeonce/porch-go/porch/rate"
 	"github.com/writeonce/porch-go/porch/store"
 )
@@ -85,7 +85,7 @@ func TestPolicyChangeAcrossRestart(t *testing.T) {
 			}
 			first.stop(t)
 
-			clock := porch.NewFakeClock(t0.Add(tt.downtime))
+			clock := porchtest.NewFakeClock(t0.Add(tt.downtime))
 			second := newRig(t, tt.newLimit, tt.newWindow, rigOptions{path: first.path, clock: clock})
 			if tt.wantAllowedAfterStart {
 				v := second.allow(t, "alice")

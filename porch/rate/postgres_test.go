@@ -13,12 +13,13 @@ import (
 	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/rate"
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/postgres"
 )
 
 // instance is one process's limiter on a shared PostgreSQL schema.
 type instance struct {
 	pool *porch.Pool
-	st   *store.Postgres
+	st   *postgres.Store
 	lim  *rate.Limiter
 
 	stopped bool
@@ -39,7 +40,7 @@ func openInstance(t *testing.T, dsn string, limit int, window time.Duration) (*i
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	st, err := store.OpenPostgres(ctx, dsn, store.Options{})
+	st, err := postgres.Open(ctx, dsn, store.Options{})
 	if err != nil {
 		t.Fatalf("open postgres: %v", err)
 	}

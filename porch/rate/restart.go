@@ -88,7 +88,7 @@ func (l *Limiter) Close(ctx context.Context) error {
 	}
 	for shard := range l.views {
 		wg.Add(1)
-		err := l.pool.SendShardWait(shard, func(i int) {
+		err := l.pool.SendShard(shard, true, func(i int) {
 			defer wg.Done()
 			if t := l.views[i].timer; t != nil {
 				t.Stop()

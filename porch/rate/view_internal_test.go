@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"github.com/writeonce/porch-go/porch"
+	"github.com/writeonce/porch-go/porch/porchtest"
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/sqlite"
 )
 
 var t0 = time.Date(2026, 8, 29, 12, 0, 0, 0, time.UTC)
@@ -93,8 +95,8 @@ func TestViewMemoryFollowsLiveKeys(t *testing.T) {
 // TestLimiterForgetsClosedWindows checks the view through the limiter: after
 // the windows close, hits on any key let the old keys go.
 func TestLimiterForgetsClosedWindows(t *testing.T) {
-	clock := porch.NewFakeClock(t0)
-	st, err := store.OpenSQLite(filepath.Join(t.TempDir(), "porch.db"), store.Options{Clock: clock})
+	clock := porchtest.NewFakeClock(t0)
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "porch.db"), store.Options{Clock: clock})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,9 +120,11 @@ func TestLimiterForgetsClosedWindows(t *testing.T) {
 		}
 	}
 	// Read the view on its actor, the only goroutine that may touch it.
-	got, err := porch.Call(ctx, pool, "new", func(shard int, r porch.Reply[[]string]) {
-		r.Send(keys(l.views[shard]), nil)
-	})
+	reply := porch.NewReply[[]string]()
+	if err := pool.Send("new", func(shard int) { reply.Send(keys(l.views[shard]), nil) }); err != nil {
+		t.Fatal(err)
+	}
+	got, err := reply.Wait(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,8 +136,8 @@ func TestLimiterForgetsClosedWindows(t *testing.T) {
 // An actor that gets no more hits still lets its closed windows go: its
 // timer hands it a forget job once the oldest window closes.
 func TestIdleActorForgets(t *testing.T) {
-	clock := porch.NewFakeClock(t0)
-	st, err := store.OpenSQLite(filepath.Join(t.TempDir(), "porch.db"), store.Options{Clock: clock})
+	clock := porchtest.NewFakeClock(t0)
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "porch.db"), store.Options{Clock: clock})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,7 +164,7 @@ func TestIdleActorForgets(t *testing.T) {
 		left := 0
 		for shard, v := range l.views {
 			reply := porch.NewReply[int]()
-			if err := pool.SendShard(shard, func(int) { reply.Send(len(v.counts), nil) }); err != nil {
+			if err := pool.SendShard(shard, false, func(int) { reply.Send(len(v.counts), nil) }); err != nil {
 				t.Fatal(err)
 			}
 			n, err := reply.Wait(ctx)

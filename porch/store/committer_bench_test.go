@@ -10,6 +10,8 @@ import (
 
 	"github.com/writeonce/porch-go/internal/pgtest"
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/postgres"
+	"github.com/writeonce/porch-go/porch/store/sqlite"
 )
 
 // benchWriters is how many writers per GOMAXPROCS the committer benchmarks
@@ -18,9 +20,9 @@ const benchWriters = 32
 
 // benchSQLite opens a SQLite store in b's temporary directory, closed when b
 // ends.
-func benchSQLite(b *testing.B) *store.SQLite {
+func benchSQLite(b *testing.B) *sqlite.Store {
 	b.Helper()
-	s, err := store.OpenSQLite(filepath.Join(b.TempDir(), "porch.db"), store.Options{})
+	s, err := sqlite.Open(filepath.Join(b.TempDir(), "porch.db"), store.Options{})
 	if err != nil {
 		b.Fatalf("open store: %v", err)
 	}
@@ -101,7 +103,7 @@ func BenchmarkAddHit(b *testing.B) {
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			ctx := context.Background()
-			p, err := store.OpenPostgres(ctx, pgtest.DSN(b), store.Options{})
+			p, err := postgres.Open(ctx, pgtest.DSN(b), store.Options{})
 			if err != nil {
 				b.Fatalf("open postgres: %v", err)
 			}

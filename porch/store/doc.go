@@ -1,13 +1,22 @@
-// Package store owns every SQL statement porch runs and the committer that
-// makes them durable.
+// Package store is what porch's middlewares need from a database: the
+// [Store] interface and its two counter shapes ([ExclusiveCounters],
+// [SharedCounters]), the types they exchange, their errors and [Options].
+// It holds no driver. The drivers are leaves that import it:
 //
-// A [Store] keeps two purpose-shaped tables: porch_rate_counters (one integer
-// counter per client key and window) and porch_idem_responses (a stored
-// status, content type and body beside the digest of the request that
-// produced it). Expiry is lazy: a row is reset or pruned when its key is next
-// touched, and a bounded number of expired rows is pruned with every commit,
-// so clients that never return do not grow a table without bound. There is no
-// background sweeper.
+//   - porch/store/sqlite: one SQLite file written by one process (cgo).
+//   - porch/store/postgres: one PostgreSQL database shared by several
+//     instances (pure Go).
+//
+// so a program links only the driver it opens, and the middlewares
+// (porch/rate, porch/idem), which take a Store, link neither.
+//
+// Both drivers keep two purpose-shaped tables: porch_rate_counters (one
+// integer counter per client key and window) and porch_idem_responses (a
+// stored status, content type and body beside the digest of the request
+// that produced it). Expiry is lazy: a row is reset or pruned when its key
+// is next touched, and a bounded number of expired rows is pruned with
+// every commit, so clients that never return do not grow a table without
+// bound. There is no background sweeper.
 //
 // Writes go through group commit: one committer goroutine drains every
 // pending write into one transaction, and each write's callback runs only
@@ -17,7 +26,9 @@
 // one shared probe write when the store is idle, so a health endpoint can
 // poll it without queueing a write per call.
 //
-//	s, err := store.OpenSQLite("app.db", store.Options{})
+//	st, err := sqlite.Open("app.db", store.Options{})
+//	// or: st, err := postgres.Open(ctx, dsn, store.Options{})
 //	if err != nil { ... }
-//	defer s.Close(context.Background())
+//	defer st.Close(context.Background())
+//	limiter, err := rate.New(pool, st, 100, time.Minute, rate.Options{})
 package store

@@ -1,22 +1,30 @@
 package store_test
 
+// The tests of this package check the contract of store.Store against both
+// drivers.
+
 import (
 	"context"
 	"errors"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/writeonce/porch-go/internal/pgtest"
-	"github.com/writeonce/porch-go/porch"
+	"github.com/writeonce/porch-go/porch/porchtest"
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/postgres"
+	"github.com/writeonce/porch-go/porch/store/sqlite"
 )
+
+var wall0 = time.Date(2026, 8, 29, 12, 0, 0, 0, time.UTC)
 
 // healthRig is a store whose writes a test can make fail and succeed again,
 // as a read-only file or a full disk would, by planting a trigger that
 // refuses every write to porch_rate_counters.
 type healthRig struct {
 	st    store.Store
-	clock *porch.FakeClock
+	clock *porchtest.FakeClock
 	write func() error // one ordinary counter write, waited for
 	fail  func()       // plant the trigger
 	mend  func()       // remove it
@@ -29,28 +37,43 @@ type healthBackend struct {
 
 var healthBackends = []healthBackend{
 	{"sqlite", func(t *testing.T) healthRig {
-		clock := fakeClock()
-		s := openSQLite(t, dbPath(t), store.Options{Clock: clock})
+		clock := porchtest.NewFakeClock(wall0)
+		s, err := sqlite.Open(filepath.Join(t.TempDir(), "porch.db"), store.Options{Clock: clock})
+		if err != nil {
+			t.Fatalf("sqlite.Open: %v", err)
+		}
+		t.Cleanup(func() { s.Close(context.Background()) })
+		exec := func(q string) {
+			t.Helper()
+			if _, err := s.DB().Exec(q); err != nil {
+				t.Fatalf("%s: %v", q, err)
+			}
+		}
 		return healthRig{
 			st: s, clock: clock,
 			write: func() error {
-				return saveCounter(t, s, store.Counter{Key: "k", WindowStart: s.Now(), Window: time.Minute, Count: 1})
+				done := make(chan error, 1)
+				c := store.Counter{Key: "k", WindowStart: s.Now(), Window: time.Minute, Count: 1}
+				if err := s.SaveCounter(c, func(err error) { done <- err }); err != nil {
+					return err
+				}
+				return <-done
 			},
 			fail: func() {
-				execSQL(t, s.DB(), `CREATE TRIGGER refuse BEFORE INSERT ON porch_rate_counters
+				exec(`CREATE TRIGGER refuse BEFORE INSERT ON porch_rate_counters
 					BEGIN SELECT RAISE(ABORT, 'writes refused'); END`)
 			},
-			mend: func() { execSQL(t, s.DB(), `DROP TRIGGER refuse`) },
+			mend: func() { exec(`DROP TRIGGER refuse`) },
 		}
 	}},
 	{"postgres", func(t *testing.T) healthRig {
 		dsn := pgtest.DSN(t)
-		clock := fakeClock()
+		clock := porchtest.NewFakeClock(wall0)
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		p, err := store.OpenPostgres(ctx, dsn, store.Options{Clock: clock})
+		p, err := postgres.Open(ctx, dsn, store.Options{Clock: clock})
 		if err != nil {
-			t.Fatalf("OpenPostgres: %v", err)
+			t.Fatalf("postgres.Open: %v", err)
 		}
 		t.Cleanup(func() { p.Close(context.Background()) })
 		exec := func(q string) {
@@ -169,13 +192,5 @@ func TestHealthPollingCommitsOneProbePerMaxAge(t *testing.T) {
 				r.clock.Advance(store.HealthMaxAge)
 			}
 		})
-	}
-}
-
-func TestHealthAfterClose(t *testing.T) {
-	s := openSQLite(t, dbPath(t), store.Options{Clock: fakeClock()})
-	closeStore(t, s)
-	if err := s.Health(context.Background()); !errors.Is(err, store.ErrClosed) {
-		t.Fatalf("got Health() = %v after Close, want ErrClosed", err)
 	}
 }

@@ -4,17 +4,16 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/writeonce/porch-go/porch/internal/lifecycle"
 )
 
 // Errors returned by a Store.
 var (
-	// ErrClosed is returned by writes queued after Close has begun.
-	ErrClosed = errors.New("store: closed")
-	// ErrLocked is returned by OpenSQLite when the database file is
-	// already open, in another process or this one, by any of its names
-	// (a symlink, a hard link): one process per SQLite file is what keeps
-	// its counts exact. Several instances share a PostgreSQL store instead.
-	ErrLocked = errors.New("store: database file already open")
+	// ErrClosed is returned by writes queued after Close has begun. It is
+	// the same value as porch.ErrClosed, so one errors.Is catches a request
+	// refused by the pool or by the store.
+	ErrClosed = lifecycle.ErrClosed
 	// ErrWriteFailed is returned by Reservation.Exec or Reservation.Save
 	// when one of the owner's own statements failed (a constraint, a bad
 	// query): its transaction was rolled back, so neither its writes nor its
@@ -23,6 +22,12 @@ var (
 	// ErrReleased is returned by a Reservation's methods after Save or
 	// Release has ended it.
 	ErrReleased = errors.New("store: reservation already ended")
+	// ErrNoKeyConn is returned by a shared store's Reserve (PostgreSQL's)
+	// when every connection kept for holding idempotency keys is in use.
+	// The middleware answers 503 with Retry-After: waiting for a connection
+	// would let in-flight keys starve each other, and the handler must not
+	// run unreserved.
+	ErrNoKeyConn = errors.New("store: no connection free to hold an idempotency key")
 )
 
 // Counter is one client key's count within one fixed window. Times are on the

@@ -8,8 +8,10 @@ import (
 
 	"github.com/jackc/pgx/v5/stdlib"
 
-	"github.com/writeonce/porch-go/porch"
+	"github.com/writeonce/porch-go/porch/clock"
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/postgres"
+	"github.com/writeonce/porch-go/porch/store/sqlite"
 )
 
 // openBackend opens porch's store, SQLite by default or PostgreSQL with
@@ -17,7 +19,7 @@ import (
 // for the shop's own tables, whose schema it has created.
 func openBackend(cfg config, queueSize int) (store.Store, *sql.DB, error) {
 	opt := store.Options{
-		Clock:       porch.SystemClock{Offset: cfg.wallOffset},
+		Clock:       offsetClock{offset: cfg.wallOffset},
 		QueueSize:   queueSize,
 		CommitDelay: cfg.storeDelay,
 		KeyConns:    cfg.keyConns,
@@ -25,7 +27,7 @@ func openBackend(cfg config, queueSize int) (store.Store, *sql.DB, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if cfg.postgres == "" {
-		st, err := store.OpenSQLite(cfg.db, opt)
+		st, err := sqlite.Open(cfg.db, opt)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -35,7 +37,7 @@ func openBackend(cfg config, queueSize int) (store.Store, *sql.DB, error) {
 		}
 		return st, st.DB(), nil
 	}
-	st, err := store.OpenPostgres(ctx, cfg.postgres, opt)
+	st, err := postgres.Open(ctx, cfg.postgres, opt)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -91,3 +93,15 @@ func createSchemaSQLite(ctx context.Context, db *sql.DB) error {
 	}
 	return nil
 }
+
+// offsetClock is the system clock with offset added to every wall reading,
+// for -wall-offset: the acceptance gate restarts the storefront with its
+// wall clock set back, as an operator or NTP would, and checks that no
+// window reopens. The monotonic reading is the system's own.
+type offsetClock struct {
+	clock.System
+	offset time.Duration
+}
+
+// Wall reads the wall clock plus the offset.
+func (c offsetClock) Wall() time.Time { return c.System.Wall().Add(c.offset) }

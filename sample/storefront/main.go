@@ -65,7 +65,7 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&c.rateLimit, "rate-limit", 100, "requests allowed per client per window")
 	fs.DurationVar(&c.rateWindow, "rate-window", time.Minute, "rate-limit window")
 	fs.IntVar(&c.rateWriteAhead, "rate-write-ahead", 0, "how far a stored count may run ahead of the true one (0: rate.DefaultWriteAhead; negative: write every hit exactly)")
-	fs.IntVar(&c.keyConns, "key-conns", 0, "with -postgres: idempotency keys held at once, one connection each (0: store.DefaultPostgresKeyConns)")
+	fs.IntVar(&c.keyConns, "key-conns", 0, "with -postgres: idempotency keys held at once, one connection each (0: postgres.DefaultKeyConns)")
 	fs.BoolVar(&c.noRateLimit, "no-rate-limit", false, "serve without the rate limiter: a baseline for load runs only")
 	fs.BoolVar(&c.trustProxy, "trust-proxy", false, "key clients on X-Forwarded-For as set by one trusted proxy hop")
 	fs.IntVar(&c.pool, "pool", 0, "actor pool size (0: porch.DefaultPoolSize)")

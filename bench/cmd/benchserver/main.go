@@ -11,8 +11,8 @@
 //	httprate        go-chi/httprate, in memory
 //	naive           a SQLite limiter that reads, increments and commits once
 //	                per request (synchronous=FULL), serialized by a mutex
-//	porch-sqlite    porch's rate.Limiter on store.OpenSQLite, durable
-//	porch-postgres  porch's rate.Limiter on store.OpenPostgres, in a fresh
+//	porch-sqlite    porch's rate.Limiter on sqlite.Open, durable
+//	porch-postgres  porch's rate.Limiter on postgres.Open, in a fresh
 //	                schema dropped at exit
 //	porch-idem      porch's idem.Keys (on SQLite) in front of POST
 //

@@ -18,9 +18,11 @@ import (
 	"github.com/go-chi/httprate"
 
 	"github.com/writeonce/porch-go/porch"
+	"github.com/writeonce/porch-go/porch/clock"
 	"github.com/writeonce/porch-go/porch/idem"
 	"github.com/writeonce/porch-go/porch/rate"
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/sqlite"
 )
 
 var modes = []string{"none", "httprate", "naive", "porch-sqlite", "porch-postgres", "porch-idem"}
@@ -41,12 +43,12 @@ func ok(w http.ResponseWriter, _ *http.Request) {
 // App's shutdown.
 func newServer(ctx context.Context, cfg config) (*porch.App, error) {
 	app := porch.New()
-	var clock porch.Clock = porch.SystemClock{}
+	var clk clock.Clock = clock.System{}
 	skip := &skipClock{start: time.Now()}
 	if cfg.debugClock {
-		clock = skip
+		clk = skip
 	}
-	limiter, stats, err := newLimiter(ctx, cfg, app, clock)
+	limiter, stats, err := newLimiter(ctx, cfg, app, clk)
 	if err != nil {
 		app.Close(context.Background())
 		return nil, err
@@ -81,7 +83,7 @@ func newServer(ctx context.Context, cfg config) (*porch.App, error) {
 // newLimiter opens what cfg.mode needs, registers its closers on app, and
 // returns the middleware (nil for none) and what reports commit counters
 // (nil when nothing commits).
-func newLimiter(ctx context.Context, cfg config, app *porch.App, clock porch.Clock) (func(http.Handler) http.Handler, statser, error) {
+func newLimiter(ctx context.Context, cfg config, app *porch.App, clk clock.Clock) (func(http.Handler) http.Handler, statser, error) {
 	switch cfg.mode {
 	case "none":
 		return nil, nil, nil
@@ -96,7 +98,7 @@ func newLimiter(ctx context.Context, cfg config, app *porch.App, clock porch.Clo
 		return n.Handler, n, nil
 	}
 	pool := porch.NewPool(porch.PoolOptions{Size: cfg.pool, Mailbox: cfg.mailbox})
-	opt := store.Options{Clock: clock, QueueSize: pool.Size() * pool.Mailbox()}
+	opt := store.Options{Clock: clk, QueueSize: pool.Size() * pool.Mailbox()}
 	var st store.Store
 	if cfg.mode == "porch-postgres" {
 		pg, err := openPostgres(ctx, cfg.postgres, opt, app)
@@ -106,7 +108,7 @@ func newLimiter(ctx context.Context, cfg config, app *porch.App, clock porch.Clo
 		}
 		st = pg
 	} else {
-		sq, err := store.OpenSQLite(cfg.db, opt)
+		sq, err := sqlite.Open(cfg.db, opt)
 		if err != nil {
 			pool.Close(context.Background())
 			return nil, nil, err
@@ -170,7 +172,7 @@ func statsHandler(s statser) http.HandlerFunc {
 
 // skipClock is the system clock that POST /debug/advance moves forward, so
 // the memory run can let a long window expire without waiting for it. It is
-// used only with -debug-clock; otherwise porch.SystemClock is.
+// used only with -debug-clock; otherwise clock.System is.
 type skipClock struct {
 	skip  atomic.Int64 // nanoseconds added to both readings
 	start time.Time

@@ -1,0 +1,213 @@
+// Package commit is the group-commit loop both store drivers run: one
+// goroutine drains every queued write into one transaction, which the
+// driver's [Writer] applies, and answers each write only after that
+// transaction has committed. It also remembers the last batch's outcome,
+// which is what Store.Health reports.
+//
+// It lives under store/internal so that both drivers can use it and the
+// interfaces package (porch/store) imports neither of them.
+package commit
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/writeonce/porch-go/porch/clock"
+	"github.com/writeonce/porch-go/porch/store"
+)
+
+// Op is one queued write. Exactly one of its payload fields is set; a hit
+// answers through its own callback, every other write through Done.
+type Op struct {
+	Counter  *store.Counter
+	Response *store.Response
+	// Owner is the statements an idempotency owner ran through
+	// Reservation.Exec; they commit with Response, in one savepoint.
+	Owner  []Statement
+	Delete *Deletion
+	Hit    *Hit
+	Exec   *Statement
+	// Probe is Health's write: a row inserted and deleted again, so that
+	// the transaction must really write (see ProbeSQL).
+	Probe bool
+	Done  func(error)
+	// Failed is this write's own error, set by the batch writer when the
+	// write failed alone and the rest of its batch committed.
+	Failed error
+	// Dropped is set by a batch writer that left this write out of the
+	// batch (its statement aborted the whole transaction); Failed says why.
+	Dropped bool
+}
+
+// Statement is an application's statement run in the committer's
+// transaction.
+type Statement struct {
+	Query string
+	Args  []any
+}
+
+// Hit is one request counted in a shared counter. The batch writer fills
+// Result before the callbacks run.
+type Hit struct {
+	Key    string
+	Window time.Duration
+	Done   func(store.Hit, error)
+	Result store.Hit
+}
+
+// Deletion is the prune of one key's expired response.
+type Deletion struct {
+	Key string
+	Now int64 // Unix ms on the timeline
+}
+
+// Writer applies one batch of writes in one transaction: a driver's method
+// value, so that the driver's type need not export it.
+type Writer func(batch []Op) error
+
+// Committer is the group-commit loop shared by the drivers: one goroutine
+// takes the first queued write, drains whatever else is already queued, and
+// makes the whole batch durable in one transaction before answering any of
+// its writers. It is safe for concurrent use; Close stops its goroutine.
+type Committer struct {
+	queue    chan Op
+	maxBatch int
+	writer   Writer
+	clock    clock.Clock // its monotonic reading dates each batch's outcome
+
+	health       health
+	healthBudget time.Duration // store.HealthBudget; a test may shorten it
+
+	mu     sync.RWMutex // protects closed against Enqueue racing close
+	closed bool
+	done   chan struct{}
+
+	commits, writes, failed atomic.Int64
+}
+
+// New starts a committer that hands batches of at most maxBatch writes to w
+// and queues at most queueSize writes meanwhile.
+func New(w Writer, clk clock.Clock, queueSize, maxBatch int) *Committer {
+	c := &Committer{queue: make(chan Op, queueSize), maxBatch: maxBatch, writer: w, clock: clk,
+		healthBudget: store.HealthBudget, done: make(chan struct{})}
+	go c.run()
+	return c
+}
+
+// Enqueue queues o, blocking while the queue is full: that back-pressure is
+// what turns a slow disk into full mailboxes and 503s. After Close it fails
+// with store.ErrClosed.
+func (c *Committer) Enqueue(o Op) error {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.closed {
+		return store.ErrClosed
+	}
+	c.queue <- o
+	return nil
+}
+
+// tryEnqueue queues o unless the queue is full, and reports whether it did.
+func (c *Committer) tryEnqueue(o Op) (bool, error) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.closed {
+		return false, store.ErrClosed
+	}
+	select {
+	case c.queue <- o:
+		return true, nil
+	default:
+		return false, nil
+	}
+}
+
+func (c *Committer) run() {
+	defer close(c.done)
+	batch := make([]Op, 0, c.maxBatch)
+	for first := range c.queue {
+		batch = append(batch[:0], first)
+	drain:
+		for len(batch) < c.maxBatch {
+			select {
+			case o, ok := <-c.queue:
+				if !ok {
+					break drain
+				}
+				batch = append(batch, o)
+			default:
+				break drain
+			}
+		}
+		err := c.writer(batch)
+		c.health.record(err, c.clock.Monotonic())
+		if err != nil {
+			c.failed.Add(1)
+		} else {
+			c.commits.Add(1)
+			c.writes.Add(int64(len(batch)))
+		}
+		for i := range batch {
+			opErr := err
+			if opErr == nil {
+				opErr = batch[i].Failed
+			}
+			switch o := batch[i]; {
+			case o.Hit != nil:
+				o.Hit.Done(o.Hit.Result, opErr)
+			case o.Done != nil:
+				o.Done(opErr)
+			}
+			batch[i] = Op{} // let the payloads go
+		}
+	}
+}
+
+// close stops accepting writes, commits what is queued and waits for it.
+func (c *Committer) close() {
+	c.mu.Lock()
+	if !c.closed {
+		c.closed = true
+		close(c.queue)
+	}
+	c.mu.Unlock()
+	<-c.done
+}
+
+// Close stops accepting writes and commits what is queued. It returns
+// ctx.Err() if ctx ends first and leaves the flush running.
+func (c *Committer) Close(ctx context.Context) error {
+	flushed := make(chan struct{})
+	go func() { c.close(); close(flushed) }()
+	select {
+	case <-flushed:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Do queues o and waits until its transaction has committed, returning its
+// error, or until ctx ends, returning ctx.Err(): the write may then still
+// commit. Pass context.WithoutCancel to always learn the outcome; the
+// committer always answers, within a batch.
+func (c *Committer) Do(ctx context.Context, o Op) error {
+	done := make(chan error, 1)
+	o.Done = func(err error) { done <- err }
+	if err := c.Enqueue(o); err != nil {
+		return err
+	}
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Stats reports the committer's counters since it started.
+func (c *Committer) Stats() store.Stats {
+	return store.Stats{Commits: c.commits.Load(), Writes: c.writes.Load(), Failed: c.failed.Load()}
+}

@@ -1,0 +1,24 @@
+package commit
+
+import (
+	"github.com/writeonce/porch-go/porch/clock"
+	"github.com/writeonce/porch-go/porch/store"
+)
+
+// WithDefaults returns o with every zero field that has a default set to
+// it, except KeyConns, which only the PostgreSQL driver reads and defaults.
+func WithDefaults(o store.Options) store.Options {
+	if o.Clock == nil {
+		o.Clock = clock.System{}
+	}
+	if o.QueueSize == 0 {
+		o.QueueSize = store.DefaultQueueSize
+	}
+	if o.MaxBatch == 0 {
+		o.MaxBatch = store.DefaultMaxBatch
+	}
+	if o.PruneRows == 0 {
+		o.PruneRows = store.DefaultPruneRows
+	}
+	return o
+}

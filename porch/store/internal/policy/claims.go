@@ -1,0 +1,79 @@
+// Package policy keeps the rate policies one process's limiters claim in a
+// store, for both drivers: two limiters of one name that count under
+// different policies would write the same counter rows, each by its own
+// rule.
+package policy
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/writeonce/porch-go/porch/store"
+)
+
+// Claims are the policies claimed in one store by this process. The zero
+// value is ready to use, and it is safe for concurrent use.
+type Claims struct {
+	mu   sync.Mutex // protects held
+	held map[string]*claim
+}
+
+type claim struct {
+	p     store.Policy
+	users int
+	// release ends what the first claim took beyond this process (the
+	// PostgreSQL lock); nil when it took nothing.
+	release func()
+}
+
+// Claim records p for this process, failing with store.ErrPolicyConflict
+// while a limiter of p.Name counts under another policy here. first reports
+// whether no limiter held p.Name before, in which case the caller claims it
+// beyond the process too and hands that claim's release to SetRelease.
+func (c *Claims) Claim(p store.Policy) (first bool, release func(), err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.held == nil {
+		c.held = make(map[string]*claim)
+	}
+	h := c.held[p.Name]
+	if h == nil {
+		h = &claim{p: p}
+		c.held[p.Name] = h
+	} else if h.p != p {
+		return false, nil, fmt.Errorf("%w: %s is already counted in this process as %s; give one of them another Name",
+			store.ErrPolicyConflict, p, h.p)
+	}
+	h.users++
+	var once sync.Once
+	return h.users == 1, func() { once.Do(func() { c.drop(p.Name) }) }, nil
+}
+
+// SetRelease attaches the release of the first claim's lock beyond the
+// process to name's claim.
+func (c *Claims) SetRelease(name string, release func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if h := c.held[name]; h != nil {
+		h.release = release
+	}
+}
+
+// drop ends one limiter's claim; the last one out releases the name.
+func (c *Claims) drop(name string) {
+	c.mu.Lock()
+	h := c.held[name]
+	if h == nil {
+		c.mu.Unlock()
+		return
+	}
+	if h.users--; h.users > 0 {
+		c.mu.Unlock()
+		return
+	}
+	delete(c.held, name)
+	c.mu.Unlock()
+	if h.release != nil {
+		h.release()
+	}
+}

@@ -1,7 +1,0 @@
-//go:build !unix
-
-package store
-
-// lockFile is a no-op where flock(2) does not exist: running two processes
-// on one SQLite file there is the deployer's to avoid.
-func lockFile(path string) (release func(), err error) { return func() {}, nil }

@@ -1,7 +1,0 @@
-//go:build unix && !linux
-
-package store
-
-// holderOf cannot find a flock's holder without Linux's /proc/locks; the
-// error then names the file by device and inode.
-func holderOf(id fileID) (pid int, path string, ok bool) { return 0, "", false }

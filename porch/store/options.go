@@ -1,0 +1,46 @@
+package store
+
+import (
+	"time"
+
+	"github.com/writeonce/porch-go/porch/clock"
+)
+
+// Defaults for [Options].
+const (
+	// DefaultQueueSize is porch.DefaultPoolSize × porch.DefaultMailbox: the
+	// committer can hold one write for every job the pool's mailboxes hold.
+	// It is spelled out because the store does not import the framework;
+	// a test holds the two equal.
+	DefaultQueueSize = 16 * 1024
+	DefaultMaxBatch  = 4096
+	DefaultPruneRows = 64
+)
+
+// Options configure a store, of either driver: sqlite.Open and
+// postgres.Open take them. The zero value is ready to use.
+type Options struct {
+	// Clock supplies the wall and monotonic readings. If nil,
+	// clock.System{}.
+	Clock clock.Clock
+	// QueueSize bounds the committer's queue; a write waits while it is
+	// full. Size it in proportion to the pool (size × mailbox). If zero,
+	// DefaultQueueSize.
+	QueueSize int
+	// MaxBatch caps the writes one transaction carries. If zero,
+	// DefaultMaxBatch.
+	MaxBatch int
+	// PruneRows is how many expired rows of each table one commit deletes.
+	// If zero, DefaultPruneRows; negative disables pruning.
+	PruneRows int
+	// KeyConns is how many idempotency keys one process may hold at once
+	// on a shared store (PostgreSQL), one connection each for the owner's
+	// handler's whole run; a reservation beyond it fails with ErrNoKeyConn
+	// and its request answers 503. If zero, postgres.DefaultKeyConns.
+	// SQLite holds keys in memory and ignores it.
+	KeyConns int
+	// CommitDelay makes every commit take at least this long. It is fault
+	// injection for tests and the acceptance gate (a slow disk); leave it
+	// zero in production.
+	CommitDelay time.Duration
+}

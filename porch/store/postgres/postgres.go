@@ -1,0 +1,451 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/internal/commit"
+	"github.com/writeonce/porch-go/porch/store/internal/policy"
+)
+
+// DefaultConns is the size of the application's connection pool (Pool)
+// when the DSN sets no pool_max_conns. With DefaultKeyConns and the
+// committer's 2, one instance opens at most 44 connections, so two fit
+// PostgreSQL's default max_connections of 100.
+const DefaultConns = 10
+
+// DefaultKeyConns is store.Options.KeyConns's default.
+const DefaultKeyConns = 32
+
+// Store is the store for several instances behind one load balancer.
+// Counters are counted by the database, one atomic statement per batch of
+// hits, on the database's clock; idempotency keys are held across instances
+// by a transaction-scoped advisory lock in the owner's own transaction,
+// which also carries the owner's writes and its response, so that losing
+// the connection rolls back all of it. Create it with [Open]; it is safe
+// for concurrent use.
+type Store struct {
+	pool   *pgxpool.Pool // the application's queries
+	keys   *pgxpool.Pool // one connection per held idempotency key
+	slots  chan struct{} // admits at most keys' size reservations, failing fast beyond
+	writer *pgxpool.Pool // the committer's own connections
+	opt    store.Options
+	c      *commit.Committer
+
+	claims     policy.Claims // the rate policies this process counts under
+	policyMu   sync.Mutex    // serializes policy claims; protects policyConn
+	policyConn *pgxpool.Conn // from writer, holding the claims' locks; nil until the first
+}
+
+var (
+	_ store.Store          = (*Store)(nil)
+	_ store.SharedCounters = (*Store)(nil)
+)
+
+// Open connects to dsn, migrates the schema and starts the committer.
+// opt.Clock supplies only the wall clock for response
+// headers: windows and expiry are measured on the database's clock, so
+// instances with skewed clocks agree.
+func Open(ctx context.Context, dsn string, opt store.Options) (*Store, error) {
+	opt = commit.WithDefaults(opt)
+	if opt.KeyConns == 0 {
+		opt.KeyConns = DefaultKeyConns
+	}
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: dsn: %w", err)
+	}
+	if !strings.Contains(dsn, "pool_max_conns") {
+		cfg.MaxConns = DefaultConns
+	}
+	// Three pools, so that no use can starve another: owners hold key
+	// connections for their handlers' whole run, the handlers query through
+	// the application's pool, and counting has connections of its own.
+	pools := make([]*pgxpool.Pool, 0, 3)
+	closeAll := func() {
+		for _, pl := range pools {
+			pl.Close()
+		}
+	}
+	for _, size := range []int32{cfg.MaxConns, int32(opt.KeyConns), 2} {
+		c := cfg.Copy()
+		c.MaxConns = size
+		c.MinConns = min(c.MinConns, size)
+		pl, err := pgxpool.NewWithConfig(ctx, c)
+		if err != nil {
+			closeAll()
+			return nil, fmt.Errorf("postgres: connect: %w", err)
+		}
+		pools = append(pools, pl)
+	}
+	p := &Store{pool: pools[0], keys: pools[1], writer: pools[2], opt: opt,
+		slots: make(chan struct{}, opt.KeyConns)}
+	if err := p.migrate(ctx); err != nil {
+		closeAll()
+		return nil, err
+	}
+	p.c = commit.New(p.writeBatch, opt.Clock, opt.QueueSize, opt.MaxBatch)
+	return p, nil
+}
+
+// readCommitted is every porch transaction's isolation, whatever the
+// server's or the DSN's default_transaction_isolation says: a statement
+// after a lock wait must see what the lock's previous holder committed,
+// which a snapshot taken before the wait (REPEATABLE READ, SERIALIZABLE)
+// does not.
+var readCommitted = pgx.TxOptions{IsoLevel: pgx.ReadCommitted}
+
+func (p *Store) migrate(ctx context.Context) error {
+	return pgx.BeginTxFunc(ctx, p.writer, readCommitted, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, pgLockSchema); err != nil {
+			return fmt.Errorf("postgres: lock schema: %w", err)
+		}
+		if _, err := tx.Exec(ctx, pgVersionTable); err != nil {
+			return fmt.Errorf("postgres: schema version table: %w", err)
+		}
+		var version int
+		if err := tx.QueryRow(ctx, pgReadVersion).Scan(&version); err != nil {
+			return fmt.Errorf("postgres: read schema version: %w", err)
+		}
+		if version > len(postgresMigrations) {
+			return fmt.Errorf("postgres: schema version %d is newer than this build knows (%d)", version, len(postgresMigrations))
+		}
+		for v := version; v < len(postgresMigrations); v++ {
+			if _, err := tx.Exec(ctx, postgresMigrations[v]); err != nil {
+				return fmt.Errorf("postgres: migrate to %d: %w", v+1, err)
+			}
+		}
+		if _, err := tx.Exec(ctx, fmt.Sprintf(pgWriteVersion, len(postgresMigrations))); err != nil {
+			return fmt.Errorf("postgres: write schema version: %w", err)
+		}
+		return nil
+	})
+}
+
+// Pool is the application's connection pool (pool_max_conns in the DSN, or
+// DefaultConns), for its own tables; porch holds keys and counts on
+// pools of its own. Porch's tables must not be written through it.
+func (p *Store) Pool() *pgxpool.Pool { return p.pool }
+
+// Wall reads the wall clock.
+func (p *Store) Wall() time.Time { return p.opt.Clock.Wall() }
+
+// AddHit queues one hit for key; done runs once the batch carrying it has
+// committed.
+func (p *Store) AddHit(key string, window time.Duration, done func(store.Hit, error)) error {
+	return p.c.Enqueue(commit.Op{Hit: &commit.Hit{Key: key, Window: window, Done: done}})
+}
+
+// Stats reports the committer's counters.
+func (p *Store) Stats() store.Stats { return p.c.Stats() }
+
+// Close commits every queued hit, then closes the pools. If ctx ends first it
+// returns ctx.Err() and leaves the flush running.
+func (p *Store) Close(ctx context.Context) error {
+	if err := p.c.Close(ctx); err != nil {
+		return err
+	}
+	// pgxpool.Close waits for every acquired connection, and an owner holds
+	// a key connection for its handler's whole run: wait under ctx, and
+	// leave the pools closing in the background if it ends first.
+	closed := make(chan struct{})
+	go func() {
+		p.closePolicies()
+		p.pool.Close()
+		p.keys.Close()
+		p.writer.Close()
+		close(closed)
+	}()
+	select {
+	case <-closed:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("postgres: close: connections still held by owners: %w", ctx.Err())
+	}
+}
+
+// keyHits is one key's share of a batch.
+type keyHits struct {
+	key    string
+	window time.Duration
+	ops    []*commit.Hit // in arrival order; the i-th is the window's (count - len + i + 1)-th hit
+}
+
+// writeBatch counts a batch of hits in one transaction: one upsert over every
+// key in the batch (keys sorted, so that two instances' batches lock rows in
+// the same order and cannot deadlock), then the bounded prunes.
+func (p *Store) writeBatch(batch []commit.Op) error {
+	ctx := context.Background()
+	if p.opt.CommitDelay > 0 {
+		time.Sleep(p.opt.CommitDelay) // fault injection: a slow database
+	}
+	byKey := make(map[string]*keyHits)
+	probe := false
+	for _, o := range batch {
+		probe = probe || o.Probe
+		h := o.Hit
+		if h == nil {
+			continue
+		}
+		kh := byKey[h.Key]
+		if kh == nil {
+			kh = &keyHits{key: h.Key, window: h.Window}
+			byKey[h.Key] = kh
+		}
+		kh.ops = append(kh.ops, h)
+	}
+	keys := make([]string, 0, len(byKey))
+	for k := range byKey {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	windows := make([]int64, len(keys))
+	hits := make([]int64, len(keys))
+	for i, k := range keys {
+		windows[i] = byKey[k].window.Milliseconds()
+		hits[i] = int64(len(byKey[k].ops))
+	}
+	return pgx.BeginTxFunc(ctx, p.writer, readCommitted, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, pgAddHits, keys, windows, hits)
+		if err != nil {
+			return fmt.Errorf("postgres: add hits: %w", err)
+		}
+		seen := 0
+		for rows.Next() {
+			var key string
+			var count, leftMS int64
+			if err := rows.Scan(&key, &count, &leftMS); err != nil {
+				rows.Close()
+				return fmt.Errorf("postgres: add hits: %w", err)
+			}
+			kh := byKey[key]
+			if kh == nil {
+				rows.Close()
+				return fmt.Errorf("postgres: add hits: unexpected key %q returned", key)
+			}
+			first := count - int64(len(kh.ops))
+			for i, h := range kh.ops {
+				h.Result = store.Hit{Count: first + int64(i) + 1, ResetIn: time.Duration(leftMS) * time.Millisecond}
+			}
+			seen++
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("postgres: add hits: %w", err)
+		}
+		if seen != len(keys) {
+			return fmt.Errorf("postgres: add hits: %d of %d keys returned", seen, len(keys))
+		}
+		if probe {
+			if err := writeProbe(ctx, tx); err != nil {
+				return err
+			}
+		}
+		if p.opt.PruneRows > 0 {
+			if _, err := tx.Exec(ctx, pgPruneCounters, p.opt.PruneRows); err != nil {
+				return fmt.Errorf("postgres: prune counters: %w", err)
+			}
+			if _, err := tx.Exec(ctx, pgPruneResponses, p.opt.PruneRows); err != nil {
+				return fmt.Errorf("postgres: prune responses: %w", err)
+			}
+		}
+		return nil
+	})
+}
+
+// Reserve begins the owner's transaction on a connection of its own and
+// takes key's transaction-scoped advisory lock in it, waiting under ctx
+// while an owner on any instance holds it. The lock, the owner's writes and
+// its response live and die with that one transaction: if the connection
+// is lost (the process died, the session was terminated, a proxy cut it),
+// PostgreSQL rolls all of it back and lets the next owner in on a clean
+// slate. No lease and no timeout guess is involved.
+func (p *Store) Reserve(ctx context.Context, key string) (store.Reservation, error) {
+	select {
+	case p.slots <- struct{}{}:
+	default:
+		return nil, store.ErrNoKeyConn
+	}
+	conn, err := p.keys.Acquire(ctx)
+	if err != nil {
+		<-p.slots
+		return nil, fmt.Errorf("postgres: reserve: %w", err)
+	}
+	tx, err := conn.BeginTx(ctx, readCommitted)
+	if err != nil {
+		discard(conn)
+		<-p.slots
+		return nil, fmt.Errorf("postgres: reserve: %w", err)
+	}
+	if _, err := tx.Exec(ctx, pgLockKey, key); err != nil {
+		// A lock granted just as ctx ended must not stay on a pooled
+		// connection: close it, which ends the transaction and its lock.
+		discard(conn)
+		<-p.slots
+		return nil, fmt.Errorf("postgres: reserve: %w", err)
+	}
+	return &reservation{p: p, conn: conn, tx: tx, key: key}, nil
+}
+
+// discard closes a connection instead of returning it to the pool.
+func discard(conn *pgxpool.Conn) {
+	conn.Hijack().Close(context.Background()) //nolint:errcheck // it is being thrown away
+}
+
+type reservation struct {
+	p   *Store
+	key string
+
+	mu     sync.Mutex    // serializes use of conn, which is not safe for concurrent use
+	conn   *pgxpool.Conn // nil once the reservation has ended
+	tx     pgx.Tx
+	failed error // the first of the owner's statements that failed; Save returns it
+}
+
+func (r *reservation) Load(ctx context.Context) (store.Response, bool, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.conn == nil {
+		return store.Response{}, false, store.ErrReleased
+	}
+	res := store.Response{Key: r.key}
+	var created, expires int64
+	err := r.tx.QueryRow(ctx, pgLoadResponse, r.key).
+		Scan(&res.Digest, &res.Status, &res.ContentType, &res.Body, &created, &expires)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return store.Response{}, false, nil
+	}
+	if err != nil {
+		return store.Response{}, false, fmt.Errorf("postgres: load response: %w", err)
+	}
+	res.Created, res.Expires = time.UnixMilli(created), time.UnixMilli(expires)
+	return res, true, nil
+}
+
+// Exec runs the statement now, in the owner's transaction: the handler sees
+// its error at once and may read its own writes through the same
+// transaction's later statements. A failed statement aborts the
+// transaction (PostgreSQL's rule), so Save will fail too.
+func (r *reservation) Exec(ctx context.Context, query string, args ...any) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.conn == nil {
+		return store.ErrReleased
+	}
+	if r.failed != nil {
+		return r.failed
+	}
+	if _, err := r.tx.Exec(ctx, query, args...); err != nil {
+		if ownersFault(ctx, err) {
+			err = fmt.Errorf("%w: %w", store.ErrWriteFailed, err)
+		} else {
+			err = fmt.Errorf("postgres: owner's write: %w", err)
+		}
+		r.failed = err
+		return err
+	}
+	return nil
+}
+
+// ownersFault tells a statement the server refused for what it says (a
+// constraint, a syntax error, bad data) from a connection or server that
+// failed under it, which may pass on a retry.
+func ownersFault(ctx context.Context, err error) bool {
+	var pe *pgconn.PgError
+	if ctx.Err() != nil || !errors.As(err, &pe) || len(pe.Code) < 2 {
+		return false
+	}
+	if pe.Severity == "FATAL" || pe.Severity == "PANIC" {
+		return false // the session ended (a timeout, a terminated backend): not the statement's doing
+	}
+	switch pe.Code[:2] {
+	case "08", "25", "40", "53", "55", "57", "58", "XX":
+		// connection, transaction state, rollback, resources, object
+		// state (lock_timeout), operator, system, internal
+		return false
+	}
+	return true
+}
+
+// Save stores res in the owner's transaction and commits it with the
+// owner's writes, then prunes a bounded batch of expired responses, so an
+// application that uses idempotency without the limiter still keeps its
+// table in check. The prune runs after the commit: its failure must not
+// take the stored response with it.
+func (r *reservation) Save(ctx context.Context, res store.Response, ttl time.Duration) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.conn == nil {
+		return store.ErrReleased
+	}
+	if r.failed != nil {
+		r.end(false)
+		return r.failed
+	}
+	if res.Body == nil {
+		res.Body = []byte{} // NOT NULL: an empty body is a value
+	}
+	ctx, cancel := context.WithTimeout(ctx, pgSaveTimeout)
+	defer cancel()
+	if _, err := r.tx.Exec(ctx, pgSaveResponse, r.key, res.Digest, res.Status, res.ContentType, res.Body,
+		ttl.Milliseconds()); err != nil {
+		r.end(false)
+		return fmt.Errorf("postgres: save response: %w", err)
+	}
+	if err := r.tx.Commit(ctx); err != nil {
+		// A deferred constraint fails here, and is the owner's; if the
+		// connection died during COMMIT the outcome is unknown, and the next
+		// owner reads the table and learns it.
+		r.end(false)
+		if ownersFault(ctx, err) {
+			return fmt.Errorf("%w: %w", store.ErrWriteFailed, err)
+		}
+		return fmt.Errorf("postgres: commit response: %w", err)
+	}
+	if r.p.opt.PruneRows > 0 {
+		if _, err := r.conn.Exec(ctx, pgPruneResponses, r.p.opt.PruneRows); err != nil {
+			slog.Warn("postgres: prune responses", "err", err) // the next save prunes again
+		}
+	}
+	r.end(true)
+	return nil
+}
+
+// pgSaveTimeout bounds an owner's write, so a hung database turns into a 503
+// rather than a request that never ends.
+const pgSaveTimeout = 10 * time.Second
+
+func (r *reservation) Release() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.conn == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	r.end(r.tx.Rollback(ctx) == nil)
+}
+
+// end gives the connection back: to the pool when its transaction ended
+// cleanly, else closed, which is the rollback and unlock of last resort.
+// r.mu is held.
+func (r *reservation) end(clean bool) {
+	if clean && r.conn.Conn().PgConn().TxStatus() == 'I' {
+		r.conn.Release()
+	} else {
+		discard(r.conn)
+	}
+	r.conn, r.tx = nil, nil
+	<-r.p.slots
+}

@@ -1,0 +1,301 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/writeonce/porch-go/internal/pgtest"
+	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/postgres"
+)
+
+func openPostgres(t *testing.T, dsn string) *postgres.Store {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	s, err := postgres.Open(ctx, dsn, store.Options{})
+	if err != nil {
+		t.Fatalf("postgres.Open: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(context.Background()); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return s
+}
+
+// addHit counts one hit and waits for it to be durable.
+func addHit(t *testing.T, s *postgres.Store, key string, window time.Duration) store.Hit {
+	t.Helper()
+	type res struct {
+		h   store.Hit
+		err error
+	}
+	ch := make(chan res, 1)
+	if err := s.AddHit(key, window, func(h store.Hit, err error) { ch <- res{h, err} }); err != nil {
+		t.Fatalf("AddHit: %v", err)
+	}
+	r := <-ch
+	if r.err != nil {
+		t.Fatalf("AddHit done: %v", r.err)
+	}
+	return r.h
+}
+
+// Two stores on one database stand for two instances: every hit must get a
+// distinct position, so no increment is lost and no two requests are both
+// the N-th.
+func TestPostgresAddHitIsExactAcrossInstances(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	a, b := openPostgres(t, dsn), openPostgres(t, dsn)
+	const perInstance = 200
+	var (
+		mu        sync.Mutex
+		positions []int64
+		wg        sync.WaitGroup
+		start     = make(chan struct{})
+	)
+	for _, s := range []*postgres.Store{a, b} {
+		for range perInstance {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				err := s.AddHit("rate:k", time.Hour, func(h store.Hit, err error) {
+					if err != nil {
+						t.Errorf("AddHit: %v", err)
+						return
+					}
+					mu.Lock()
+					positions = append(positions, h.Count)
+					mu.Unlock()
+				})
+				if err != nil {
+					t.Errorf("AddHit: %v", err)
+				}
+			}()
+		}
+	}
+	close(start)
+	wg.Wait()
+	// Close flushes; the callbacks have all run once both are closed.
+	for _, s := range []*postgres.Store{a, b} {
+		if err := s.Close(context.Background()); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+	}
+	slices.Sort(positions)
+	if len(positions) != 2*perInstance {
+		t.Fatalf("got %d answers, want %d", len(positions), 2*perInstance)
+	}
+	for i, p := range positions {
+		if p != int64(i+1) {
+			t.Fatalf("positions[%d] = %d, want %d (positions must be 1..N, each once)", i, p, i+1)
+		}
+	}
+	if st := a.Stats(); st.Commits >= st.Writes {
+		t.Logf("instance a: %d commits for %d hits (no batching happened this run)", st.Commits, st.Writes)
+	}
+}
+
+func TestPostgresWindowResetsOnAccess(t *testing.T) {
+	s := openPostgres(t, pgtest.DSN(t))
+	const window = 300 * time.Millisecond
+	for want := int64(1); want <= 3; want++ {
+		if got := addHit(t, s, "rate:w", window).Count; got != want {
+			t.Fatalf("hit %d: Count = %d", want, got)
+		}
+	}
+	h := addHit(t, s, "rate:w", window)
+	// Wait for the window to pass on the database's clock; the hit reports
+	// how long is left.
+	time.Sleep(h.ResetIn + 10*time.Millisecond)
+	if got := addHit(t, s, "rate:w", window).Count; got != 1 {
+		t.Fatalf("after the window: Count = %d, want 1 (window reset on access)", got)
+	}
+}
+
+func TestPostgresReserveExcludesOtherInstances(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	a, b := openPostgres(t, dsn), openPostgres(t, dsn)
+	ctx := context.Background()
+	held, err := a.Reserve(ctx, "idem:k")
+	if err != nil {
+		t.Fatalf("Reserve a: %v", err)
+	}
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	if _, err := b.Reserve(short, "idem:k"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Reserve b while a holds: err = %v, want context.DeadlineExceeded", err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		r, err := b.Reserve(ctx, "idem:k")
+		if err == nil {
+			r.Release()
+		}
+		got <- err
+	}()
+	want := store.Response{Digest: []byte("d"), Status: 201, ContentType: "application/json", Body: []byte(`{"ok":true}`)}
+	if err := held.Save(ctx, want, time.Hour); err != nil {
+		t.Fatalf("Save: %v", err)
+	}
+	held.Release()
+	if err := <-got; err != nil {
+		t.Fatalf("Reserve b after release: %v", err)
+	}
+	r, err := b.Reserve(ctx, "idem:k")
+	if err != nil {
+		t.Fatalf("Reserve b: %v", err)
+	}
+	defer r.Release()
+	res, ok, err := r.Load(ctx)
+	if err != nil || !ok {
+		t.Fatalf("Load = ok %v, err %v; want the stored response", ok, err)
+	}
+	if res.Status != want.Status || string(res.Body) != string(want.Body) || res.ContentType != want.ContentType {
+		t.Fatalf("Load = %d %q %q, want %d %q %q", res.Status, res.ContentType, res.Body, want.Status, want.ContentType, want.Body)
+	}
+}
+
+// A holder whose connection dies (its process crashed) must not wedge the
+// key: the server drops the advisory lock with the connection.
+func TestPostgresReservationDiesWithItsConnection(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	a, b := openPostgres(t, pgtest.WithParam(dsn, "application_name", "porch_dies_a")), openPostgres(t, dsn)
+	ctx := context.Background()
+	dead, err := a.Reserve(ctx, "idem:crash")
+	if err != nil {
+		t.Fatalf("Reserve a: %v", err)
+	}
+	defer dead.Release() // returns the dead connection, so a's Close does not wait for it
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	// Kill the backend that holds the lock, as the server does when the
+	// client's process dies.
+	tag, err := conn.Exec(ctx, `SELECT pg_terminate_backend(l.pid) FROM pg_locks l JOIN pg_stat_activity s USING (pid)
+		WHERE l.locktype = 'advisory' AND l.granted AND s.application_name = 'porch_dies_a'`)
+	if err != nil || tag.RowsAffected() == 0 {
+		t.Fatalf("terminate holder: rows %d, err %v", tag.RowsAffected(), err)
+	}
+	wait, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	r, err := b.Reserve(wait, "idem:crash")
+	if err != nil {
+		t.Fatalf("Reserve b after the holder died: %v", err)
+	}
+	r.Release()
+}
+
+func TestPostgresExpiredResponseIsPrunedOnLoad(t *testing.T) {
+	s := openPostgres(t, pgtest.DSN(t))
+	ctx := context.Background()
+	r, err := s.Reserve(ctx, "idem:ttl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Save(ctx, store.Response{Digest: []byte("d"), Status: 200, Body: []byte("x")}, time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	r.Release()
+	var left int
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		r, err = s.Reserve(ctx, "idem:ttl")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, ok, err := r.Load(ctx)
+		r.Release()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a response saved with a 1ms TTL still loads after 5s")
+		}
+		time.Sleep(5 * time.Millisecond) // real time must pass on the database's clock
+	}
+	if err := s.Pool().QueryRow(ctx, `SELECT count(*) FROM porch_idem_responses WHERE key = 'idem:ttl'`).Scan(&left); err != nil {
+		t.Fatal(err)
+	}
+	if left != 0 {
+		t.Fatalf("expired row still in the table after Load: %d rows", left)
+	}
+}
+
+// Holding keys never waits for a connection: beyond KeyConns a reservation
+// fails at once, so in-flight keys cannot starve each other or the
+// application's queries, and the caller answers 503.
+func TestPostgresReserveFailsFastBeyondKeyConns(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	s, err := postgres.Open(ctx, pgtest.DSN(t), store.Options{KeyConns: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close(context.Background()) })
+	a, err := s.Reserve(ctx, "idem:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := s.Reserve(ctx, "idem:2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Reserve(ctx, "idem:3"); !errors.Is(err, store.ErrNoKeyConn) {
+		t.Fatalf("third Reserve with KeyConns 2: err = %v, want ErrNoKeyConn", err)
+	}
+	var one int
+	if err := s.Pool().QueryRow(ctx, "SELECT 1").Scan(&one); err != nil {
+		t.Fatalf("application query while every key connection is held: %v", err)
+	}
+	a.Release()
+	c, err := s.Reserve(ctx, "idem:3")
+	if err != nil {
+		t.Fatalf("Reserve after a release: %v", err)
+	}
+	b.Release()
+	c.Release()
+}
+
+// Close keeps to its context while an owner still holds a key connection:
+// pgxpool.Close waits for every acquired connection, and an owner holds one
+// for its handler's whole run, so a stop waited as long as the slowest
+// handler (forever, for one that never returns).
+func TestPostgresCloseKeepsItsDeadline(t *testing.T) {
+	ctx := context.Background()
+	s, err := postgres.Open(ctx, pgtest.DSN(t), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hold, err := s.Reserve(ctx, "held")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hold.Release()
+	cctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	closed := make(chan error, 1)
+	go func() { closed <- s.Close(cctx) }()
+	select {
+	case err := <-closed:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Close with a key held: got %v, want context.DeadlineExceeded", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close ignored its deadline while a key connection was held")
+	}
+}

@@ -1,0 +1,98 @@
+package postgres
+
+// postgresMigrations are applied in order under an advisory lock, so that
+// several instances starting at once migrate exactly once; the
+// porch_schema_version row records how many have run. Append, never edit.
+// Tables and columns match SQLite's; times are Unix milliseconds on the
+// database's clock.
+var postgresMigrations = []string{
+	`CREATE TABLE porch_rate_counters (
+		key          text   NOT NULL PRIMARY KEY,
+		window_start bigint NOT NULL,
+		window_ms    bigint NOT NULL,
+		count        bigint NOT NULL,
+		expires_at   bigint NOT NULL
+	);
+	CREATE INDEX porch_rate_counters_expires_at ON porch_rate_counters (expires_at);
+	CREATE TABLE porch_idem_responses (
+		key          text    NOT NULL PRIMARY KEY,
+		digest       bytea   NOT NULL,
+		status       integer NOT NULL,
+		content_type text    NOT NULL,
+		body         bytea   NOT NULL,
+		created_at   bigint  NOT NULL,
+		expires_at   bigint  NOT NULL
+	);
+	CREATE INDEX porch_idem_responses_expires_at ON porch_idem_responses (expires_at);`,
+	// One row per limiter name: the policy the running instances count
+	// under, so that an instance with another one is refused (see
+	// Store.ClaimPolicy). SQLite has no such table: one process writes
+	// a file, and it checks its limiters in memory.
+	`CREATE TABLE porch_rate_policies (
+		name       text   NOT NULL PRIMARY KEY,
+		quota      bigint NOT NULL,
+		window_ms  bigint NOT NULL,
+		updated_at bigint NOT NULL
+	);`,
+}
+
+// pgNowMS is the database's clock in Unix milliseconds. now() is the
+// transaction's start, so every statement of one batch agrees on it; another
+// instance's transaction that started later may have opened a window "after"
+// it, which is why the time left is capped at the window.
+const pgNowMS = `(extract(epoch FROM now()) * 1000)::bigint`
+
+// pgClockMS is the database's clock now, not at the transaction's start:
+// an idempotency owner's transaction spans its lock wait and its handler,
+// and a TTL measured from its BEGIN could store a row already expired.
+const pgClockMS = `(extract(epoch FROM clock_timestamp()) * 1000)::bigint`
+
+const (
+	pgLockSchema   = `SELECT pg_advisory_xact_lock(hashtextextended('porch_schema', 0))`
+	pgVersionTable = `CREATE TABLE IF NOT EXISTS porch_schema_version (version integer NOT NULL)`
+	pgReadVersion  = `SELECT coalesce(max(version), 0) FROM porch_schema_version`
+	pgWriteVersion = `DELETE FROM porch_schema_version; INSERT INTO porch_schema_version (version) VALUES (%d)`
+	// pgAddHits counts a batch. A window still open under another length
+	// (the limiter's policy changed in a deploy) keeps its count and closes
+	// at its old end or one new window from now, whichever is sooner, as
+	// SQLite's load does; its row takes the new length.
+	pgAddHits = `INSERT INTO porch_rate_counters AS c (key, window_start, window_ms, count, expires_at)
+		SELECT t.key, ` + pgNowMS + `, t.window_ms, t.hits, ` + pgNowMS + ` + t.window_ms
+		FROM unnest($1::text[], $2::bigint[], $3::bigint[]) AS t (key, window_ms, hits)
+		ON CONFLICT (key) DO UPDATE SET
+			window_start = CASE WHEN c.expires_at <= excluded.window_start THEN excluded.window_start
+				WHEN c.window_ms = excluded.window_ms THEN c.window_start
+				ELSE least(c.expires_at, excluded.expires_at) - excluded.window_ms END,
+			window_ms    = excluded.window_ms,
+			count        = CASE WHEN c.expires_at <= excluded.window_start THEN excluded.count ELSE c.count + excluded.count END,
+			expires_at   = CASE WHEN c.expires_at <= excluded.window_start THEN excluded.expires_at
+				WHEN c.window_ms = excluded.window_ms THEN c.expires_at
+				ELSE least(c.expires_at, excluded.expires_at) END
+		RETURNING c.key, c.count, least(c.expires_at - ` + pgNowMS + `, c.window_ms)`
+	// The prunes run after the batch's upserts and skip locked rows, so they
+	// never wait on another instance's transaction: no deadlock cycle can
+	// pass through them. ORDER BY expires_at makes the planner walk the
+	// expires_at index even before the table has statistics; without it a
+	// fresh table is scanned whole on every commit.
+	pgPruneCounters = `DELETE FROM porch_rate_counters WHERE key IN (
+		SELECT key FROM porch_rate_counters WHERE expires_at <= ` + pgNowMS + `
+		ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)`
+	pgPruneResponses = `DELETE FROM porch_idem_responses WHERE key IN (
+		SELECT key FROM porch_idem_responses WHERE expires_at <= ` + pgNowMS + `
+		ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)`
+	// The key's lock is transaction-scoped: it ends with the owner's
+	// transaction, committed, rolled back or lost with its connection.
+	pgLockKey = `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`
+	// Load prunes the key's row if it has expired and returns it otherwise,
+	// in one round trip.
+	pgLoadResponse = `WITH pruned AS (
+			DELETE FROM porch_idem_responses WHERE key = $1 AND expires_at <= ` + pgClockMS + `)
+		SELECT digest, status, content_type, body, created_at, expires_at
+		FROM porch_idem_responses WHERE key = $1 AND expires_at > ` + pgClockMS
+	pgSaveResponse = `INSERT INTO porch_idem_responses AS r
+			(key, digest, status, content_type, body, created_at, expires_at)
+		VALUES ($1, $2, $3, $4, $5, ` + pgClockMS + `, ` + pgClockMS + ` + $6)
+		ON CONFLICT (key) DO UPDATE SET
+			digest = excluded.digest, status = excluded.status, content_type = excluded.content_type,
+			body = excluded.body, created_at = excluded.created_at, expires_at = excluded.expires_at`
+)

@@ -1,0 +1,251 @@
+package sqlite
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/mattn/go-sqlite3"
+
+	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/internal/commit"
+)
+
+// writeBatch runs on the committer goroutine: one IMMEDIATE transaction for
+// the whole batch, a bounded prune first, then the newest write per counter
+// key (the limiter's actor is the only writer of its keys and writes absolute
+// counts, so earlier writes of a key in the same batch are superseded).
+//
+// An application's statement (Exec, or an owner's) that ends the whole
+// transaction itself (INSERT OR ROLLBACK, a trigger's RAISE(ROLLBACK))
+// takes nothing with it: the batch is written again without it, and only
+// its caller learns the error.
+func (s *Store) writeBatch(batch []commit.Op) error {
+	for range len(batch) + 1 {
+		err := s.writeBatchOnce(batch)
+		var ab *appAborted
+		if !errors.As(err, &ab) {
+			return err
+		}
+		batch[ab.index].Dropped = true
+		for i := range batch {
+			if !batch[i].Dropped {
+				batch[i].Failed = nil // the next pass decides afresh
+			}
+		}
+		batch[ab.index].Failed = ab.err
+	}
+	return errors.New("sqlite: batch aborted by every write in it") // unreachable: each pass drops one
+}
+
+// appAborted reports an application's statement that rolled back the
+// batch's whole transaction.
+type appAborted struct {
+	index int
+	err   error
+}
+
+func (a *appAborted) Error() string { return a.err.Error() }
+
+func (s *Store) writeBatchOnce(batch []commit.Op) (err error) {
+	ctx := context.Background()
+	if s.opt.CommitDelay > 0 {
+		time.Sleep(s.opt.CommitDelay) // fault injection: a slow disk
+	}
+	if _, err := s.wconn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		return fmt.Errorf("sqlite: begin batch: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			s.wconn.ExecContext(ctx, "ROLLBACK") //nolint:errcheck // the batch already failed
+		}
+	}()
+	if s.opt.PruneRows > 0 {
+		now := s.Now().UnixMilli()
+		if _, err := s.stmts.pruneCounters.ExecContext(ctx, now, s.opt.PruneRows); err != nil {
+			return fmt.Errorf("sqlite: prune counters: %w", err)
+		}
+		if _, err := s.stmts.pruneResponses.ExecContext(ctx, now, s.opt.PruneRows); err != nil {
+			return fmt.Errorf("sqlite: prune responses: %w", err)
+		}
+	}
+	clear(s.seen)
+	for i := range batch {
+		if c := batch[i].Counter; c != nil {
+			s.seen[c.Key] = i
+		}
+	}
+	for i := range batch {
+		if err := s.apply(ctx, batch, i); err != nil {
+			return err
+		}
+	}
+	if _, err := s.wconn.ExecContext(ctx, "COMMIT"); err != nil {
+		return fmt.Errorf("sqlite: commit batch: %w", err)
+	}
+	if s.commits++; s.commits%checkpointEvery == 0 {
+		s.ckpt.poke()
+	}
+	return nil
+}
+
+func (s *Store) apply(ctx context.Context, batch []commit.Op, i int) error {
+	o := batch[i]
+	if o.Dropped {
+		return nil
+	}
+	switch {
+	case o.Counter != nil:
+		c := o.Counter
+		if s.seen[c.Key] != i {
+			return nil // a newer write of this key is in the batch
+		}
+		start := c.WindowStart.UnixMilli()
+		window := c.Window.Milliseconds()
+		if _, err := s.stmts.upsertCounter.ExecContext(ctx, c.Key, start, window, c.Count, start+window); err != nil {
+			return fmt.Errorf("sqlite: save counter: %w", err)
+		}
+	case o.Response != nil && len(o.Owner) > 0:
+		ownErr, txErr := s.inSavepoint(ctx, func() error { return s.applyOwner(ctx, o) })
+		if errors.Is(txErr, errTxGone) {
+			return &appAborted{index: i, err: fmt.Errorf("%w: %w", store.ErrWriteFailed, ownErr)}
+		}
+		if txErr != nil {
+			return fmt.Errorf("sqlite: save response: %w", txErr)
+		}
+		batch[i].Failed = ownErr
+	case o.Response != nil:
+		if err := s.upsertResponse(ctx, o.Response); err != nil {
+			return err
+		}
+	case o.Delete != nil:
+		if _, err := s.stmts.deleteResponse.ExecContext(ctx, o.Delete.Key, o.Delete.Now); err != nil {
+			return fmt.Errorf("sqlite: delete response: %w", err)
+		}
+	case o.Exec != nil:
+		execErr, txErr := s.inSavepoint(ctx, func() error { return s.execApp(ctx, o.Exec) })
+		if errors.Is(txErr, errTxGone) {
+			return &appAborted{index: i, err: execErr}
+		}
+		if txErr != nil {
+			return fmt.Errorf("sqlite: exec: %w", txErr)
+		}
+		batch[i].Failed = execErr
+	case o.Probe:
+		return s.writeProbe(ctx)
+	}
+	return nil
+}
+
+func (s *Store) upsertResponse(ctx context.Context, r *store.Response) error {
+	body := r.Body
+	if body == nil {
+		body = []byte{} // an empty response (a 204) is a value, not NULL
+	}
+	if _, err := s.stmts.upsertResponse.ExecContext(ctx, r.Key, r.Digest, r.Status, r.ContentType, body,
+		r.Created.UnixMilli(), r.Expires.UnixMilli()); err != nil {
+		return fmt.Errorf("sqlite: save response: %w", err)
+	}
+	return nil
+}
+
+// applyOwner runs an idempotency owner's statements, then stores its
+// response: inside one savepoint, so that they commit together or not at
+// all. A statement that fails on its own terms (a constraint, a bad query)
+// is store.ErrWriteFailed; anything else (a full disk) is the store failing.
+func (s *Store) applyOwner(ctx context.Context, o commit.Op) error {
+	for _, e := range o.Owner {
+		if err := s.execApp(ctx, &e); err != nil {
+			if ownersFault(err) {
+				return fmt.Errorf("%w: %w", store.ErrWriteFailed, err)
+			}
+			return fmt.Errorf("sqlite: owner's write: %w", err)
+		}
+	}
+	return s.upsertResponse(ctx, o.Response)
+}
+
+// ownersFault tells a statement that failed because of what it says (a
+// constraint, a syntax error, a type mismatch) from one the database could
+// not carry out (a full disk, an I/O error), which is not the owner's fault
+// and may pass on a retry.
+func ownersFault(err error) bool {
+	var se sqlite3.Error
+	if !errors.As(err, &se) {
+		return true // the driver refused it before SQLite saw it: bad arguments
+	}
+	switch se.Code {
+	case sqlite3.ErrConstraint, sqlite3.ErrError, sqlite3.ErrMismatch, sqlite3.ErrRange, sqlite3.ErrTooBig, sqlite3.ErrAuth:
+		return true
+	}
+	return false
+}
+
+// execApp runs an application's statement on the writer, with transaction
+// control refused (see authorize).
+func (s *Store) execApp(ctx context.Context, e *commit.Statement) error {
+	s.appStatement = true
+	defer func() { s.appStatement = false }()
+	_, err := s.wconn.ExecContext(ctx, e.Query, e.Args...)
+	return err
+}
+
+// authorize is the writer connection's SQLite authorizer. While an
+// application's statement is being prepared it refuses transaction control
+// (BEGIN, COMMIT, ROLLBACK, SAVEPOINT, RELEASE), ATTACH, DETACH and PRAGMA:
+// one of them would commit, undo or reconfigure the batch's transaction,
+// which holds other callers' writes. SQLite calls it on the committer's
+// goroutine, while that goroutine prepares a statement, so appStatement
+// needs no lock.
+func (s *Store) authorize(action int, _, _, _ string) int {
+	if !s.appStatement {
+		return sqlite3.SQLITE_OK
+	}
+	switch action {
+	case sqlite3.SQLITE_TRANSACTION, sqlite3.SQLITE_SAVEPOINT, sqlite3.SQLITE_ATTACH,
+		sqlite3.SQLITE_DETACH, sqlite3.SQLITE_PRAGMA:
+		return sqlite3.SQLITE_DENY
+	}
+	return sqlite3.SQLITE_OK
+}
+
+// errTxGone reports that a statement ended the batch's whole transaction.
+var errTxGone = errors.New("sqlite: the statement rolled back the whole transaction")
+
+// inTransaction reports whether the writer is still inside the batch's
+// transaction: a statement with a ROLLBACK conflict clause, or a trigger's
+// RAISE(ROLLBACK), ends it without any statement the authorizer sees.
+func (s *Store) inTransaction() bool {
+	in := true
+	s.wconn.Raw(func(dc any) error { //nolint:errcheck // the callback cannot fail
+		if c, ok := dc.(*sqlite3.SQLiteConn); ok {
+			in = !c.AutoCommit()
+		}
+		return nil
+	})
+	return in
+}
+
+// inSavepoint runs fn inside a savepoint, so that its failure (a
+// constraint, a typo) is its caller's alone, ownErr, and the rest of the
+// batch still commits. An error of the savepoint itself, txErr, leaves the
+// transaction in doubt and fails the whole batch; errTxGone says fn ended
+// the transaction itself, so nothing of the batch was written.
+func (s *Store) inSavepoint(ctx context.Context, fn func() error) (ownErr, txErr error) {
+	if _, err := s.wconn.ExecContext(ctx, "SAVEPOINT porch_exec"); err != nil {
+		return nil, err
+	}
+	if ownErr = fn(); ownErr != nil {
+		if !s.inTransaction() {
+			return ownErr, errTxGone
+		}
+		if _, err := s.wconn.ExecContext(ctx, "ROLLBACK TO porch_exec"); err != nil {
+			return ownErr, err
+		}
+	}
+	if _, err := s.wconn.ExecContext(ctx, "RELEASE porch_exec"); err != nil {
+		return ownErr, err
+	}
+	return ownErr, nil
+}

@@ -1,0 +1,361 @@
+package sqlite_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/writeonce/porch-go/porch/store"
+)
+
+func TestGroupCommit(t *testing.T) {
+	const writers, perWriter = 64, 50
+	s := openSQLite(t, dbPath(t), store.Options{Clock: fakeClock()})
+	release := holdCommitter(t, s)
+
+	var calls [writers * perWriter]atomic.Int32
+	var failed atomic.Int32
+	var all sync.WaitGroup // one per write, done when its callback ran
+	var queued sync.WaitGroup
+	for w := range writers {
+		queued.Go(func() {
+			for i := range perWriter {
+				n := w*perWriter + i
+				c := store.Counter{Key: fmt.Sprintf("k%d", n), WindowStart: s.Now(), Window: time.Hour, Count: int64(n + 1)}
+				all.Add(1)
+				err := s.SaveCounter(c, func(err error) {
+					if err != nil {
+						failed.Add(1)
+					}
+					calls[n].Add(1)
+					all.Done()
+				})
+				if err != nil {
+					t.Errorf("queue %s: %v", c.Key, err)
+					all.Done()
+				}
+			}
+		})
+	}
+	queued.Wait() // every write is in the queue behind the held commit
+	release()
+	all.Wait()
+
+	if n := failed.Load(); n != 0 {
+		t.Errorf("got %d done callbacks with an error, want none", n)
+	}
+	for n := range calls {
+		if got := calls[n].Load(); got != 1 {
+			t.Fatalf("write k%d: got its done called %d times, want once", n, got)
+		}
+	}
+	st := s.Stats()
+	if st.Writes != writers*perWriter+1 {
+		t.Errorf("got Stats().Writes = %d, want %d", st.Writes, writers*perWriter+1)
+	}
+	if st.Commits >= st.Writes {
+		t.Errorf("got %d commits for %d writes, want fewer commits than writes", st.Commits, st.Writes)
+	}
+	if st.Failed != 0 {
+		t.Errorf("got Stats().Failed = %d, want 0", st.Failed)
+	}
+	if got := countRows(t, s.DB(), `SELECT count(*) FROM porch_rate_counters WHERE key LIKE 'k%'`); got != writers*perWriter {
+		t.Errorf("got %d rows, want %d", got, writers*perWriter)
+	}
+	if got := countRows(t, s.DB(), `SELECT count(*) FROM porch_rate_counters WHERE key LIKE 'k%' AND count <> CAST(substr(key, 2) AS INTEGER) + 1`); got != 0 {
+		t.Errorf("got %d rows with another write's count, want 0", got)
+	}
+}
+
+func TestGroupCommitUnderRealConcurrency(t *testing.T) {
+	// No held commit here: writers race the committer itself.
+	const writers, perWriter = 64, 50
+	s := openSQLite(t, dbPath(t), store.Options{})
+	var failed atomic.Int32
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			for i := range perWriter {
+				c := store.Counter{Key: fmt.Sprintf("w%d-%d", w, i), WindowStart: s.Now(), Window: time.Hour, Count: 1}
+				done := make(chan error, 1)
+				if err := s.SaveCounter(c, func(err error) { done <- err }); err != nil {
+					t.Errorf("queue %s: %v", c.Key, err)
+					return
+				}
+				if err := <-done; err != nil {
+					failed.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if n := failed.Load(); n != 0 {
+		t.Errorf("got %d failed writes, want none", n)
+	}
+	if got := countRows(t, s.DB(), `SELECT count(*) FROM porch_rate_counters`); got != writers*perWriter {
+		t.Errorf("got %d rows, want %d", got, writers*perWriter)
+	}
+	if st := s.Stats(); st.Writes != writers*perWriter {
+		t.Errorf("got Stats().Writes = %d, want %d", st.Writes, writers*perWriter)
+	}
+}
+
+func TestDoneRunsAfterCommit(t *testing.T) {
+	path := dbPath(t)
+	s := openSQLite(t, path, store.Options{Clock: fakeClock()})
+	// Another connection sees only committed rows: WAL readers never see
+	// an open transaction's writes.
+	other, err := sql.Open("sqlite3", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { other.Close() })
+
+	type seen struct {
+		found bool
+		err   error
+	}
+	got := make(chan seen, 1)
+	c := store.Counter{Key: "visible", WindowStart: s.Now(), Window: time.Minute, Count: 3}
+	err = s.SaveCounter(c, func(err error) {
+		if err != nil {
+			got <- seen{err: err}
+			return
+		}
+		var n int64
+		qerr := other.QueryRow(`SELECT count FROM porch_rate_counters WHERE key = ?`, c.Key).Scan(&n)
+		switch {
+		case errors.Is(qerr, sql.ErrNoRows):
+			got <- seen{}
+		case qerr != nil:
+			got <- seen{err: qerr}
+		default:
+			got <- seen{found: n == 3}
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := <-got; g.err != nil || !g.found {
+		t.Errorf("inside done, another connection got (found %v, err %v), want the committed row", g.found, g.err)
+	}
+}
+
+func TestFailedCommitIsReported(t *testing.T) {
+	s := openSQLite(t, dbPath(t), store.Options{Clock: fakeClock()})
+	execSQL(t, s.DB(), `CREATE TRIGGER boom BEFORE INSERT ON porch_rate_counters
+		BEGIN SELECT RAISE(ABORT, 'boom'); END`)
+
+	err := saveCounter(t, s, store.Counter{Key: "k", WindowStart: s.Now(), Window: time.Minute, Count: 1})
+	if err == nil {
+		t.Fatal("got done(nil) for a write the database refused, want the error")
+	}
+	st := s.Stats()
+	if st.Failed != 1 || st.Commits != 0 {
+		t.Errorf("got Stats() = %+v, want Failed 1 and Commits 0", st)
+	}
+	if _, _, ok := counterRow(t, s.DB(), "k"); ok {
+		t.Error("got a row for the failed write, want none")
+	}
+}
+
+func TestFailedBatchFailsEveryWrite(t *testing.T) {
+	s := openSQLite(t, dbPath(t), store.Options{Clock: fakeClock()})
+	release := holdCommitter(t, s)
+	execSQL(t, s.DB(), `CREATE TRIGGER boom BEFORE INSERT ON porch_rate_counters
+		WHEN NEW.key = 'bad' BEGIN SELECT RAISE(ABORT, 'boom'); END`)
+
+	errs := make(chan error, 2)
+	for _, key := range []string{"good", "bad"} {
+		c := store.Counter{Key: key, WindowStart: s.Now(), Window: time.Minute, Count: 1}
+		if err := s.SaveCounter(c, func(err error) { errs <- err }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	release() // both writes go in one batch
+	for range 2 {
+		if err := <-errs; err == nil {
+			t.Error("got done(nil) for a write in a failed batch, want the batch's error")
+		}
+	}
+	// The batch is one transaction: the good write was rolled back with it.
+	if _, _, ok := counterRow(t, s.DB(), "good"); ok {
+		t.Error("got a row for a write whose batch failed, want none")
+	}
+}
+
+func TestCounterWritesThrough(t *testing.T) {
+	s := openSQLite(t, dbPath(t), store.Options{Clock: fakeClock()})
+	execSQL(t, s.DB(), `CREATE TABLE test_log (op TEXT NOT NULL, key TEXT NOT NULL)`)
+	execSQL(t, s.DB(), `CREATE TRIGGER log_update AFTER UPDATE ON porch_rate_counters
+		BEGIN INSERT INTO test_log VALUES ('update', NEW.key); END`)
+	execSQL(t, s.DB(), `CREATE TRIGGER log_delete AFTER DELETE ON porch_rate_counters
+		BEGIN INSERT INTO test_log VALUES ('delete', OLD.key); END`)
+
+	start := s.Now()
+	for n := int64(1); n <= 3; n++ { // one commit each: no collapsing
+		mustSaveCounter(t, s, store.Counter{Key: "k", WindowStart: start, Window: time.Minute, Count: n})
+	}
+
+	if got, _, _ := counterRow(t, s.DB(), "k"); got != 3 {
+		t.Errorf("got count %d, want 3", got)
+	}
+	if got := countRows(t, s.DB(), `SELECT count(*) FROM porch_rate_counters`); got != 1 {
+		t.Errorf("got %d rows, want 1", got)
+	}
+	if got := countRows(t, s.DB(), `SELECT count(*) FROM test_log WHERE op = 'delete'`); got != 0 {
+		t.Errorf("got %d deletes of a live counter, want 0 (write through, never delete then insert)", got)
+	}
+	if got := countRows(t, s.DB(), `SELECT count(*) FROM test_log WHERE op = 'update'`); got != 2 {
+		t.Errorf("got %d in-place updates, want 2", got)
+	}
+}
+
+func TestBatchCollapsesWritesOfOneKey(t *testing.T) {
+	s := openSQLite(t, dbPath(t), store.Options{Clock: fakeClock()})
+	execSQL(t, s.DB(), `CREATE TABLE test_log (key TEXT NOT NULL, count INTEGER NOT NULL)`)
+	execSQL(t, s.DB(), `CREATE TRIGGER log_insert AFTER INSERT ON porch_rate_counters
+		BEGIN INSERT INTO test_log VALUES (NEW.key, NEW.count); END`)
+	execSQL(t, s.DB(), `CREATE TRIGGER log_update AFTER UPDATE ON porch_rate_counters
+		BEGIN INSERT INTO test_log VALUES (NEW.key, NEW.count); END`)
+	release := holdCommitter(t, s)
+
+	start := s.Now()
+	errs := make(chan error, 4)
+	for _, c := range []store.Counter{
+		{Key: "k", WindowStart: start, Window: time.Minute, Count: 1},
+		{Key: "other", WindowStart: start, Window: time.Minute, Count: 7},
+		{Key: "k", WindowStart: start, Window: time.Minute, Count: 2},
+		{Key: "k", WindowStart: start, Window: time.Minute, Count: 3},
+	} {
+		if err := s.SaveCounter(c, func(err error) { errs <- err }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	release()
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Fatalf("got done(%v), want nil", err)
+		}
+	}
+
+	if got, _, _ := counterRow(t, s.DB(), "k"); got != 3 {
+		t.Errorf("got count %d, want the newest write's 3", got)
+	}
+	if got, _, _ := counterRow(t, s.DB(), "other"); got != 7 {
+		t.Errorf("got other's count %d, want 7", got)
+	}
+	if got := countRows(t, s.DB(), `SELECT count(*) FROM test_log WHERE key = 'k'`); got != 1 {
+		t.Errorf("got %d statements for k in one batch, want 1 (superseded writes are skipped)", got)
+	}
+	if st := s.Stats(); st.Commits != 2 || st.Writes != 5 {
+		t.Errorf("got Stats() = %+v, want 2 commits carrying 5 writes (counted before collapsing)", st)
+	}
+}
+
+func TestCommitPrunesBoundedly(t *testing.T) {
+	const expired = 20
+	tests := []struct {
+		name      string
+		pruneRows int
+		wantLeft  []int // expired rows left after each of two ordinary commits
+	}{
+		{"bounded", 5, []int{15, 10}},
+		{"default bound", 0, []int{0, 0}}, // DefaultPruneRows >= 20
+		{"disabled", -1, []int{20, 20}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clock := fakeClock()
+			s := openSQLite(t, dbPath(t), store.Options{Clock: clock, PruneRows: tt.pruneRows})
+			release := holdCommitter(t, s)
+			errs := make(chan error, expired)
+			for i := range expired {
+				c := store.Counter{Key: fmt.Sprintf("old-%d", i), WindowStart: s.Now(), Window: time.Minute, Count: 1}
+				if err := s.SaveCounter(c, func(err error) { errs <- err }); err != nil {
+					t.Fatal(err)
+				}
+			}
+			release()
+			for range expired {
+				if err := <-errs; err != nil {
+					t.Fatal(err)
+				}
+			}
+			clock.Advance(2 * time.Minute) // every old-* window has closed
+
+			const expiredRows = `SELECT count(*) FROM porch_rate_counters WHERE key LIKE 'old-%'`
+			if got := countRows(t, s.DB(), expiredRows); got != expired {
+				t.Fatalf("before pruning: got %d expired rows, want %d", got, expired)
+			}
+			for i, want := range tt.wantLeft {
+				mustSaveCounter(t, s, store.Counter{Key: fmt.Sprintf("live-%d", i), WindowStart: s.Now(), Window: time.Minute, Count: 1})
+				if got := countRows(t, s.DB(), expiredRows); got != want {
+					t.Errorf("after commit %d: got %d expired rows, want %d", i+1, got, want)
+				}
+			}
+			if got := countRows(t, s.DB(), `SELECT count(*) FROM porch_rate_counters WHERE key LIKE 'live-%'`); got != len(tt.wantLeft) {
+				t.Errorf("got %d live rows, want %d: pruning must not touch open windows", got, len(tt.wantLeft))
+			}
+		})
+	}
+}
+
+func TestCloseFlushesQueuedWrites(t *testing.T) {
+	path := dbPath(t)
+	s := openSQLite(t, path, store.Options{Clock: fakeClock()})
+	const n = 100
+	for i := range n {
+		if err := s.SaveCounter(store.Counter{Key: fmt.Sprintf("k%d", i), WindowStart: s.Now(), Window: time.Hour, Count: 1}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	closeStore(t, s)
+	err := s.SaveCounter(store.Counter{Key: "late", WindowStart: wall0, Window: time.Hour, Count: 1}, func(error) {
+		t.Error("done ran for a write refused after Close")
+	})
+	if !errors.Is(err, store.ErrClosed) {
+		t.Errorf("got SaveCounter after Close = %v, want ErrClosed", err)
+	}
+
+	s = openSQLite(t, path, store.Options{Clock: fakeClock()})
+	if got := countRows(t, s.DB(), `SELECT count(*) FROM porch_rate_counters`); got != n {
+		t.Errorf("after reopen: got %d rows, want %d", got, n)
+	}
+}
+
+func TestCloseHonoursContext(t *testing.T) {
+	s := openSQLite(t, dbPath(t), store.Options{Clock: fakeClock()})
+	release := holdCommitter(t, s)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := s.Close(ctx); !errors.Is(err, context.Canceled) {
+		t.Errorf("got Close(cancelled ctx) while a commit is stuck = %v, want context.Canceled", err)
+	}
+	release()
+	closeStore(t, s)
+}
+
+func TestStatsMeanBatch(t *testing.T) {
+	tests := []struct {
+		name  string
+		stats store.Stats
+		want  float64
+	}{
+		{"no commits", store.Stats{}, 0},
+		{"one write per commit", store.Stats{Commits: 4, Writes: 4}, 1},
+		{"batched", store.Stats{Commits: 2, Writes: 5}, 2.5},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.stats.MeanBatch(); got != tt.want {
+				t.Errorf("got MeanBatch %v, want %v", got, tt.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,17 @@
+package sqlite_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/writeonce/porch-go/porch/store"
+)
+
+func TestHealthAfterClose(t *testing.T) {
+	s := openSQLite(t, dbPath(t), store.Options{Clock: fakeClock()})
+	closeStore(t, s)
+	if err := s.Health(context.Background()); !errors.Is(err, store.ErrClosed) {
+		t.Fatalf("got Health() = %v after Close, want ErrClosed", err)
+	}
+}

@@ -1,0 +1,49 @@
+package sqlite
+
+import (
+	"context"
+	"sync"
+)
+
+// keyLocks admits one holder per key at a time. The idempotency actor
+// already admits one owner per key — but only per middleware: two
+// middlewares (two routes, two listeners) on one SQLite store each have
+// their own actors, and without this both would own the key at once and
+// both run the handler. PostgreSQL's advisory lock does the same job
+// across processes.
+type keyLocks struct {
+	mu   sync.Mutex // protects held
+	held map[string]chan struct{}
+}
+
+// lock takes key, waiting under ctx while another holder has it.
+func (l *keyLocks) lock(ctx context.Context, key string) error {
+	for {
+		l.mu.Lock()
+		if l.held == nil {
+			l.held = make(map[string]chan struct{})
+		}
+		freed, taken := l.held[key]
+		if !taken {
+			l.held[key] = make(chan struct{})
+			l.mu.Unlock()
+			return nil
+		}
+		l.mu.Unlock()
+		select {
+		case <-freed:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// unlock gives key up and wakes its waiters; the first back takes it.
+func (l *keyLocks) unlock(key string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if freed, ok := l.held[key]; ok {
+		delete(l.held, key)
+		close(freed)
+	}
+}

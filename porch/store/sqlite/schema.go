@@ -1,0 +1,60 @@
+package sqlite
+
+// sqliteMigrations are applied in order; PRAGMA user_version records how many
+// have run, so opening an older file upgrades it and opening a current one
+// does nothing. Append, never edit.
+//
+// Both tables are WITHOUT ROWID: every lookup is by the text key, so the key
+// is the B-tree and no second index is kept for it. Times are Unix
+// milliseconds on the store's timeline; expires_at is indexed for the bounded
+// prune.
+var sqliteMigrations = []string{
+	`CREATE TABLE porch_rate_counters (
+		key          TEXT    NOT NULL PRIMARY KEY,
+		window_start INTEGER NOT NULL,
+		window_ms    INTEGER NOT NULL,
+		count        INTEGER NOT NULL,
+		expires_at   INTEGER NOT NULL
+	) WITHOUT ROWID;
+	CREATE INDEX porch_rate_counters_expires_at ON porch_rate_counters (expires_at);
+	CREATE TABLE porch_idem_responses (
+		key          TEXT    NOT NULL PRIMARY KEY,
+		digest       BLOB    NOT NULL,
+		status       INTEGER NOT NULL,
+		content_type TEXT    NOT NULL,
+		body         BLOB    NOT NULL,
+		created_at   INTEGER NOT NULL,
+		expires_at   INTEGER NOT NULL
+	) WITHOUT ROWID;
+	CREATE INDEX porch_idem_responses_expires_at ON porch_idem_responses (expires_at);`,
+}
+
+const (
+	sqlUpsertCounter = `INSERT INTO porch_rate_counters (key, window_start, window_ms, count, expires_at)
+		VALUES (?, ?, ?, ?, ?)
+		ON CONFLICT (key) DO UPDATE SET
+			window_start = excluded.window_start,
+			window_ms    = excluded.window_ms,
+			count        = excluded.count,
+			expires_at   = excluded.expires_at`
+	sqlUpsertResponse = `INSERT INTO porch_idem_responses (key, digest, status, content_type, body, created_at, expires_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (key) DO UPDATE SET
+			digest       = excluded.digest,
+			status       = excluded.status,
+			content_type = excluded.content_type,
+			body         = excluded.body,
+			created_at   = excluded.created_at,
+			expires_at   = excluded.expires_at`
+	sqlDeleteExpiredResponse = `DELETE FROM porch_idem_responses WHERE key = ? AND expires_at <= ?`
+	sqlPruneCounters         = `DELETE FROM porch_rate_counters WHERE key IN
+		(SELECT key FROM porch_rate_counters WHERE expires_at <= ? LIMIT ?)`
+	sqlPruneResponses = `DELETE FROM porch_idem_responses WHERE key IN
+		(SELECT key FROM porch_idem_responses WHERE expires_at <= ? LIMIT ?)`
+	sqlLoadCounters = `SELECT key, window_start, window_ms, count FROM porch_rate_counters WHERE expires_at > ?`
+	sqlLoadResponse = `SELECT digest, status, content_type, body, created_at, expires_at
+		FROM porch_idem_responses WHERE key = ?`
+	sqlNewest = `SELECT max(
+		coalesce((SELECT max(window_start) FROM porch_rate_counters), 0),
+		coalesce((SELECT max(created_at) FROM porch_idem_responses), 0))`
+)

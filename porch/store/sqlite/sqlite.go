@@ -1,0 +1,348 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/mattn/go-sqlite3" // also registers the "sqlite3" driver
+
+	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/internal/commit"
+	"github.com/writeonce/porch-go/porch/store/internal/policy"
+)
+
+// ErrLocked is returned by Open when the database file is already open, in
+// another process or this one, by any of its names (a symlink, a hard
+// link): one process per SQLite file is what keeps its counts exact.
+// Several instances share a PostgreSQL store instead.
+var ErrLocked = errors.New("sqlite: database file already open")
+
+// Store is the embedded store: one SQLite file in WAL mode, written only by
+// its committer with synchronous=FULL. The process that opens it is the only
+// writer of porch's rows, which is what lets a limiter keep an exact
+// in-memory view of its own keys. Create it with [Open]; it is safe for
+// concurrent use.
+type Store struct {
+	db       *sql.DB
+	wconn    *sql.Conn // the committer's connection; the only writer of porch rows
+	ckpt     *checkpointer
+	commits  int // batches committed by writeBatch; only the committer touches it
+	stmts    preparedStmts
+	opt      store.Options
+	timeline timeline
+	c        *commit.Committer
+	seen     map[string]int // batch scratch: newest counter write per key
+	unlock   func()         // releases the file's lock, after the database closes; see lockFile
+	keys     keyLocks       // idempotency keys held by owners in this process
+	// appStatement is set while the committer runs an application's
+	// statement; authorize reads it. Only the committer touches it.
+	appStatement bool
+	claims       policy.Claims // the rate policies this process counts under
+}
+
+type preparedStmts struct {
+	upsertCounter, upsertResponse, deleteResponse, pruneCounters, pruneResponses *sql.Stmt // on the writer
+	loadResponse                                                                 *sql.Stmt // on the reader pool
+}
+
+var (
+	_ store.Store             = (*Store)(nil)
+	_ store.ExclusiveCounters = (*Store)(nil)
+)
+
+// Open opens (creating if needed) the database at path, migrates its
+// schema, anchors the timeline and starts the committer. It fails with
+// ErrLocked while another store has the file open.
+func Open(path string, opt store.Options) (*Store, error) {
+	opt = commit.WithDefaults(opt)
+	unlock, err := lockFile(path)
+	if err != nil {
+		return nil, err
+	}
+	q := url.Values{}
+	q.Set("_journal_mode", "WAL")
+	q.Set("_synchronous", "FULL")
+	q.Set("_busy_timeout", "10000")
+	q.Set("_txlock", "immediate")
+	// Escape the path: a '#' or '?' in a file name must not end the URI's path.
+	db, err := sql.Open("sqlite3", "file:"+(&url.URL{Path: path}).EscapedPath()+"?"+q.Encode())
+	if err != nil {
+		unlock()
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	// Idle readers close, and their page caches go with them: memory
+	// follows the load rather than its peak.
+	db.SetConnMaxIdleTime(time.Minute)
+	s := &Store{db: db, opt: opt, seen: make(map[string]int), unlock: unlock}
+	if err := s.init(context.Background()); err != nil {
+		s.closeDB()
+		unlock()
+		return nil, openError(path, err)
+	}
+	s.c = commit.New(s.writeBatch, opt.Clock, opt.QueueSize, opt.MaxBatch)
+	return s, nil
+}
+
+func (s *Store) init(ctx context.Context) error {
+	if err := migrateSQLite(ctx, s.db); err != nil {
+		return err
+	}
+	var newest int64
+	if err := s.db.QueryRowContext(ctx, sqlNewest).Scan(&newest); err != nil {
+		return fmt.Errorf("sqlite: read newest time: %w", err)
+	}
+	s.timeline = newTimeline(s.opt.Clock, time.UnixMilli(newest))
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("sqlite: writer connection: %w", err)
+	}
+	s.wconn = conn
+	if err := conn.Raw(func(dc any) error {
+		c, ok := dc.(*sqlite3.SQLiteConn)
+		if !ok {
+			return fmt.Errorf("unexpected driver connection %T", dc)
+		}
+		c.RegisterAuthorizer(s.authorize)
+		return nil
+	}); err != nil {
+		return fmt.Errorf("sqlite: writer connection: %w", err)
+	}
+	// The checkpointer copies the WAL back off the request path, but only
+	// the writer can start the WAL over once it is copied: a checkpointer
+	// racing a committer that always appends never sees it whole. So the
+	// writer keeps SQLite's own checkpoint at 1000 pages, which finds the
+	// frames already copied and costs little, and the WAL is cut back to
+	// journal_size_limit when it restarts.
+	if _, err := conn.ExecContext(ctx, "PRAGMA journal_size_limit = 67108864"); err != nil {
+		return fmt.Errorf("sqlite: writer connection: %w", err)
+	}
+	ckconn, err := s.db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("sqlite: checkpoint connection: %w", err)
+	}
+	s.ckpt = newCheckpointer(ckconn)
+	if s.stmts.loadResponse, err = s.db.PrepareContext(ctx, sqlLoadResponse); err != nil {
+		return fmt.Errorf("sqlite: prepare: %w", err)
+	}
+	for _, p := range []struct {
+		dst **sql.Stmt
+		sql string
+	}{
+		{&s.stmts.upsertCounter, sqlUpsertCounter},
+		{&s.stmts.upsertResponse, sqlUpsertResponse},
+		{&s.stmts.deleteResponse, sqlDeleteExpiredResponse},
+		{&s.stmts.pruneCounters, sqlPruneCounters},
+		{&s.stmts.pruneResponses, sqlPruneResponses},
+	} {
+		if *p.dst, err = conn.PrepareContext(ctx, p.sql); err != nil {
+			return fmt.Errorf("sqlite: prepare: %w", err)
+		}
+	}
+	return nil
+}
+
+func migrateSQLite(ctx context.Context, db *sql.DB) error {
+	var version int
+	if err := db.QueryRowContext(ctx, "PRAGMA user_version").Scan(&version); err != nil {
+		return fmt.Errorf("sqlite: read schema version: %w", err)
+	}
+	if version > len(sqliteMigrations) {
+		return fmt.Errorf("sqlite: schema version %d is newer than this build knows (%d)", version, len(sqliteMigrations))
+	}
+	for v := version; v < len(sqliteMigrations); v++ {
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return fmt.Errorf("sqlite: migrate to %d: %w", v+1, err)
+		}
+		if _, err := tx.ExecContext(ctx, sqliteMigrations[v]); err != nil {
+			tx.Rollback()
+			return fmt.Errorf("sqlite: migrate to %d: %w", v+1, err)
+		}
+		if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", v+1)); err != nil {
+			tx.Rollback()
+			return fmt.Errorf("sqlite: migrate to %d: %w", v+1, err)
+		}
+		if err := tx.Commit(); err != nil {
+			return fmt.Errorf("sqlite: migrate to %d: %w", v+1, err)
+		}
+	}
+	return nil
+}
+
+// DB is the underlying database, for an application's own tables. Porch's
+// tables must not be written through it.
+func (s *Store) DB() *sql.DB { return s.db }
+
+// Now reads the store's timeline.
+func (s *Store) Now() time.Time { return s.timeline.now() }
+
+// Wall reads the wall clock.
+func (s *Store) Wall() time.Time { return s.timeline.wall() }
+
+// LoadCounters calls fn for every counter still open at now.
+func (s *Store) LoadCounters(ctx context.Context, now time.Time, fn func(store.Counter)) error {
+	rows, err := s.db.QueryContext(ctx, sqlLoadCounters, now.UnixMilli())
+	if err != nil {
+		return fmt.Errorf("sqlite: load counters: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var c store.Counter
+		var start, window int64
+		if err := rows.Scan(&c.Key, &start, &window, &c.Count); err != nil {
+			return fmt.Errorf("sqlite: load counters: %w", err)
+		}
+		c.WindowStart = time.UnixMilli(start)
+		c.Window = time.Duration(window) * time.Millisecond
+		fn(c)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("sqlite: load counters: %w", err)
+	}
+	return nil
+}
+
+// SaveCounter queues an upsert of c.
+func (s *Store) SaveCounter(c store.Counter, done func(error)) error {
+	return s.c.Enqueue(commit.Op{Counter: &c, Done: done})
+}
+
+// loadResponse reads key's stored response, expired or not. Middleware reads
+// through a Reservation, which treats an expired row as absent.
+func (s *Store) loadResponse(ctx context.Context, key string) (store.Response, bool, error) {
+	r := store.Response{Key: key}
+	var created, expires int64
+	err := s.stmts.loadResponse.QueryRowContext(ctx, key).
+		Scan(&r.Digest, &r.Status, &r.ContentType, &r.Body, &created, &expires)
+	if errors.Is(err, sql.ErrNoRows) {
+		return store.Response{}, false, nil
+	}
+	if err != nil {
+		return store.Response{}, false, fmt.Errorf("sqlite: load response: %w", err)
+	}
+	r.Created, r.Expires = time.UnixMilli(created), time.UnixMilli(expires)
+	return r, true, nil
+}
+
+// deleteResponse queues the prune of key's expired row.
+func (s *Store) deleteResponse(key string, now time.Time, done func(error)) error {
+	return s.c.Enqueue(commit.Op{Delete: &commit.Deletion{Key: key, Now: now.UnixMilli()}, Done: done})
+}
+
+// Reserve holds key for its owner, waiting under ctx while another owner in
+// this process holds it: one process writes a SQLite file, so an in-memory
+// lock is all the exclusion it needs, even with several middlewares on the
+// store.
+func (s *Store) Reserve(ctx context.Context, key string) (store.Reservation, error) {
+	if err := s.keys.lock(ctx, key); err != nil {
+		return nil, fmt.Errorf("sqlite: reserve: %w", err)
+	}
+	return &reservation{s: s, key: key}, nil
+}
+
+// reservation queues the owner's statements and hands them to the
+// committer with the response: SQLite has one writer, so the owner cannot
+// hold a transaction of its own for its handler's whole run without
+// stalling every other write. The cost is that the owner cannot read its
+// own writes, and learns of a failed statement only from Save.
+type reservation struct {
+	s   *Store
+	key string
+
+	mu    sync.Mutex // protects owner and ended
+	owner []commit.Statement
+	ended bool
+}
+
+func (r *reservation) Load(ctx context.Context) (store.Response, bool, error) {
+	res, ok, err := r.s.loadResponse(ctx, r.key)
+	if err != nil || !ok {
+		return store.Response{}, false, err
+	}
+	now := r.s.Now()
+	if now.Before(res.Expires) {
+		return res, true, nil
+	}
+	// Prune on access; the owner's write, queued later, lands after it.
+	if err := r.s.deleteResponse(r.key, now, nil); err != nil {
+		return store.Response{}, false, err
+	}
+	return store.Response{}, false, nil
+}
+
+func (r *reservation) Exec(ctx context.Context, query string, args ...any) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.ended {
+		return store.ErrReleased
+	}
+	r.owner = append(r.owner, commit.Statement{Query: query, Args: args})
+	return nil
+}
+
+func (r *reservation) Save(ctx context.Context, res store.Response, ttl time.Duration) error {
+	r.mu.Lock()
+	if r.ended {
+		r.mu.Unlock()
+		return store.ErrReleased
+	}
+	owner := r.owner
+	r.owner, r.ended = nil, true
+	r.mu.Unlock()
+	// The key is given up only once the commit has answered, so that the
+	// next owner's Load sees the stored row.
+	defer r.s.keys.unlock(r.key)
+	res.Key = r.key
+	res.Created = r.s.Now()
+	res.Expires = res.Created.Add(ttl)
+	// Not bounded by ctx: waiting less would not undo the write, and the
+	// owner must know whether its response is stored.
+	return r.s.c.Do(context.WithoutCancel(ctx), commit.Op{Response: &res, Owner: owner})
+}
+
+func (r *reservation) Release() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.ended {
+		r.s.keys.unlock(r.key)
+	}
+	r.owner, r.ended = nil, true
+}
+
+// Stats reports the committer's counters.
+func (s *Store) Stats() store.Stats { return s.c.Stats() }
+
+// Close commits every queued write, then closes the database. If ctx ends
+// first it returns ctx.Err() and leaves the flush running.
+func (s *Store) Close(ctx context.Context) error {
+	if err := s.c.Close(ctx); err != nil {
+		return err
+	}
+	err := s.closeDB()
+	s.unlock() // after the database: the next process must find it closed
+	if err != nil {
+		return fmt.Errorf("sqlite: close: %w", err)
+	}
+	return nil
+}
+
+// Exec runs an application's write in the committer's next transaction and
+// returns once that transaction has committed. A SQLite file has one writer
+// at a time: an application writing through its own connection contends
+// with the committer for the write lock, and SQLite's busy handler sleeps
+// in steps of up to 100 ms while it waits. Through Exec the write joins
+// group commit instead. Its own failure is returned to its caller alone; it
+// cannot roll back other callers' writes. If ctx ends first Exec returns
+// ctx.Err() and the write may still commit: pass context.WithoutCancel to
+// always learn its outcome, as the storefront does for its orders.
+func (s *Store) Exec(ctx context.Context, query string, args ...any) error {
+	if err := s.c.Do(ctx, commit.Op{Exec: &commit.Statement{Query: query, Args: args}}); err != nil {
+		return fmt.Errorf("sqlite: exec: %w", err)
+	}
+	return nil
+}
