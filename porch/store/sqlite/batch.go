@@ -81,6 +81,9 @@ func (s *Store) writeBatchOnce(batch []commit.Op) (err error) {
 			return err
 		}
 	}
+	if err := s.files.check(); err != nil {
+		return err
+	}
 	if _, err := s.wconn.ExecContext(ctx, "COMMIT"); err != nil {
 		return fmt.Errorf("sqlite: commit batch: %w", err)
 	}
@@ -113,6 +116,12 @@ func (s *Store) apply(ctx context.Context, batch []commit.Op, i int) error {
 		}
 		if txErr != nil {
 			return fmt.Errorf("sqlite: save response: %w", txErr)
+		}
+		if ownErr != nil && !errors.Is(ownErr, store.ErrWriteFailed) {
+			// Not the owner's statement but the store (a full disk, an I/O
+			// error) failing to save a response: the batch fails, so that
+			// every caller in it and Health learn it.
+			return ownErr
 		}
 		batch[i].Failed = ownErr
 	case o.Response != nil:

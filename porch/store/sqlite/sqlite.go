@@ -39,6 +39,7 @@ type Store struct {
 	seen     map[string]int // batch scratch: newest counter write per key
 	unlock   func()         // releases the file's lock, after the database closes; see lockFile
 	keys     keyLocks       // idempotency keys held by owners in this process
+	files    files          // the database and WAL names, checked before each commit
 	// appStatement is set while the committer runs an application's
 	// statement; authorize reads it. Only the committer touches it.
 	appStatement bool
@@ -60,6 +61,9 @@ var (
 // ErrLocked while another store has the file open.
 func Open(path string, opt store.Options) (*Store, error) {
 	opt = commit.WithDefaults(opt)
+	if path == "" {
+		return nil, errors.New("sqlite: open: the path is empty; name a database file, such as ./porch.db")
+	}
 	unlock, err := lockFile(path)
 	if err != nil {
 		return nil, err
@@ -79,6 +83,11 @@ func Open(path string, opt store.Options) (*Store, error) {
 	// follows the load rather than its peak.
 	db.SetConnMaxIdleTime(time.Minute)
 	s := &Store{db: db, opt: opt, seen: make(map[string]int), unlock: unlock}
+	if s.files, err = newFiles(path); err != nil {
+		s.closeDB()
+		unlock()
+		return nil, err
+	}
 	if err := s.init(context.Background()); err != nil {
 		s.closeDB()
 		unlock()

@@ -107,4 +107,7 @@ var ProbeSQL = [...]string{
 	`INSERT INTO porch_rate_counters (key, window_start, window_ms, count, expires_at)
 		VALUES ('` + probeKey + `', 0, 0, 0, 0) ON CONFLICT (key) DO NOTHING`,
 	`DELETE FROM porch_rate_counters WHERE key = '` + probeKey + `'`,
+	`INSERT INTO porch_idem_responses (key, digest, status, content_type, body, created_at, expires_at)
+		VALUES ('` + probeKey + `', '', 0, '', '', 0, 0) ON CONFLICT (key) DO NOTHING`,
+	`DELETE FROM porch_idem_responses WHERE key = '` + probeKey + `'`,
 }

@@ -1,0 +1,66 @@
+//go:build unix
+
+package sqlite
+
+import (
+	"errors"
+	"fmt"
+	"os"
+)
+
+// ErrFileGone is returned by every write, and by Health, once the database
+// file or its WAL no longer has the name the store opened it by (deleted, or
+// replaced by another file). SQLite would go on writing into the nameless
+// file and report success, and everything written from then on would be
+// lost at the next restart; failing closed is the only honest answer.
+var ErrFileGone = errors.New("sqlite: the database file was deleted or replaced while open")
+
+// files checks, before each commit, that the database and its WAL are still
+// the files this store opened. It costs two stat calls per batch. Only the
+// committer touches it.
+type files struct {
+	path string
+	db   fileID
+	wal  fileID // zero until the WAL is first seen
+}
+
+func newFiles(path string) (files, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return files{}, openError(path, err)
+	}
+	id, _ := idOf(fi)
+	return files{path: path, db: id}, nil
+}
+
+func (f *files) check() error {
+	if f.path == "" {
+		return nil
+	}
+	if err := f.same(f.path, &f.db); err != nil {
+		return err
+	}
+	return f.same(f.path+"-wal", &f.wal)
+}
+
+// same fails unless name still names the file *id (learning it if unset).
+// SQLite keeps the WAL file for as long as a connection is open, so a
+// missing WAL was deleted.
+func (f *files) same(name string, id *fileID) error {
+	fi, err := os.Stat(name)
+	if err != nil {
+		return fmt.Errorf("%w: %s: %w; stop this process: what it writes now would be lost at restart", ErrFileGone, name, err)
+	}
+	got, ok := idOf(fi)
+	if !ok {
+		return nil
+	}
+	if *id == (fileID{}) {
+		*id = got
+		return nil
+	}
+	if got != *id {
+		return fmt.Errorf("%w: %s is now another file; stop this process: what it writes now would be lost at restart", ErrFileGone, name)
+	}
+	return nil
+}

@@ -1,0 +1,17 @@
+//go:build !unix
+
+package sqlite
+
+import "errors"
+
+// ErrFileGone is returned by writes once the database file was deleted or
+// replaced while open. Without file identities (non-Unix builds) it is
+// never detected.
+var ErrFileGone = errors.New("sqlite: the database file was deleted or replaced while open")
+
+// files is a no-op where the OS gives no file identity.
+type files struct{}
+
+func newFiles(string) (files, error) { return files{}, nil }
+
+func (*files) check() error { return nil }
