@@ -24,25 +24,6 @@ func (panicker) After(*http.Request, *porch.Response, porch.Completion) {
 	panic("After of a Before that never returned must not run")
 }
 
-// A Before that panics is a 500, and the after hooks of the middlewares
-// before it still run, told it panicked; the handler does not run.
-func TestChainBeforePanicStillRunsEarlierAfters(t *testing.T) {
-	got := porch.Completion(-1)
-	ran := false
-	h := porch.Chain(holder{&got}, panicker{})(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { ran = true }))
-	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
-	if rec.Code != http.StatusInternalServerError {
-		t.Fatalf("status: got %d, want 500", rec.Code)
-	}
-	if got != porch.Panicked {
-		t.Fatalf("the earlier middleware's After: got %v, want %v", got, porch.Panicked)
-	}
-	if ran {
-		t.Fatal("the handler ran after a Before panicked")
-	}
-}
-
 // afterPanicker's After panics; its Before passes.
 type afterPanicker struct{}
 
@@ -51,21 +32,39 @@ func (afterPanicker) After(*http.Request, *porch.Response, porch.Completion) {
 	panic("header formatting failed")
 }
 
-// An After that panics is a 500, and the after hooks before it still run,
-// told the request panicked: an idempotency key held by an earlier
-// middleware must be given back and its response not stored. Unrecovered,
-// the panic skipped them and wedged the key.
-func TestChainAfterPanicStillRunsEarlierAfters(t *testing.T) {
-	got := porch.Completion(-1)
-	h := porch.Chain(holder{&got}, afterPanicker{})(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		w.WriteHeader(http.StatusCreated)
-	}))
-	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
-	if rec.Code != http.StatusInternalServerError {
-		t.Fatalf("status: got %d, want 500", rec.Code)
+// A hook that panics, Before or After, is a 500, and the after hooks of the
+// middlewares before it still run, told it panicked: a middleware that took
+// something in Before (an idempotency key) must give it back and must not
+// store the answer. An After that panicked unrecovered skipped them and
+// wedged the key.
+func TestChainPanicStillRunsEarlierAfters(t *testing.T) {
+	tests := []struct {
+		name       string
+		panicky    porch.Middleware
+		handlerRan bool
+	}{
+		{"Before panics", panicker{}, false},
+		{"After panics", afterPanicker{}, true},
 	}
-	if got != porch.Panicked {
-		t.Fatalf("the earlier middleware's After: got %v, want %v", got, porch.Panicked)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := porch.Completion(-1)
+			ran := false
+			h := porch.Chain(holder{&got}, tc.panicky)(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+				ran = true
+				w.WriteHeader(http.StatusCreated)
+			}))
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
+			if rec.Code != http.StatusInternalServerError {
+				t.Fatalf("status: got %d, want 500", rec.Code)
+			}
+			if got != porch.Panicked {
+				t.Fatalf("the earlier middleware's After: got %v, want %v", got, porch.Panicked)
+			}
+			if ran != tc.handlerRan {
+				t.Fatalf("handler ran: got %v, want %v", ran, tc.handlerRan)
+			}
+		})
 	}
 }

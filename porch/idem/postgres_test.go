@@ -195,21 +195,8 @@ func TestSharedKeyOwnerCrashReleasesParkedDuplicate(t *testing.T) {
 func TestSharedKeyOwnerSessionLost(t *testing.T) {
 	dsn := pgtest.DSN(t)
 	appA, appB := "porch_lost_a", "porch_lost_b"
-	var runs atomic.Int64
 	entered, release := make(chan struct{}, 1), make(chan struct{})
-	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		n := runs.Add(1)
-		if err := idem.Exec(r.Context(), `INSERT INTO ledger (id) VALUES ($1)`, strconv.FormatInt(n, 10)); err != nil {
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		if n == 1 {
-			entered <- struct{}{}
-			<-release
-		}
-		w.WriteHeader(http.StatusCreated)
-		io.WriteString(w, "run "+strconv.FormatInt(n, 10))
-	})
+	h := holdFirstRun(entered, release)
 	a := newPGInstance(t, pgtest.WithParam(dsn, "application_name", appA), h)
 	b := newPGInstance(t, pgtest.WithParam(dsn, "application_name", appB), h)
 	ctx := context.Background()

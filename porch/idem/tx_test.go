@@ -259,21 +259,8 @@ func TestOperationID(t *testing.T) {
 // both run the handler and the second answer overwrites the first.
 func TestTwoMiddlewaresOneStore(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b txBackend) {
-		var runs atomic.Int64
 		entered, release := make(chan struct{}, 1), make(chan struct{})
-		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			n := runs.Add(1)
-			if err := idem.Exec(r.Context(), `INSERT INTO ledger (id) VALUES ($1)`, fmt.Sprint(n)); err != nil {
-				http.Error(w, err.Error(), http.StatusServiceUnavailable)
-				return
-			}
-			if n == 1 {
-				entered <- struct{}{}
-				<-release
-			}
-			w.WriteHeader(http.StatusCreated)
-			fmt.Fprintf(w, "run %d", n)
-		})
+		h := holdFirstRun(entered, release)
 		public := idem.New(newPool(t, porchOptions()), b.st, idem.Options{}).Handler(h)
 		internal := idem.New(newPool(t, porchOptions()), b.st, idem.Options{}).Handler(h)
 		first := make(chan *httptest.ResponseRecorder, 1)
@@ -287,8 +274,8 @@ func TestTwoMiddlewaresOneStore(t *testing.T) {
 		if a.Code != http.StatusCreated || c.Code != http.StatusCreated || a.Body.String() != c.Body.String() {
 			t.Fatalf("through two middlewares: got %d %q and %d %q, want one 201 and its replay", a.Code, a.Body, c.Code, c.Body)
 		}
-		if n := b.count(t); n != 1 || runs.Load() != 1 {
-			t.Fatalf("ledger rows %d, runs %d: want 1 and 1", n, runs.Load())
+		if n := b.count(t); n != 1 || h.runs.Load() != 1 {
+			t.Fatalf("ledger rows %d, runs %d: want 1 and 1", n, h.runs.Load())
 		}
 	})
 }
@@ -336,4 +323,30 @@ func waitInStack(t *testing.T, frames ...string) {
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// heldRuns writes one ledger row per run through idem.Exec, numbered by run,
+// and answers 201 "run N"; its first run signals entered, then waits for
+// release, so a test can act while an owner is inside its handler.
+type heldRuns struct {
+	runs             atomic.Int64
+	entered, release chan struct{}
+}
+
+func holdFirstRun(entered, release chan struct{}) *heldRuns {
+	return &heldRuns{entered: entered, release: release}
+}
+
+func (h *heldRuns) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	n := h.runs.Add(1)
+	if err := idem.Exec(r.Context(), `INSERT INTO ledger (id) VALUES ($1)`, fmt.Sprint(n)); err != nil {
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	if n == 1 {
+		h.entered <- struct{}{}
+		<-h.release
+	}
+	w.WriteHeader(http.StatusCreated)
+	fmt.Fprintf(w, "run %d", n)
 }
