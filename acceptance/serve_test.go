@@ -5,6 +5,7 @@ package acceptance
 import (
 	"bufio"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -75,20 +76,23 @@ func (c *rawConn) closedByServer(t *testing.T, what string) {
 	}
 }
 
-// slowCheckout starts a keyed POST /checkout whose body never finishes, and
-// returns once the storefront reads the body: it answers Expect:
-// 100-continue only then, so the limiter has counted the request by the
-// time it returns.
-func (s *storefront) slowCheckout(t *testing.T) *rawConn {
+// slowCheckoutHead starts the body of slowCheckout's request.
+const slowCheckoutHead = `{"sku":`
+
+// slowCheckout starts a POST /checkout keyed key whose body never finishes
+// (100 bytes announced, slowCheckoutHead sent), and returns once the
+// storefront reads the body: it answers Expect: 100-continue only then, so
+// the limiter has counted the request by the time it returns.
+func (s *storefront) slowCheckout(t *testing.T, key string) *rawConn {
 	t.Helper()
 	c := s.dial(t)
 	c.send(t, "POST /checkout HTTP/1.1\r\nHost: storefront\r\nContent-Type: application/json\r\n"+
-		"Idempotency-Key: slow-body\r\nExpect: 100-continue\r\nContent-Length: 100\r\n\r\n")
+		"Idempotency-Key: "+key+"\r\nExpect: 100-continue\r\nContent-Length: 100\r\n\r\n")
 	res, err := c.response(stopTimeout)
 	if err != nil || res.StatusCode != http.StatusContinue {
 		t.Fatalf("slow checkout: got %v %v, want 100 Continue", res, err)
 	}
-	c.send(t, `{"sku":`) // and nothing more
+	c.send(t, slowCheckoutHead) // and nothing more
 	return c
 }
 
@@ -174,7 +178,7 @@ func TestServeTimeouts(t *testing.T) {
 		c.closedByServer(t, "idle keep-alive connection after -idle-timeout")
 	})
 	t.Run("slow body", func(t *testing.T) {
-		c := s.slowCheckout(t)
+		c := s.slowCheckout(t, "slow-body")
 		c.closedByServer(t, "upload trickling past -read-timeout")
 	})
 	t.Run("large header", func(t *testing.T) {
@@ -185,26 +189,58 @@ func TestServeTimeouts(t *testing.T) {
 	})
 }
 
-// -max-conns: a connection beyond the cap is not served until one closes,
-// while those open are served as before.
+// -max-conns with every connection busy: a connection beyond the cap is not
+// served until one closes, while those open are served as before.
 func TestServeMaxConns(t *testing.T) {
 	t.Parallel()
 	s := startStorefront(t, newDB(t), "-max-conns", "2")
 	s.client.CloseIdleConnections() // the readiness probe's connection
 
-	a, b := s.dial(t), s.dial(t)
-	a.get(t, "/healthz")
-	b.get(t, "/healthz")
+	a, b := s.slowCheckout(t, "busy-a"), s.slowCheckout(t, "busy-b")
 	c := s.dial(t)
 	c.send(t, "GET /healthz HTTP/1.1\r\nHost: storefront\r\n\r\n")
 	if res, err := c.response(300 * time.Millisecond); !errors.Is(err, os.ErrDeadlineExceeded) {
-		t.Fatalf("third connection at -max-conns 2: got %v %v, want no answer", res, err)
+		t.Fatalf("third connection at -max-conns 2, both busy: got %v %v, want no answer", res, err)
 	}
-	a.get(t, "/healthz")
 	b.Close()
 	if res, err := c.response(stopTimeout); err != nil || res.StatusCode != http.StatusOK {
 		t.Fatalf("third connection once one closed: got %v %v, want 200", res, err)
 	}
+	body := `"nope","qty":1}`
+	a.send(t, body+strings.Repeat(" ", 100-len(slowCheckoutHead)-len(body)))
+	if _, err := a.response(stopTimeout); err != nil {
+		t.Fatalf("busy connection once its upload finished: got %v, want an answer", err)
+	}
+}
+
+// -max-conns held by one client with idle keep-alive connections (each
+// needs one cheap request per -idle-timeout to stay open): a new client is
+// still answered at once, and the connection idle longest is closed to make
+// room. Once, every new client waited for an idle one to time out (60 s).
+func TestServeMaxConnsClosesIdleForNewClients(t *testing.T) {
+	t.Parallel()
+	const conns, clients = 20, 3
+	const answerWithin = 10 * time.Second // far below the 60 s of -idle-timeout
+	s := startStorefront(t, newDB(t), "-max-conns", strconv.Itoa(conns))
+	s.client.CloseIdleConnections() // the readiness probe's connection
+
+	idle := make([]*rawConn, conns)
+	for i := range idle {
+		idle[i] = s.dial(t)
+		idle[i].get(t, "/healthz")
+	}
+	for i := range clients {
+		start := time.Now()
+		c := s.dial(t)
+		c.send(t, "GET /healthz HTTP/1.1\r\nHost: storefront\r\n\r\n")
+		res, err := c.response(answerWithin)
+		if err != nil || res.StatusCode != http.StatusOK {
+			t.Fatalf("new client %d with %d idle connections at -max-conns %d: got %v %v after %s, want 200 within %s",
+				i+1, conns, conns, res, err, time.Since(start).Round(time.Millisecond), answerWithin)
+		}
+		idle[i].closedByServer(t, fmt.Sprintf("connection idle longest (%d of %d) after new client %d", i+1, conns, i+1))
+	}
+	idle[clients].get(t, "/healthz") // the others are served as before
 }
 
 // SIGTERM with an upload that never finishes: the drain ends at
@@ -220,7 +256,7 @@ func TestServeSIGTERMWithSlowBody(t *testing.T) {
 			t.Fatalf("GET %s: got %s, want 200", limited, r)
 		}
 	}
-	s.slowCheckout(t)
+	s.slowCheckout(t, "slow-body")
 	s.client.CloseIdleConnections()
 
 	start := time.Now()
@@ -242,7 +278,7 @@ func TestServeSecondSIGTERMStopsAtOnce(t *testing.T) {
 			t.Fatalf("GET %s: got %s, want 200", limited, r)
 		}
 	}
-	s.slowCheckout(t)
+	s.slowCheckout(t, "slow-body")
 	s.client.CloseIdleConnections()
 
 	s.signal(t, syscall.SIGTERM)

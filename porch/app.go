@@ -91,11 +91,19 @@ type App struct {
 	// a larger one gets 431. If zero, DefaultMaxHeaderBytes; if negative,
 	// net/http's own cap, 1 MiB (it has no "none").
 	MaxHeaderBytes int
-	// MaxConns caps the connections open at once. A connection beyond the
-	// cap waits in the kernel's accept queue until one closes; those
-	// already open are served as before. Keep it below the process's
-	// open-file limit (ulimit -n) less what the store needs. If zero,
-	// DefaultMaxConns.
+	// MaxConns caps the connections open at once. When every one is taken
+	// and a client is waiting to be accepted, the connection that has been
+	// idle longest between keep-alive requests is closed to make room, as
+	// IdleTimeout would have closed it (clients reopen one on their own), so
+	// that nobody can hold the slots by keeping connections open and idle.
+	// A connection whose request is being handled is never closed: while
+	// every one is busy, a new connection waits in the kernel's accept
+	// queue until one finishes or closes. Neither is a connection still
+	// sending its first request's header or its TLS handshake (bounded by
+	// ReadHeaderTimeout), nor an HTTP/2 connection, whose idleness net/http
+	// does not report. Porch holds at most one descriptor beyond the cap.
+	// Keep it below the process's open-file limit (ulimit -n) less what the
+	// store needs. If zero, DefaultMaxConns; if negative, no cap.
 	MaxConns int
 	// DrainTimeout bounds how long a stop waits for in-flight requests
 	// before it closes their connections. If zero, DefaultDrainTimeout.

@@ -3,8 +3,13 @@ package porch_test
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -29,10 +34,22 @@ type running struct {
 // serveApp runs app.Serve on 127.0.0.1:0 until the test stops it or ends.
 func serveApp(t *testing.T, app *porch.App) *running {
 	t.Helper()
+	return serveOn(t, app, listen(t))
+}
+
+// listen listens on a free loopback port.
+func listen(t *testing.T) net.Listener {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	return l
+}
+
+// serveOn runs app.Serve on l until the test stops it or ends.
+func serveOn(t *testing.T, app *porch.App, l net.Listener) *running {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &running{addr: l.Addr().String(), cancel: cancel, done: make(chan error, 1)}
 	go func() { s.done <- app.Serve(ctx, l) }() // joined by wait
@@ -74,6 +91,17 @@ func dial(t *testing.T, addr string) *rawConn {
 	return &rawConn{Conn: c, br: bufio.NewReader(c)}
 }
 
+// dialTLS is dial over TLS, trusting roots.
+func dialTLS(t *testing.T, addr string, roots *x509.CertPool) *rawConn {
+	t.Helper()
+	c, err := tls.DialWithDialer(&net.Dialer{Timeout: waitLimit}, "tcp", addr, &tls.Config{RootCAs: roots})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return &rawConn{Conn: c, br: bufio.NewReader(c)}
+}
+
 // send writes raw bytes, failing the test on error.
 func (c *rawConn) send(t *testing.T, s string) {
 	t.Helper()
@@ -106,9 +134,105 @@ func (c *rawConn) get(t *testing.T, path string) {
 	}
 }
 
+// closedByServer fails unless the server closes c, with nothing more to
+// read, within waitLimit.
+func (c *rawConn) closedByServer(t *testing.T, what string) {
+	t.Helper()
+	c.SetReadDeadline(time.Now().Add(waitLimit))
+	if b, err := c.br.ReadByte(); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("%s: got byte %q, error %v; want it closed by the server", what, b, err)
+	}
+}
+
 // pingApp is an App with GET /ping.
 func pingApp() *porch.App {
 	app := porch.New()
 	app.Get("/ping", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("pong")) })
 	return app
+}
+
+// busyApp is pingApp with GET /busy, whose handler reports on started once
+// it runs, then holds its connection busy until release is closed or the
+// client goes away.
+func busyApp(t *testing.T) (app *porch.App, started <-chan struct{}, release func()) {
+	app = pingApp()
+	run := make(chan struct{}, 16)
+	done := make(chan struct{})
+	release = sync.OnceFunc(func() { close(done) })
+	t.Cleanup(release)
+	app.Get("/busy", func(w http.ResponseWriter, r *http.Request) {
+		run <- struct{}{}
+		select {
+		case <-done:
+			w.Write([]byte("done"))
+		case <-r.Context().Done():
+		}
+	})
+	return app, run, release
+}
+
+// waitStarted waits for one busy handler to start.
+func waitStarted(t *testing.T, started <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-started:
+	case <-time.After(waitLimit):
+		t.Fatalf("busy handler did not start within %s", waitLimit)
+	}
+}
+
+// connStates records the state net/http last reported for each connection,
+// by the client's address, from the ConnState hook that watchConns sets in
+// App.ConfigureServer. Porch calls its own hook first, so a state seen here
+// is one porch has recorded.
+type connStates struct {
+	mu      sync.Mutex // protects the fields below
+	state   map[string]http.ConnState
+	changed chan struct{} // closed and replaced on every report
+}
+
+func watchConns(app *porch.App) *connStates {
+	w := &connStates{state: make(map[string]http.ConnState), changed: make(chan struct{})}
+	app.ConfigureServer = func(srv *http.Server) {
+		srv.ConnState = func(c net.Conn, s http.ConnState) {
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			w.state[c.RemoteAddr().String()] = s
+			close(w.changed)
+			w.changed = make(chan struct{})
+		}
+	}
+	return w
+}
+
+// wait waits until the server has reported c in state s.
+func (w *connStates) wait(t *testing.T, c *rawConn, s http.ConnState) {
+	t.Helper()
+	deadline := time.After(waitLimit)
+	for {
+		w.mu.Lock()
+		got, ok := w.state[c.LocalAddr().String()]
+		changed := w.changed
+		w.mu.Unlock()
+		if ok && got == s {
+			return
+		}
+		select {
+		case <-changed:
+		case <-deadline:
+			t.Fatalf("connection %s: server reports %v, want %v within %s", c.LocalAddr(), got, s, waitLimit)
+		}
+	}
+}
+
+// testCert returns a TLS certificate for 127.0.0.1 and a pool that trusts
+// it: httptest's, taken from a TLS server that is closed at once.
+func testCert(t *testing.T) (tls.Certificate, *x509.CertPool) {
+	t.Helper()
+	ts := httptest.NewUnstartedServer(http.NotFoundHandler())
+	ts.StartTLS()
+	defer ts.Close()
+	roots := x509.NewCertPool()
+	roots.AddCert(ts.Certificate())
+	return ts.TLS.Certificates[0], roots
 }

@@ -1,8 +1,11 @@
 package porch_test
 
 import (
+	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -51,28 +54,96 @@ func TestServeCutsSlowBody(t *testing.T) {
 	}
 }
 
-// Beyond MaxConns a connection is not served until another closes, while
-// the ones already open are served as before.
+// Beyond MaxConns, while every connection is busy with a request, a new
+// one is not served until another closes; the busy ones are served as
+// before.
 func TestServeCapsConnections(t *testing.T) {
-	app := pingApp()
+	app, started, release := busyApp(t)
 	app.MaxConns = 2
 	s := serveApp(t, app)
 
 	a, b := dial(t, s.addr), dial(t, s.addr)
-	a.get(t, "/ping") // both are accepted and served
-	b.get(t, "/ping")
+	a.send(t, "GET /busy HTTP/1.1\r\nHost: test\r\n\r\n")
+	b.send(t, "GET /busy HTTP/1.1\r\nHost: test\r\n\r\n")
+	waitStarted(t, started)
+	waitStarted(t, started)
 
 	c := dial(t, s.addr) // the kernel completes the handshake; porch does not accept
 	c.send(t, "GET /ping HTTP/1.1\r\nHost: test\r\n\r\n")
 	if res, err := c.response(200 * time.Millisecond); !errors.Is(err, os.ErrDeadlineExceeded) {
-		t.Fatalf("third connection at MaxConns 2: got %v %v, want no answer", res, err)
+		t.Fatalf("third connection at MaxConns 2, both busy: got %v %v, want no answer", res, err)
 	}
-	a.get(t, "/ping") // the open ones are still served
 
-	b.Close()
+	b.Close() // its handler sees the client go and returns
 	res, err := c.response(waitLimit)
 	if err != nil || res.StatusCode != http.StatusOK {
 		t.Fatalf("third connection once one closed: got %v %v, want 200", res, err)
+	}
+	release()
+	if res, err := a.response(waitLimit); err != nil || res.StatusCode != http.StatusOK {
+		t.Errorf("busy connection: got %v %v, want 200", res, err)
+	}
+}
+
+// At MaxConns, a new client is served at once by closing the connection
+// idle longest: one client holding every slot with idle keep-alive
+// connections (one cheap request per IdleTimeout each) must not keep others
+// out. Over TLS the transport is closed under the *tls.Conn.
+func TestServeClosesIdleConnectionsForNewOnes(t *testing.T) {
+	cert, roots := testCert(t)
+	for _, tc := range []struct {
+		name   string
+		listen func(net.Listener) net.Listener
+		dial   func(t *testing.T, addr string) *rawConn
+	}{
+		{"tcp", func(l net.Listener) net.Listener { return l }, dial},
+		{"tls", func(l net.Listener) net.Listener {
+			return tls.NewListener(l, &tls.Config{Certificates: []tls.Certificate{cert}})
+		}, func(t *testing.T, addr string) *rawConn { return dialTLS(t, addr, roots) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const maxConns = 3
+			app := pingApp()
+			app.MaxConns = maxConns
+			states := watchConns(app)
+			s := serveOn(t, app, tc.listen(listen(t)))
+
+			idle := make([]*rawConn, maxConns)
+			for i := range idle {
+				idle[i] = tc.dial(t, s.addr)
+				idle[i].get(t, "/ping")
+				states.wait(t, idle[i], http.StateIdle)
+			}
+			// Each new client takes the slot of the longest idle; it goes
+			// idle itself after them, so the next takes the next one's.
+			for i := range idle {
+				tc.dial(t, s.addr).get(t, "/ping")
+				idle[i].closedByServer(t, fmt.Sprintf("idle connection %d of %d at MaxConns, after %d new clients", i+1, maxConns, i+1))
+			}
+		})
+	}
+}
+
+// A connection in the middle of a request is never closed to make room:
+// the idle one is, and the busy one gets its answer.
+func TestServeKeepsBusyConnectionsForNewOnes(t *testing.T) {
+	app, started, release := busyApp(t)
+	app.MaxConns = 2
+	states := watchConns(app)
+	s := serveApp(t, app)
+
+	busy := dial(t, s.addr)
+	busy.send(t, "GET /busy HTTP/1.1\r\nHost: test\r\n\r\n")
+	waitStarted(t, started)
+	idle := dial(t, s.addr)
+	idle.get(t, "/ping")
+	states.wait(t, idle, http.StateIdle)
+
+	dial(t, s.addr).get(t, "/ping")
+	idle.closedByServer(t, "idle connection at MaxConns after a new client")
+	release()
+	if res, err := busy.response(waitLimit); err != nil || res.StatusCode != http.StatusOK {
+		t.Errorf("busy connection at MaxConns after a new client: got %v %v, want 200", res, err)
 	}
 }
 
