@@ -39,8 +39,13 @@ var healthBackends = []healthBackend{
 			fail: func() {
 				execSQL(t, s.DB(), `CREATE TRIGGER refuse BEFORE INSERT ON porch_rate_counters
 					BEGIN SELECT RAISE(ABORT, 'writes refused'); END`)
+				execSQL(t, s.DB(), `CREATE TRIGGER refuse_journal BEFORE INSERT ON porch_rate_journal
+					BEGIN SELECT RAISE(ABORT, 'writes refused'); END`)
 			},
-			mend: func() { execSQL(t, s.DB(), `DROP TRIGGER refuse`) },
+			mend: func() {
+				execSQL(t, s.DB(), `DROP TRIGGER refuse`)
+				execSQL(t, s.DB(), `DROP TRIGGER refuse_journal`)
+			},
 		}
 	}},
 	{"postgres", func(t *testing.T) healthRig {

@@ -89,11 +89,12 @@ type SQLite struct {
 	// statement; authorize reads it. Only the committer touches it.
 	appStatement bool
 	claims       policyClaims // the rate policies this process counts under
+	jr           journal      // the hit journal's bookkeeping; see journal.go
 }
 
 type sqliteStmts struct {
-	upsertCounter, upsertResponse, deleteResponse, pruneCounters, pruneResponses *sql.Stmt // on the writer
-	loadResponse                                                                 *sql.Stmt // on the reader pool
+	upsertResponse, deleteResponse, pruneCounters, pruneResponses *sql.Stmt // on the writer
+	loadResponse                                                  *sql.Stmt // on the reader pool
 }
 
 var (
@@ -178,7 +179,6 @@ func (s *SQLite) init(ctx context.Context) error {
 		dst **sql.Stmt
 		sql string
 	}{
-		{&s.stmts.upsertCounter, sqlUpsertCounter},
 		{&s.stmts.upsertResponse, sqlUpsertResponse},
 		{&s.stmts.deleteResponse, sqlDeleteExpiredResponse},
 		{&s.stmts.pruneCounters, sqlPruneCounters},
@@ -188,7 +188,7 @@ func (s *SQLite) init(ctx context.Context) error {
 			return fmt.Errorf("store: prepare: %w", err)
 		}
 	}
-	return nil
+	return s.openJournal(ctx)
 }
 
 func migrateSQLite(ctx context.Context, db *sql.DB) error {
@@ -373,7 +373,10 @@ func (s *SQLite) Close(ctx context.Context) error {
 	if err := s.c.closeCtx(ctx); err != nil {
 		return err
 	}
-	err := s.closeDB()
+	err := s.foldJournal(context.WithoutCancel(ctx))
+	if cerr := s.closeDB(); err == nil {
+		err = cerr
+	}
 	s.unlock() // after the database: the next process must find it closed
 	if err != nil {
 		return fmt.Errorf("store: close: %w", err)
@@ -425,6 +428,7 @@ func (s *SQLite) writeBatchOnce(batch []op) (err error) {
 	if _, err := s.wconn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
 		return fmt.Errorf("store: begin batch: %w", err)
 	}
+	s.jr.begin()
 	defer func() {
 		if err != nil {
 			s.wconn.ExecContext(ctx, "ROLLBACK") //nolint:errcheck // the batch already failed
@@ -450,9 +454,13 @@ func (s *SQLite) writeBatchOnce(batch []op) (err error) {
 			return err
 		}
 	}
+	if err := s.cleanJournal(ctx); err != nil {
+		return err
+	}
 	if _, err := s.wconn.ExecContext(ctx, "COMMIT"); err != nil {
 		return fmt.Errorf("store: commit batch: %w", err)
 	}
+	s.jr.commit()
 	if s.commits++; s.commits%checkpointEvery == 0 {
 		s.ckpt.poke()
 	}
@@ -470,10 +478,8 @@ func (s *SQLite) apply(ctx context.Context, batch []op, i int) error {
 		if s.seen[c.Key] != i {
 			return nil // a newer write of this key is in the batch
 		}
-		start := c.WindowStart.UnixMilli()
-		window := c.Window.Milliseconds()
-		if _, err := s.stmts.upsertCounter.ExecContext(ctx, c.Key, start, window, c.Count, start+window); err != nil {
-			return fmt.Errorf("store: save counter: %w", err)
+		if err := s.appendCounter(ctx, c); err != nil {
+			return err
 		}
 	case o.response != nil && len(o.owner) > 0:
 		ownErr, txErr := s.inSavepoint(ctx, func() error { return s.applyOwner(ctx, o) })
