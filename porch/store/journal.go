@@ -50,6 +50,7 @@ type journal struct {
 	head    int64            // no row has a lower seq
 	rows    int              // rows in the journal
 	cleanAt int              // each commit cleans a slice while rows ≥ cleanAt
+	minRows int              // journalMinRows; a test may lower it before the first write
 
 	stage                    map[string]int64 // this transaction's changes to latest; -1 removes
 	txNext, txHead           int64
@@ -143,7 +144,8 @@ func (s *SQLite) openJournal(ctx context.Context) error {
 	if err := s.wconn.QueryRowContext(ctx, sqlJournalExtent).Scan(&j.rows, &lo, &hi); err != nil {
 		return fmt.Errorf("store: read journal: %w", err)
 	}
-	j.head, j.next, j.cleanAt = lo.Int64, hi.Int64+1, journalMinRows
+	j.minRows = journalMinRows
+	j.head, j.next, j.cleanAt = lo.Int64, hi.Int64+1, j.minRows
 	return nil
 }
 
@@ -226,9 +228,9 @@ func (s *SQLite) cleanJournal(ctx context.Context) error {
 	j.txHead = last + 1
 	j.txRows -= len(j.slice)
 	if 2*kept > len(j.slice) {
-		j.txCleanAt = max(journalMinRows, 2*j.txRows)
+		j.txCleanAt = max(j.minRows, 2*j.txRows)
 	} else {
-		j.txCleanAt = journalMinRows
+		j.txCleanAt = j.minRows
 	}
 	return nil
 }
