@@ -252,7 +252,7 @@ func (s *SQLite) LoadCounters(ctx context.Context, now time.Time, fn func(Counte
 	return nil
 }
 
-// SaveCounter queues an upsert of c.
+// SaveCounter queues an append of c to the hit journal.
 func (s *SQLite) SaveCounter(c Counter, done func(error)) error {
 	return s.c.enqueue(op{counter: &c, done: done})
 }
