@@ -46,6 +46,7 @@ const (
 // does.
 type journal struct {
 	latest  map[string]int64 // key → seq of its newest row, as committed
+	peak    int              // len(latest) at its largest since it was last rebuilt
 	next    int64            // the seq the next row gets
 	head    int64            // no row has a lower seq
 	rows    int              // rows in the journal
@@ -92,6 +93,15 @@ func (j *journal) commit() {
 	}
 	clear(j.stage)
 	j.next, j.head, j.rows, j.cleanAt = j.txNext, j.txHead, j.txRows, j.txCleanAt
+	j.peak = max(j.peak, len(j.latest))
+	if j.peak > 1024 && len(j.latest) < j.peak/4 {
+		// A Go map keeps its peak's memory: copy into a fresh one.
+		fresh := make(map[string]int64, len(j.latest))
+		for key, seq := range j.latest {
+			fresh[key] = seq
+		}
+		j.latest, j.peak = fresh, len(fresh)
+	}
 }
 
 func (j *journal) close() {
@@ -168,7 +178,9 @@ func (s *SQLite) inWriterTx(ctx context.Context, stmts ...string) (err error) {
 	return err
 }
 
-// appendCounter journals c as its key's newest bound.
+// appendCounter journals c as its key's newest bound. One prepared INSERT
+// per row: a multi-row INSERT of 16 rows measured the same (the cost per
+// row is SQLite's, not the cgo crossing).
 func (s *SQLite) appendCounter(ctx context.Context, c *Counter) error {
 	start := c.WindowStart.UnixMilli()
 	window := c.Window.Milliseconds()
