@@ -273,16 +273,15 @@ func TestCommitPrunesBoundedly(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			clock := fakeClock()
 			s := openSQLite(t, dbPath(t), store.Options{Clock: clock, PruneRows: tt.pruneRows})
-			// The table holds rows only between runs (open moves them
-			// into the journal); these stand for rows left by an older
-			// version or a failed move, which the prune must still clear.
+			// Stored responses, which the prune clears (counters are the
+			// journal's cleaning's; see journal_internal_test.go).
 			for i := range expired {
 				now := s.Now().UnixMilli()
-				execSQL(t, s.DB(), fmt.Sprintf(`INSERT INTO porch_rate_counters VALUES ('old-%d', %d, 60000, 1, %d)`, i, now, now+60000))
+				execSQL(t, s.DB(), fmt.Sprintf(`INSERT INTO porch_idem_responses VALUES ('old-%d', x'00', 200, '', x'', %d, %d)`, i, now, now+60000))
 			}
-			clock.Advance(2 * time.Minute) // every old-* window has closed
+			clock.Advance(2 * time.Minute) // every old-* response has expired
 
-			const expiredRows = `SELECT count(*) FROM porch_rate_counters WHERE key LIKE 'old-%'`
+			const expiredRows = `SELECT count(*) FROM porch_idem_responses WHERE key LIKE 'old-%'`
 			if got := countRows(t, s.DB(), expiredRows); got != expired {
 				t.Fatalf("before pruning: got %d expired rows, want %d", got, expired)
 			}

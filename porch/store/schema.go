@@ -57,9 +57,7 @@ const (
 			created_at   = excluded.created_at,
 			expires_at   = excluded.expires_at`
 	sqlDeleteExpiredResponse = `DELETE FROM porch_idem_responses WHERE key = ? AND expires_at <= ?`
-	sqlPruneCounters         = `DELETE FROM porch_rate_counters WHERE key IN
-		(SELECT key FROM porch_rate_counters WHERE expires_at <= ? LIMIT ?)`
-	sqlPruneResponses = `DELETE FROM porch_idem_responses WHERE key IN
+	sqlPruneResponses        = `DELETE FROM porch_idem_responses WHERE key IN
 		(SELECT key FROM porch_idem_responses WHERE expires_at <= ? LIMIT ?)`
 	sqlLoadCounters = `SELECT key, window_start, window_ms, count FROM porch_rate_current WHERE expires_at > ?`
 	sqlLoadResponse = `SELECT digest, status, content_type, body, created_at, expires_at

@@ -35,7 +35,9 @@ type Options struct {
 	// MaxBatch caps the writes one transaction carries. If zero,
 	// DefaultMaxBatch.
 	MaxBatch int
-	// PruneRows is how many expired rows of each table one commit deletes.
+	// PruneRows is how many expired rows of each table one commit deletes
+	// (on SQLite only stored responses: its counters live in the hit
+	// journal while it runs, which cleaning keeps small).
 	// If zero, DefaultPruneRows; negative disables pruning.
 	PruneRows int
 	// KeyConns is how many idempotency keys one process may hold at once
@@ -93,8 +95,8 @@ type SQLite struct {
 }
 
 type sqliteStmts struct {
-	upsertResponse, deleteResponse, pruneCounters, pruneResponses *sql.Stmt // on the writer
-	loadResponse                                                  *sql.Stmt // on the reader pool
+	upsertResponse, deleteResponse, pruneResponses *sql.Stmt // on the writer
+	loadResponse                                   *sql.Stmt // on the reader pool
 }
 
 var (
@@ -181,7 +183,6 @@ func (s *SQLite) init(ctx context.Context) error {
 	}{
 		{&s.stmts.upsertResponse, sqlUpsertResponse},
 		{&s.stmts.deleteResponse, sqlDeleteExpiredResponse},
-		{&s.stmts.pruneCounters, sqlPruneCounters},
 		{&s.stmts.pruneResponses, sqlPruneResponses},
 	} {
 		if *p.dst, err = conn.PrepareContext(ctx, p.sql); err != nil {
@@ -435,10 +436,9 @@ func (s *SQLite) writeBatchOnce(batch []op) (err error) {
 		}
 	}()
 	if s.opt.PruneRows > 0 {
+		// No counters prune: while the store runs porch_rate_counters is
+		// empty, and the journal's cleaning drops expired counts.
 		now := s.Now().UnixMilli()
-		if _, err := s.stmts.pruneCounters.ExecContext(ctx, now, s.opt.PruneRows); err != nil {
-			return fmt.Errorf("store: prune counters: %w", err)
-		}
 		if _, err := s.stmts.pruneResponses.ExecContext(ctx, now, s.opt.PruneRows); err != nil {
 			return fmt.Errorf("store: prune responses: %w", err)
 		}

@@ -69,7 +69,7 @@ func openHint(path string, err error) string {
 // failed part way.
 func (s *SQLite) closeDB() error {
 	for _, st := range []*sql.Stmt{s.stmts.upsertResponse, s.stmts.deleteResponse,
-		s.stmts.pruneCounters, s.stmts.pruneResponses, s.stmts.loadResponse} {
+		s.stmts.pruneResponses, s.stmts.loadResponse} {
 		if st != nil {
 			st.Close()
 		}
