@@ -16,7 +16,7 @@ import (
 const healthTimeout = 10 * time.Second
 
 // porchTables are the tables a failing disk would refuse writes to.
-var porchTables = []string{"porch_rate_counters", "porch_idem_responses"}
+var porchTables = []string{"porch_rate_counters", "porch_rate_journal", "porch_idem_responses"}
 
 // refuseWrites plants triggers in a running storefront's SQLite file that
 // make every insert, update and delete of porch's tables fail, as a

@@ -338,12 +338,14 @@ type counterRow struct {
 	ExpiresAt   int64
 }
 
-// counters reads every porch_rate_counters row of path, ordered by key.
+// counters reads every counter of path, ordered by key, through the view
+// porch_rate_current: while the store runs a count lives in the hit journal,
+// after a clean stop in porch_rate_counters, and the view reads both.
 func counters(t *testing.T, path string) []counterRow {
 	t.Helper()
 	db := openDB(t, path)
 	defer db.Close()
-	rows, err := db.Query(`SELECT key, window_start, window_ms, count, expires_at FROM porch_rate_counters ORDER BY key`)
+	rows, err := db.Query(`SELECT key, window_start, window_ms, count, expires_at FROM porch_rate_current ORDER BY key`)
 	if err != nil {
 		t.Fatalf("read porch_rate_counters: %v", err)
 	}

@@ -107,7 +107,7 @@ func (r *rig) allow(t *testing.T, principal string) rate.Verdict {
 func storedCount(t *testing.T, db *sql.DB, key string) (count int64, windowStart time.Time, ok bool) {
 	t.Helper()
 	var start int64
-	err := db.QueryRow(`SELECT count, window_start FROM porch_rate_counters WHERE key = ?`, key).Scan(&count, &start)
+	err := db.QueryRow(`SELECT count, window_start FROM porch_rate_current WHERE key = ?`, key).Scan(&count, &start)
 	if err == sql.ErrNoRows {
 		return 0, time.Time{}, false
 	}

@@ -419,7 +419,7 @@ func TestFailedWriteFailsClosed(t *testing.T) {
 	for _, w := range wirings {
 		t.Run(w.name, func(t *testing.T) {
 			rg := newRig(t, 5, time.Minute, rigOptions{})
-			if _, err := rg.st.DB().Exec(`CREATE TRIGGER boom BEFORE INSERT ON porch_rate_counters
+			if _, err := rg.st.DB().Exec(`CREATE TRIGGER boom BEFORE INSERT ON porch_rate_journal
 				BEGIN SELECT RAISE(ABORT, 'boom'); END`); err != nil {
 				t.Fatal(err)
 			}

@@ -13,7 +13,9 @@
 // Both drivers keep two purpose-shaped tables: porch_rate_counters (one
 // integer counter per client key and window) and porch_idem_responses (a
 // stored status, content type and body beside the digest of the request
-// that produced it). Expiry is lazy: a row is reset or pruned when its key
+// that produced it). The SQLite driver adds a hit journal,
+// porch_rate_journal, that counter writes append to while it runs; Close
+// folds it into porch_rate_counters. Expiry is lazy: a row is reset or pruned when its key
 // is next touched, and a bounded number of expired rows is pruned with
 // every commit, so clients that never return do not grow a table without
 // bound. There is no background sweeper.

@@ -62,8 +62,13 @@ var healthBackends = []healthBackend{
 			fail: func() {
 				exec(`CREATE TRIGGER refuse BEFORE INSERT ON porch_rate_counters
 					BEGIN SELECT RAISE(ABORT, 'writes refused'); END`)
+				exec(`CREATE TRIGGER refuse_journal BEFORE INSERT ON porch_rate_journal
+					BEGIN SELECT RAISE(ABORT, 'writes refused'); END`)
 			},
-			mend: func() { exec(`DROP TRIGGER refuse`) },
+			mend: func() {
+				exec(`DROP TRIGGER refuse`)
+				exec(`DROP TRIGGER refuse_journal`)
+			},
 		}
 	}},
 	{"postgres", func(t *testing.T) healthRig {

@@ -150,8 +150,9 @@ type ExclusiveCounters interface {
 	// LoadCounters calls fn for every counter whose window is still open at
 	// now.
 	LoadCounters(ctx context.Context, now time.Time, fn func(Counter)) error
-	// SaveCounter queues a write-through of c: an upsert, never delete then
-	// insert.
+	// SaveCounter queues a write-through of c: after its commit c is the
+	// newest row of its key that LoadCounters reads (on SQLite, an append
+	// to the hit journal).
 	SaveCounter(c Counter, done func(error)) error
 	// ClaimPolicy records that a limiter counts under p until release; it
 	// fails with ErrPolicyConflict while another limiter of p.Name counts

@@ -56,16 +56,16 @@ func (s *Store) writeBatchOnce(batch []commit.Op) (err error) {
 	if _, err := s.wconn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
 		return fmt.Errorf("sqlite: begin batch: %w", err)
 	}
+	s.jr.begin()
 	defer func() {
 		if err != nil {
 			s.wconn.ExecContext(ctx, "ROLLBACK") //nolint:errcheck // the batch already failed
 		}
 	}()
 	if s.opt.PruneRows > 0 {
+		// No counters prune: while the store runs porch_rate_counters is
+		// empty, and the journal's cleaning drops expired counts.
 		now := s.Now().UnixMilli()
-		if _, err := s.stmts.pruneCounters.ExecContext(ctx, now, s.opt.PruneRows); err != nil {
-			return fmt.Errorf("sqlite: prune counters: %w", err)
-		}
 		if _, err := s.stmts.pruneResponses.ExecContext(ctx, now, s.opt.PruneRows); err != nil {
 			return fmt.Errorf("sqlite: prune responses: %w", err)
 		}
@@ -81,12 +81,16 @@ func (s *Store) writeBatchOnce(batch []commit.Op) (err error) {
 			return err
 		}
 	}
+	if err := s.cleanJournal(ctx); err != nil {
+		return err
+	}
 	if err := s.files.check(); err != nil {
 		return err
 	}
 	if _, err := s.wconn.ExecContext(ctx, "COMMIT"); err != nil {
 		return fmt.Errorf("sqlite: commit batch: %w", err)
 	}
+	s.jr.commit()
 	if s.commits++; s.commits%checkpointEvery == 0 {
 		s.ckpt.poke()
 	}
@@ -104,10 +108,8 @@ func (s *Store) apply(ctx context.Context, batch []commit.Op, i int) error {
 		if s.seen[c.Key] != i {
 			return nil // a newer write of this key is in the batch
 		}
-		start := c.WindowStart.UnixMilli()
-		window := c.Window.Milliseconds()
-		if _, err := s.stmts.upsertCounter.ExecContext(ctx, c.Key, start, window, c.Count, start+window); err != nil {
-			return fmt.Errorf("sqlite: save counter: %w", err)
+		if err := s.appendCounter(ctx, c); err != nil {
+			return err
 		}
 	case o.Response != nil && len(o.Owner) > 0:
 		ownErr, txErr := s.inSavepoint(ctx, func() error { return s.applyOwner(ctx, o) })

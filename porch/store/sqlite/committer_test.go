@@ -64,10 +64,10 @@ func TestGroupCommit(t *testing.T) {
 	if st.Failed != 0 {
 		t.Errorf("got Stats().Failed = %d, want 0", st.Failed)
 	}
-	if got := countRows(t, s.DB(), `SELECT count(*) FROM porch_rate_counters WHERE key LIKE 'k%'`); got != writers*perWriter {
+	if got := countRows(t, s.DB(), `SELECT count(*) FROM porch_rate_current WHERE key LIKE 'k%'`); got != writers*perWriter {
 		t.Errorf("got %d rows, want %d", got, writers*perWriter)
 	}
-	if got := countRows(t, s.DB(), `SELECT count(*) FROM porch_rate_counters WHERE key LIKE 'k%' AND count <> CAST(substr(key, 2) AS INTEGER) + 1`); got != 0 {
+	if got := countRows(t, s.DB(), `SELECT count(*) FROM porch_rate_current WHERE key LIKE 'k%' AND count <> CAST(substr(key, 2) AS INTEGER) + 1`); got != 0 {
 		t.Errorf("got %d rows with another write's count, want 0", got)
 	}
 }
@@ -97,7 +97,7 @@ func TestGroupCommitUnderRealConcurrency(t *testing.T) {
 	if n := failed.Load(); n != 0 {
 		t.Errorf("got %d failed writes, want none", n)
 	}
-	if got := countRows(t, s.DB(), `SELECT count(*) FROM porch_rate_counters`); got != writers*perWriter {
+	if got := countRows(t, s.DB(), `SELECT count(*) FROM porch_rate_current`); got != writers*perWriter {
 		t.Errorf("got %d rows, want %d", got, writers*perWriter)
 	}
 	if st := s.Stats(); st.Writes != writers*perWriter {
@@ -128,7 +128,7 @@ func TestDoneRunsAfterCommit(t *testing.T) {
 			return
 		}
 		var n int64
-		qerr := other.QueryRow(`SELECT count FROM porch_rate_counters WHERE key = ?`, c.Key).Scan(&n)
+		qerr := other.QueryRow(`SELECT count FROM porch_rate_current WHERE key = ?`, c.Key).Scan(&n)
 		switch {
 		case errors.Is(qerr, sql.ErrNoRows):
 			got <- seen{}
@@ -148,7 +148,7 @@ func TestDoneRunsAfterCommit(t *testing.T) {
 
 func TestFailedCommitIsReported(t *testing.T) {
 	s := openSQLite(t, dbPath(t), store.Options{Clock: fakeClock()})
-	execSQL(t, s.DB(), `CREATE TRIGGER boom BEFORE INSERT ON porch_rate_counters
+	execSQL(t, s.DB(), `CREATE TRIGGER boom BEFORE INSERT ON porch_rate_journal
 		BEGIN SELECT RAISE(ABORT, 'boom'); END`)
 
 	err := saveCounter(t, s, store.Counter{Key: "k", WindowStart: s.Now(), Window: time.Minute, Count: 1})
@@ -167,7 +167,7 @@ func TestFailedCommitIsReported(t *testing.T) {
 func TestFailedBatchFailsEveryWrite(t *testing.T) {
 	s := openSQLite(t, dbPath(t), store.Options{Clock: fakeClock()})
 	release := holdCommitter(t, s)
-	execSQL(t, s.DB(), `CREATE TRIGGER boom BEFORE INSERT ON porch_rate_counters
+	execSQL(t, s.DB(), `CREATE TRIGGER boom BEFORE INSERT ON porch_rate_journal
 		WHEN NEW.key = 'bad' BEGIN SELECT RAISE(ABORT, 'boom'); END`)
 
 	errs := make(chan error, 2)
@@ -189,13 +189,15 @@ func TestFailedBatchFailsEveryWrite(t *testing.T) {
 	}
 }
 
-func TestCounterWritesThrough(t *testing.T) {
+func TestCounterWritesAppend(t *testing.T) {
 	s := openSQLite(t, dbPath(t), store.Options{Clock: fakeClock()})
 	execSQL(t, s.DB(), `CREATE TABLE test_log (op TEXT NOT NULL, key TEXT NOT NULL)`)
-	execSQL(t, s.DB(), `CREATE TRIGGER log_update AFTER UPDATE ON porch_rate_counters
-		BEGIN INSERT INTO test_log VALUES ('update', NEW.key); END`)
-	execSQL(t, s.DB(), `CREATE TRIGGER log_delete AFTER DELETE ON porch_rate_counters
-		BEGIN INSERT INTO test_log VALUES ('delete', OLD.key); END`)
+	for _, op := range []string{"INSERT", "UPDATE", "DELETE"} {
+		execSQL(t, s.DB(), `CREATE TRIGGER log_`+op+` AFTER `+op+` ON porch_rate_journal
+			BEGIN INSERT INTO test_log VALUES ('`+op+`', 'k'); END`)
+		execSQL(t, s.DB(), `CREATE TRIGGER log_counters_`+op+` AFTER `+op+` ON porch_rate_counters
+			BEGIN INSERT INTO test_log VALUES ('counters `+op+`', 'k'); END`)
+	}
 
 	start := s.Now()
 	for n := int64(1); n <= 3; n++ { // one commit each: no collapsing
@@ -205,23 +207,21 @@ func TestCounterWritesThrough(t *testing.T) {
 	if got, _, _ := counterRow(t, s.DB(), "k"); got != 3 {
 		t.Errorf("got count %d, want 3", got)
 	}
-	if got := countRows(t, s.DB(), `SELECT count(*) FROM porch_rate_counters`); got != 1 {
+	if got := countRows(t, s.DB(), `SELECT count(*) FROM porch_rate_current`); got != 1 {
 		t.Errorf("got %d rows, want 1", got)
 	}
-	if got := countRows(t, s.DB(), `SELECT count(*) FROM test_log WHERE op = 'delete'`); got != 0 {
-		t.Errorf("got %d deletes of a live counter, want 0 (write through, never delete then insert)", got)
+	if got := countRows(t, s.DB(), `SELECT count(*) FROM test_log WHERE op = 'INSERT'`); got != 3 {
+		t.Errorf("got %d journal appends, want 3", got)
 	}
-	if got := countRows(t, s.DB(), `SELECT count(*) FROM test_log WHERE op = 'update'`); got != 2 {
-		t.Errorf("got %d in-place updates, want 2", got)
+	if got := countRows(t, s.DB(), `SELECT count(*) FROM test_log WHERE op <> 'INSERT'`); got != 0 {
+		t.Errorf("got %d other writes, want 0 (a counter write only appends)", got)
 	}
 }
 
 func TestBatchCollapsesWritesOfOneKey(t *testing.T) {
 	s := openSQLite(t, dbPath(t), store.Options{Clock: fakeClock()})
 	execSQL(t, s.DB(), `CREATE TABLE test_log (key TEXT NOT NULL, count INTEGER NOT NULL)`)
-	execSQL(t, s.DB(), `CREATE TRIGGER log_insert AFTER INSERT ON porch_rate_counters
-		BEGIN INSERT INTO test_log VALUES (NEW.key, NEW.count); END`)
-	execSQL(t, s.DB(), `CREATE TRIGGER log_update AFTER UPDATE ON porch_rate_counters
+	execSQL(t, s.DB(), `CREATE TRIGGER log_insert AFTER INSERT ON porch_rate_journal
 		BEGIN INSERT INTO test_log VALUES (NEW.key, NEW.count); END`)
 	release := holdCommitter(t, s)
 
@@ -273,23 +273,15 @@ func TestCommitPrunesBoundedly(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			clock := fakeClock()
 			s := openSQLite(t, dbPath(t), store.Options{Clock: clock, PruneRows: tt.pruneRows})
-			release := holdCommitter(t, s)
-			errs := make(chan error, expired)
+			// Stored responses, which the prune clears (counters are the
+			// journal's cleaning's; see journal_internal_test.go).
 			for i := range expired {
-				c := store.Counter{Key: fmt.Sprintf("old-%d", i), WindowStart: s.Now(), Window: time.Minute, Count: 1}
-				if err := s.SaveCounter(c, func(err error) { errs <- err }); err != nil {
-					t.Fatal(err)
-				}
+				now := s.Now().UnixMilli()
+				execSQL(t, s.DB(), fmt.Sprintf(`INSERT INTO porch_idem_responses VALUES ('old-%d', x'00', 200, '', x'', %d, %d)`, i, now, now+60000))
 			}
-			release()
-			for range expired {
-				if err := <-errs; err != nil {
-					t.Fatal(err)
-				}
-			}
-			clock.Advance(2 * time.Minute) // every old-* window has closed
+			clock.Advance(2 * time.Minute) // every old-* response has expired
 
-			const expiredRows = `SELECT count(*) FROM porch_rate_counters WHERE key LIKE 'old-%'`
+			const expiredRows = `SELECT count(*) FROM porch_idem_responses WHERE key LIKE 'old-%'`
 			if got := countRows(t, s.DB(), expiredRows); got != expired {
 				t.Fatalf("before pruning: got %d expired rows, want %d", got, expired)
 			}
@@ -299,7 +291,7 @@ func TestCommitPrunesBoundedly(t *testing.T) {
 					t.Errorf("after commit %d: got %d expired rows, want %d", i+1, got, want)
 				}
 			}
-			if got := countRows(t, s.DB(), `SELECT count(*) FROM porch_rate_counters WHERE key LIKE 'live-%'`); got != len(tt.wantLeft) {
+			if got := countRows(t, s.DB(), `SELECT count(*) FROM porch_rate_current WHERE key LIKE 'live-%'`); got != len(tt.wantLeft) {
 				t.Errorf("got %d live rows, want %d: pruning must not touch open windows", got, len(tt.wantLeft))
 			}
 		})
@@ -324,7 +316,7 @@ func TestCloseFlushesQueuedWrites(t *testing.T) {
 	}
 
 	s = openSQLite(t, path, store.Options{Clock: fakeClock()})
-	if got := countRows(t, s.DB(), `SELECT count(*) FROM porch_rate_counters`); got != n {
+	if got := countRows(t, s.DB(), `SELECT count(*) FROM porch_rate_current`); got != n {
 		t.Errorf("after reopen: got %d rows, want %d", got, n)
 	}
 }

@@ -45,7 +45,7 @@ func TestExecJoinsGroupCommit(t *testing.T) {
 	if err := <-counter; err != nil {
 		t.Fatalf("counter written beside a failed Exec: %v, want it committed", err)
 	}
-	if err := s.DB().QueryRow(`SELECT count(*) FROM porch_rate_counters`).Scan(&n); err != nil || n != 1 {
+	if err := s.DB().QueryRow(`SELECT count(*) FROM porch_rate_current`).Scan(&n); err != nil || n != 1 {
 		t.Fatalf("counters: %d rows, err %v; want 1", n, err)
 	}
 }

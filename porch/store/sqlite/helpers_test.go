@@ -82,7 +82,7 @@ func holdCommitter(t *testing.T, s *sqlite.Store) (release func()) {
 // counterRow reads key's counter row through db.
 func counterRow(t *testing.T, db *sql.DB, key string) (count, windowStart int64, ok bool) {
 	t.Helper()
-	err := db.QueryRow(`SELECT count, window_start FROM porch_rate_counters WHERE key = ?`, key).
+	err := db.QueryRow(`SELECT count, window_start FROM porch_rate_current WHERE key = ?`, key).
 		Scan(&count, &windowStart)
 	if err == sql.ErrNoRows {
 		return 0, 0, false

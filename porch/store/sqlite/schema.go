@@ -27,16 +27,26 @@ var sqliteMigrations = []string{
 		expires_at   INTEGER NOT NULL
 	) WITHOUT ROWID;
 	CREATE INDEX porch_idem_responses_expires_at ON porch_idem_responses (expires_at);`,
+	// The hit journal (see journal.go): a rowid table, appended to at its
+	// right edge and never indexed by key. porch_rate_current is every
+	// key's newest durable bound, wherever it lives.
+	`CREATE TABLE porch_rate_journal (
+		seq          INTEGER PRIMARY KEY,
+		key          TEXT    NOT NULL,
+		window_start INTEGER NOT NULL,
+		window_ms    INTEGER NOT NULL,
+		count        INTEGER NOT NULL,
+		expires_at   INTEGER NOT NULL
+	);
+	CREATE VIEW porch_rate_current AS
+		SELECT key, window_start, window_ms, count, expires_at FROM
+			(SELECT key, window_start, window_ms, count, expires_at, max(seq) FROM porch_rate_journal GROUP BY key)
+		UNION ALL
+		SELECT key, window_start, window_ms, count, expires_at FROM porch_rate_counters c
+			WHERE NOT EXISTS (SELECT 1 FROM porch_rate_journal j WHERE j.key = c.key);`,
 }
 
 const (
-	sqlUpsertCounter = `INSERT INTO porch_rate_counters (key, window_start, window_ms, count, expires_at)
-		VALUES (?, ?, ?, ?, ?)
-		ON CONFLICT (key) DO UPDATE SET
-			window_start = excluded.window_start,
-			window_ms    = excluded.window_ms,
-			count        = excluded.count,
-			expires_at   = excluded.expires_at`
 	sqlUpsertResponse = `INSERT INTO porch_idem_responses (key, digest, status, content_type, body, created_at, expires_at)
 		VALUES (?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (key) DO UPDATE SET
@@ -47,14 +57,13 @@ const (
 			created_at   = excluded.created_at,
 			expires_at   = excluded.expires_at`
 	sqlDeleteExpiredResponse = `DELETE FROM porch_idem_responses WHERE key = ? AND expires_at <= ?`
-	sqlPruneCounters         = `DELETE FROM porch_rate_counters WHERE key IN
-		(SELECT key FROM porch_rate_counters WHERE expires_at <= ? LIMIT ?)`
-	sqlPruneResponses = `DELETE FROM porch_idem_responses WHERE key IN
+	sqlPruneResponses        = `DELETE FROM porch_idem_responses WHERE key IN
 		(SELECT key FROM porch_idem_responses WHERE expires_at <= ? LIMIT ?)`
-	sqlLoadCounters = `SELECT key, window_start, window_ms, count FROM porch_rate_counters WHERE expires_at > ?`
+	sqlLoadCounters = `SELECT key, window_start, window_ms, count FROM porch_rate_current WHERE expires_at > ?`
 	sqlLoadResponse = `SELECT digest, status, content_type, body, created_at, expires_at
 		FROM porch_idem_responses WHERE key = ?`
 	sqlNewest = `SELECT max(
 		coalesce((SELECT max(window_start) FROM porch_rate_counters), 0),
+		coalesce((SELECT max(window_start) FROM porch_rate_journal), 0),
 		coalesce((SELECT max(created_at) FROM porch_idem_responses), 0))`
 )

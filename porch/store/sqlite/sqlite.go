@@ -44,11 +44,12 @@ type Store struct {
 	// statement; authorize reads it. Only the committer touches it.
 	appStatement bool
 	claims       policy.Claims // the rate policies this process counts under
+	jr           journal       // the hit journal's bookkeeping; see journal.go
 }
 
 type preparedStmts struct {
-	upsertCounter, upsertResponse, deleteResponse, pruneCounters, pruneResponses *sql.Stmt // on the writer
-	loadResponse                                                                 *sql.Stmt // on the reader pool
+	upsertResponse, deleteResponse, pruneResponses *sql.Stmt // on the writer
+	loadResponse                                   *sql.Stmt // on the reader pool
 }
 
 var (
@@ -142,17 +143,15 @@ func (s *Store) init(ctx context.Context) error {
 		dst **sql.Stmt
 		sql string
 	}{
-		{&s.stmts.upsertCounter, sqlUpsertCounter},
 		{&s.stmts.upsertResponse, sqlUpsertResponse},
 		{&s.stmts.deleteResponse, sqlDeleteExpiredResponse},
-		{&s.stmts.pruneCounters, sqlPruneCounters},
 		{&s.stmts.pruneResponses, sqlPruneResponses},
 	} {
 		if *p.dst, err = conn.PrepareContext(ctx, p.sql); err != nil {
 			return fmt.Errorf("sqlite: prepare: %w", err)
 		}
 	}
-	return nil
+	return s.openJournal(ctx)
 }
 
 func migrateSQLite(ctx context.Context, db *sql.DB) error {
@@ -332,7 +331,10 @@ func (s *Store) Close(ctx context.Context) error {
 	if err := s.c.Close(ctx); err != nil {
 		return err
 	}
-	err := s.closeDB()
+	err := s.foldJournal(context.WithoutCancel(ctx))
+	if cerr := s.closeDB(); err == nil {
+		err = cerr
+	}
 	s.unlock() // after the database: the next process must find it closed
 	if err != nil {
 		return fmt.Errorf("sqlite: close: %w", err)

@@ -94,20 +94,20 @@ func (o *outcome) unhealthy() error {
 	return fmt.Errorf("%w: %w", store.ErrUnhealthy, o.err)
 }
 
-// probeKey is the counter row a probe inserts and deletes again in one
+// ProbeKey is the counter row a probe inserts and deletes again in one
 // transaction. No limiter's key has this form (theirs start "rate:"), the
 // row is never visible to a reader, and the transaction must really write:
 // a transaction that changes nothing commits even on a read-only file or a
 // full disk.
-const probeKey = "porch:health"
+const ProbeKey = "porch:health"
 
 // ProbeSQL is a probe's statements, which a Writer runs in the batch of an
 // Op with Probe set. Both drivers' tables take them as they are.
 var ProbeSQL = [...]string{
 	`INSERT INTO porch_rate_counters (key, window_start, window_ms, count, expires_at)
-		VALUES ('` + probeKey + `', 0, 0, 0, 0) ON CONFLICT (key) DO NOTHING`,
-	`DELETE FROM porch_rate_counters WHERE key = '` + probeKey + `'`,
+		VALUES ('` + ProbeKey + `', 0, 0, 0, 0) ON CONFLICT (key) DO NOTHING`,
+	`DELETE FROM porch_rate_counters WHERE key = '` + ProbeKey + `'`,
 	`INSERT INTO porch_idem_responses (key, digest, status, content_type, body, created_at, expires_at)
-		VALUES ('` + probeKey + `', '', 0, '', '', 0, 0) ON CONFLICT (key) DO NOTHING`,
-	`DELETE FROM porch_idem_responses WHERE key = '` + probeKey + `'`,
+		VALUES ('` + ProbeKey + `', '', 0, '', '', 0, 0) ON CONFLICT (key) DO NOTHING`,
+	`DELETE FROM porch_idem_responses WHERE key = '` + ProbeKey + `'`,
 }
