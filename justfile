@@ -28,6 +28,12 @@ chaos *args:
 linkcheck:
     go run ./internal/tools/linkcheck
 
+# The docs site in site/: README.md, docs/*.md, the Example functions of
+# porch/ and the charts in docs/*.svg, link-checked. Open site/index.html.
+site:
+    go run ./internal/tools/site
+    go run ./internal/tools/linkcheck -site site
+
 # Installs Debian's wrk if it is missing; docs/performance.md explains the
 # output. The go test benchmarks are separate:
 # go test -run '^$' -bench . -benchmem ./porch/...
