@@ -52,8 +52,9 @@ header .brand { font-weight: 700; font-size: 1.15rem; color: var(--fg); }
 nav { display: flex; flex-wrap: wrap; gap: .2rem 1rem; }
 nav a { color: var(--muted); }
 nav a[aria-current] { color: var(--fg); font-weight: 600; border-bottom: 2px solid var(--accent); }
-main { max-width: 62rem; margin: 0 auto; padding: 1rem 1.5rem 3rem; }
-footer { max-width: 62rem; margin: 0 auto; padding: 1rem 1.5rem 2rem; color: var(--muted); font-size: .85rem; border-top: 1px solid var(--line); }
+main { max-width: 80rem; margin: 0 auto; padding: 1rem 1.5rem 3rem; }
+main > :not(table) { max-width: 60rem; }
+footer { max-width: 80rem; margin: 0 auto; padding: 1rem 1.5rem 2rem; color: var(--muted); font-size: .85rem; border-top: 1px solid var(--line); }
 a { color: var(--link); text-decoration: none; }
 a:hover { text-decoration: underline; }
 h1, h2, h3, h4 { line-height: 1.25; margin: 1.6em 0 .6em; }
@@ -62,10 +63,10 @@ h2 { font-size: 1.5rem; border-bottom: 1px solid var(--line); padding-bottom: .3
 h3 { font-size: 1.2rem; }
 code, pre { font-family: ui-monospace, SFMono-Regular, "SF Mono", Menlo, Consolas, "Liberation Mono", monospace; font-size: .875em; }
 code { background: var(--bg-code); padding: .15em .35em; border-radius: 4px; }
-pre { background: var(--bg-code); padding: .9rem 1rem; border-radius: 6px; overflow-x: auto; line-height: 1.45; border: 1px solid #e6eaef; }
+pre { tab-size: 4; background: var(--bg-code); padding: .9rem 1rem; border-radius: 6px; overflow-x: auto; line-height: 1.45; border: 1px solid #e6eaef; }
 pre code { background: none; padding: 0; font-size: 1em; }
 blockquote { margin: 1em 0; padding: .2em 1em; color: #3d444d; border-left: .25em solid #d4a72c; background: #fff8c5; }
-table { border-collapse: collapse; display: block; overflow-x: auto; margin: 1em 0; font-size: .9rem; }
+table { border-collapse: collapse; display: block; overflow-x: auto; margin: 1em 0; font-size: .875rem; line-height: 1.45; }
 th, td { border: 1px solid var(--line); padding: .35em .7em; vertical-align: top; }
 th { background: #f6f8fa; }
 tr:nth-child(2n) td { background: #fafbfc; }

@@ -93,7 +93,7 @@ type page struct {
 	src   string // repository-relative, slash-separated: "README.md", "docs/design.md"
 	out   string // the page's file name in the site: "index.html", "design.html"
 	title string // the file's first heading
-	nav   string // its name in the navigation
+	nav   string // its name in the navigation: "Home", or the file's name capitalized
 }
 
 // markdownPages lists README.md and docs/*.md in navigation order.
@@ -117,7 +117,8 @@ func markdownPages() ([]page, error) {
 	pages := []page{{src: "README.md", out: "index.html", nav: "Home"}}
 	for _, d := range docs {
 		name := docName(d)
-		pages = append(pages, page{src: filepath.ToSlash(d), out: name + ".html", nav: name})
+		nav := strings.ToUpper(name[:1]) + name[1:] // a title can be a sentence; the file name is short
+		pages = append(pages, page{src: filepath.ToSlash(d), out: name + ".html", nav: nav})
 	}
 	for i := range pages {
 		src, err := os.ReadFile(pages[i].src)
@@ -125,9 +126,6 @@ func markdownPages() ([]page, error) {
 			return nil, err
 		}
 		pages[i].title = firstHeading(src, pages[i].nav)
-		if i > 0 {
-			pages[i].nav = pages[i].title
-		}
 	}
 	return pages, nil
 }
