@@ -51,6 +51,9 @@ func build(dir string) error {
 	assets, _ := filepath.Glob("docs/*.svg") // the pattern is valid
 	s := &site{pages: pages, pkgs: pkgs, assets: assets}
 
+	if err := safeToReplace(dir); err != nil {
+		return err
+	}
 	if err := os.RemoveAll(dir); err != nil {
 		return err
 	}
@@ -85,6 +88,23 @@ func build(dir string) error {
 	}
 	fmt.Printf("site: %d page(s), %d example package(s), %d chart(s) in %s/\n",
 		len(pages)+1+len(pkgs), len(pkgs), len(assets), dir)
+	return nil
+}
+
+// safeToReplace refuses an output directory whose removal would take the
+// repository with it: the current directory or one above it.
+func safeToReplace(dir string) error {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return err
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		return err
+	}
+	if rel, err := filepath.Rel(abs, wd); err == nil && !strings.HasPrefix(rel, "..") {
+		return fmt.Errorf("-out %s holds the current directory; it is replaced, so name a directory of its own", dir)
+	}
 	return nil
 }
 
