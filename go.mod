@@ -11,6 +11,7 @@ require (
 	github.com/google/uuid v1.6.0
 	github.com/jackc/pgx/v5 v5.13.0
 	github.com/ory/dockertest/v3 v3.12.0
+	github.com/yuin/goldmark v1.8.7
 )
 
 require (

@@ -28,6 +28,24 @@ chaos *args:
 linkcheck:
     go run ./internal/tools/linkcheck
 
+# The docs site in site/: README.md, docs/*.md, the Example functions of
+# porch/ and the charts in docs/*.svg, link-checked. Open site/index.html.
+site:
+    go run ./internal/tools/site
+    go run ./internal/tools/linkcheck -site site
+
+# Redraw docs/perf-reqs.svg and docs/perf-latency.svg from the throughput
+# table in FROM: docs/performance.md, or a saved `just bench` output.
+charts from="docs/performance.md":
+    go run ./internal/tools/perfchart -in {{from}} -out docs
+
+# `just bench`, its output kept in bench-out.txt, then the charts drawn from it.
+bench-charts *args:
+    #!/usr/bin/env bash
+    set -euo pipefail
+    just bench {{args}} | tee bench-out.txt
+    go run ./internal/tools/perfchart -in bench-out.txt -out docs
+
 # Installs Debian's wrk if it is missing; docs/performance.md explains the
 # output. The go test benchmarks are separate:
 # go test -run '^$' -bench . -benchmem ./porch/...

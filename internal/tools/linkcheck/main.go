@@ -7,12 +7,18 @@
 // (#section) are not checked; a fragment or query on a relative link is
 // ignored. Links inside code spans and fenced code blocks are not links.
 //
+// With -site DIR it checks the generated documentation site instead
+// (go run ./internal/tools/site): every relative href and src in DIR's
+// HTML pages must name a file in DIR, and every fragment an id on its page.
+//
 //	go run ./internal/tools/linkcheck
 //	go run ./internal/tools/linkcheck README.md docs/design.md
+//	go run ./internal/tools/linkcheck -site site
 package main
 
 import (
 	"bufio"
+	"flag"
 	"fmt"
 	"io"
 	"net/url"
@@ -23,7 +29,13 @@ import (
 )
 
 func main() {
-	files := os.Args[1:]
+	siteDir := flag.String("site", "", "check the HTML site in `dir` instead of Markdown")
+	flag.Parse()
+	if *siteDir != "" {
+		mainSite(*siteDir)
+		return
+	}
+	files := flag.Args()
 	if len(files) == 0 {
 		docs, _ := filepath.Glob("docs/*.md") // the pattern is valid
 		files = append([]string{"README.md"}, docs...)
@@ -42,6 +54,24 @@ func main() {
 		os.Exit(1)
 	}
 	fmt.Printf("linkcheck: %d file(s), every relative link resolves\n", len(files))
+}
+
+// mainSite checks the site in dir and exits non-zero on a broken link.
+func mainSite(dir string) {
+	pages, broken, err := checkSite(os.Stdout, dir)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "linkcheck: %v\n", err)
+		os.Exit(2)
+	}
+	if pages == 0 {
+		fmt.Fprintf(os.Stderr, "linkcheck: no HTML pages in %s\n", dir)
+		os.Exit(2)
+	}
+	if broken > 0 {
+		fmt.Fprintf(os.Stderr, "linkcheck: %d broken link(s) in %s\n", broken, dir)
+		os.Exit(1)
+	}
+	fmt.Printf("linkcheck: %d page(s) in %s, every relative link and anchor resolves\n", pages, dir)
 }
 
 // checkFile reports each relative link in the Markdown file name whose target

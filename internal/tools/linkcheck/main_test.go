@@ -66,3 +66,34 @@ func TestCheckFile(t *testing.T) {
 		})
 	}
 }
+
+func TestCheckSite(t *testing.T) {
+	dir := t.TempDir()
+	for name, body := range map[string]string{
+		"index.html": `<h1 id="top">x</h1><a href="a.html#ok">a</a> <a href="a.html#gone">b</a> <a href="#top">c</a>` +
+			` <a href="#nowhere">d</a> <img src="chart.svg"> <a href="missing.html">e</a> <a href="https://example.com/#x">f</a>` +
+			` <a href="/abs.html">g</a> <a href="a.html?q=1&amp;r=2">h</a>`,
+		"a.html":    `<h2 id="ok">ok</h2>`,
+		"chart.svg": `<svg/>`,
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var out strings.Builder
+	pages, broken, err := checkSite(&out, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pages != 2 {
+		t.Errorf("got %d pages, want 2", pages)
+	}
+	for _, want := range []string{"a.html#gone names no anchor", "#nowhere names no anchor", "missing.html does not resolve", "/abs.html is absolute"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output %q lacks %q", out.String(), want)
+		}
+	}
+	if broken != 4 {
+		t.Errorf("got %d broken, want 4; output:\n%s", broken, out.String())
+	}
+}
