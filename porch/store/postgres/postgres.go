@@ -141,10 +141,10 @@ func (p *Store) Pool() *pgxpool.Pool { return p.pool }
 // Wall reads the wall clock.
 func (p *Store) Wall() time.Time { return p.opt.Clock.Wall() }
 
-// AddHit queues one hit for key; done runs once the batch carrying it has
-// committed.
-func (p *Store) AddHit(key string, window time.Duration, done func(store.Hit, error)) error {
-	return p.c.Enqueue(commit.Op{Hit: &commit.Hit{Key: key, Window: window, Done: done}})
+// AddHit queues one hit of weight n for key; done runs once the batch
+// carrying it has committed.
+func (p *Store) AddHit(key string, window time.Duration, n int64, done func(store.Hit, error)) error {
+	return p.c.Enqueue(commit.Op{Hit: &commit.Hit{Key: key, Window: window, N: n, Done: done}})
 }
 
 // Stats reports the committer's counters.
@@ -179,7 +179,8 @@ func (p *Store) Close(ctx context.Context) error {
 type keyHits struct {
 	key    string
 	window time.Duration
-	ops    []*commit.Hit // in arrival order; the i-th is the window's (count - len + i + 1)-th hit
+	ops    []*commit.Hit // in arrival order; each adds its weight N to the count
+	sum    int64         // the weights of ops
 }
 
 // writeBatch counts a batch of hits in one transaction: one upsert over every
@@ -204,6 +205,7 @@ func (p *Store) writeBatch(batch []commit.Op) error {
 			byKey[h.Key] = kh
 		}
 		kh.ops = append(kh.ops, h)
+		kh.sum += h.N
 	}
 	keys := make([]string, 0, len(byKey))
 	for k := range byKey {
@@ -214,7 +216,7 @@ func (p *Store) writeBatch(batch []commit.Op) error {
 	hits := make([]int64, len(keys))
 	for i, k := range keys {
 		windows[i] = byKey[k].window.Milliseconds()
-		hits[i] = int64(len(byKey[k].ops))
+		hits[i] = byKey[k].sum
 	}
 	return pgx.BeginTxFunc(ctx, p.writer, readCommitted, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, pgAddHits, keys, windows, hits)
@@ -234,9 +236,10 @@ func (p *Store) writeBatch(batch []commit.Op) error {
 				rows.Close()
 				return fmt.Errorf("postgres: add hits: unexpected key %q returned", key)
 			}
-			first := count - int64(len(kh.ops))
-			for i, h := range kh.ops {
-				h.Result = store.Hit{Count: first + int64(i) + 1, ResetIn: time.Duration(leftMS) * time.Millisecond}
+			at := count - kh.sum
+			for _, h := range kh.ops {
+				at += h.N
+				h.Result = store.Hit{Count: at, ResetIn: time.Duration(leftMS) * time.Millisecond}
 			}
 			seen++
 		}

@@ -53,6 +53,7 @@ type Statement struct {
 type Hit struct {
 	Key    string
 	Window time.Duration
+	N      int64 // the request's weight, at least 1
 	Done   func(store.Hit, error)
 	Result store.Hit
 }
