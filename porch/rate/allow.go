@@ -32,7 +32,7 @@ var ErrNoPrincipal = errors.New("rate: Allow needs a non-empty principal")
 
 // Allow counts one request by principal (an API key, a user id) outside an
 // HTTP handler, and returns the verdict once the new count is durable. It
-// shares its counter with requests for which Options.Key returns the same
+// shares its counter with requests for which Options.KeyFunc returns the same
 // principal, and like theirs the count survives a restart. It fails with
 // ErrNoPrincipal for "", with porch.ErrSaturated when the key's mailbox is
 // full, with the store's error when the write failed, and with ctx.Err().

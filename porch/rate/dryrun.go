@@ -28,8 +28,11 @@ func (l *Limiter) dryRun(r *http.Request, key string, n int64, v Verdict, err er
 	v.DryRun = true
 	if !v.Allowed {
 		if suppressed, ok := l.dryLog.admit(l.store.Wall(), dryRunLogEvery); ok {
-			slog.InfoContext(r.Context(), "rate: dry run: would have refused a request",
-				"limiter", l.opt.Name, "key", key, "weight", n, "limit", v.Limit, "suppressed", suppressed)
+			args := []any{"limiter", l.opt.Name, "key", key, "weight", n, "limit", v.Limit}
+			if suppressed > 0 {
+				args = append(args, "suppressed", suppressed)
+			}
+			slog.InfoContext(r.Context(), "rate: dry run: would have refused a request", args...)
 		}
 	}
 	return v, nil
