@@ -23,11 +23,13 @@
 // New follows chi's rule. A programming error panics at construction with a
 // "rate: " message, before any I/O: a nil pool or store, a store that keeps
 // no counters, a limit below 1, a window under a millisecond, an
-// Options.Name that a counter key or a header cannot hold. An error is
+// Options.Name that a counter key or a header cannot hold, or both
+// Options.Key and Options.KeyFunc. An error is
 // returned only for what the store answers: the policy refused
 // (store.ErrPolicyConflict), or the store failing to record the policy or
 // to load the open windows. Past New the limiter does not panic: a hit it
-// cannot count is a 503 (Before, Handler) or an error (Allow).
+// cannot count is a 503 (Before, Handler) or an error (Allow, AllowN); a
+// failing KeyFunc or a Weight below 1 is a 500.
 //
 // # Who a client is, and chi's middleware.RealIP
 //

@@ -57,7 +57,8 @@ type Options struct {
 	// DryRun makes the middleware count and report but never refuse: for
 	// rolling out a new limit. A request over the limit is served, with the
 	// usual rate-limit headers and X-RateLimit-Dry-Run: limited (allowed
-	// otherwise), and logged (see dryrun.go). A request that cannot be
+	// otherwise), and logged at INFO, at most once per 10 s with how many
+	// were held back. A request that cannot be
 	// counted (a store failure, a saturated pool, a failing KeyFunc) is
 	// served too, uncounted and without headers, and logged. Counts are what
 	// enforcing would have counted, so turning DryRun off later keeps them.
@@ -122,7 +123,8 @@ type Limiter struct {
 // New panics, with a "rate: " message, on a programming error: a nil pool
 // or store, a store that keeps no counters (neither store.ExclusiveCounters
 // nor store.SharedCounters), limit < 1, a window under a millisecond, or an
-// Options.Name that is not a valid name (see Options.Name). It
+// Options.Name that is not a valid name (see Options.Name), or both
+// Options.Key and Options.KeyFunc. It
 // checks all of these before any I/O. It returns an error only for what the
 // store answers: the policy refused (store.ErrPolicyConflict), or the store
 // failing to record the policy or to load the open windows.
