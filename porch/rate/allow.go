@@ -111,9 +111,13 @@ func (l *Limiter) hit(v *view, key string, n int64, reply porch.Reply[Verdict]) 
 // counters: the database counts, atomically, and the actor only orders this
 // process's hits and lets the committer batch them.
 func (l *Limiter) hitShared(key string, n int64, reply porch.Reply[Verdict]) {
-	err := l.shared.AddHit(key, l.window, n, func(h store.Hit, err error) {
+	err := l.shared.AddHit(key, l.window, n, l.limit, func(h store.Hit, err error) {
 		v := Verdict{Limit: l.limit, ResetAt: l.store.Wall().Add(h.ResetIn), Allowed: h.Count <= l.limit}
-		v.Remaining = max(l.limit-h.Count, 0)
+		counted := h.Count // a refused hit's Count includes its weight, which was not counted
+		if !v.Allowed {
+			counted -= n
+		}
+		v.Remaining = max(l.limit-counted, 0)
 		reply.Send(v, err)
 	})
 	if err != nil {

@@ -62,11 +62,9 @@
 // Options.Weight and AllowN count a request as n: it is allowed only if its
 // window's count plus n is within the limit. A weight above the limit is
 // refused with ErrOverLimit (413, ProblemOverLimit), never counted, because
-// no window could ever allow it and a 429 would invite retries. A refusal
-// changes nothing on SQLite; on PostgreSQL the database adds every hit's
-// weight in one statement without knowing the limit, so a refused weight is
-// counted too, and after a refused heavy request a lighter one in the same
-// window is refused as well.
+// no window could ever allow it and a 429 would invite retries. A refused
+// request changes nothing, on either store: a lighter request after a
+// refused heavy one is still allowed if it fits.
 //
 // There is no per-request limit: a Name's limit is a policy that New
 // records and checks across instances, and that RateLimit-Policy announces;

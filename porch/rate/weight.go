@@ -20,8 +20,7 @@ var ErrOverLimit = errors.New("rate: request weight exceeds the limit")
 // AllowN counts one request of weight n by principal, as Allow counts a
 // request of weight 1: it is allowed only if its window's count plus n is
 // within the limit, and then the count grows by n, durably, before AllowN
-// returns. A refused request changes nothing on SQLite; on PostgreSQL its
-// weight is counted too (see the package doc, "Weights").
+// returns. A refused request changes nothing.
 //
 // It fails, without counting, with ErrNoPrincipal for "", ErrWeight for
 // n < 1 and ErrOverLimit for n above the limit; and otherwise as Allow

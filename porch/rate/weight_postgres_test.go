@@ -10,10 +10,9 @@ import (
 	"github.com/writeonce/porch-go/internal/pgtest"
 )
 
-// On PostgreSQL each hit adds its weight in the batch's one upsert, and the
-// database answers each hit's count in arrival order. A refused request's
-// weight is counted too (the statement does not know the limit), so once a
-// heavy request is refused a lighter one is refused as well in that window.
+// On PostgreSQL, as on SQLite, a request of weight n is counted only if the
+// count plus n is within the limit, and a refused one changes nothing: a
+// lighter request after a refused heavy one is still allowed.
 func TestWeightPostgres(t *testing.T) {
 	dsn := pgtest.DSN(t)
 	in := newInstance(t, dsn, 10, time.Hour)
@@ -24,8 +23,9 @@ func TestWeightPostgres(t *testing.T) {
 	}{
 		{4, true, 6},
 		{4, true, 2},
-		{3, false, 0}, // 11 > 10
-		{1, false, 0}, // 12: the refused 3 was counted
+		{3, false, 2}, // 11 > 10: refused, not counted
+		{2, true, 0},
+		{1, false, 0},
 	}
 	for i, s := range steps {
 		v, err := in.lim.AllowN(context.Background(), "alice", s.n)
@@ -69,5 +69,14 @@ func TestWeightPostgresExactAcrossInstances(t *testing.T) {
 	wg.Wait()
 	if got, want := allowed.Load(), int64(limit/weight); got != want {
 		t.Errorf("got %d requests of weight %d allowed under limit %d, want %d", got, weight, limit, want)
+	}
+	// The refused hits were taken back out: the row holds what was allowed.
+	var stored int64
+	err := a.st.Pool().QueryRow(context.Background(), `SELECT count FROM porch_rate_counters WHERE key = 'rate:default:p:bulk'`).Scan(&stored)
+	if err != nil {
+		t.Fatalf("read counter: %v", err)
+	}
+	if want := int64(limit / weight * weight); stored != want {
+		t.Errorf("got stored count %d, want %d", stored, want)
 	}
 }

@@ -141,10 +141,10 @@ func (p *Store) Pool() *pgxpool.Pool { return p.pool }
 // Wall reads the wall clock.
 func (p *Store) Wall() time.Time { return p.opt.Clock.Wall() }
 
-// AddHit queues one hit of weight n for key; done runs once the batch
-// carrying it has committed.
-func (p *Store) AddHit(key string, window time.Duration, n int64, done func(store.Hit, error)) error {
-	return p.c.Enqueue(commit.Op{Hit: &commit.Hit{Key: key, Window: window, N: n, Done: done}})
+// AddHit queues one hit of weight n for key, counted if it keeps the count
+// within limit; done runs once the batch carrying it has committed.
+func (p *Store) AddHit(key string, window time.Duration, n, limit int64, done func(store.Hit, error)) error {
+	return p.c.Enqueue(commit.Op{Hit: &commit.Hit{Key: key, Window: window, N: n, Limit: limit, Done: done}})
 }
 
 // Stats reports the committer's counters.
@@ -179,13 +179,17 @@ func (p *Store) Close(ctx context.Context) error {
 type keyHits struct {
 	key    string
 	window time.Duration
-	ops    []*commit.Hit // in arrival order; each adds its weight N to the count
+	ops    []*commit.Hit // in arrival order
 	sum    int64         // the weights of ops
+	// refused is the weight of the ops settle refused, to take back out.
+	refused int64
 }
 
 // writeBatch counts a batch of hits in one transaction: one upsert over every
 // key in the batch (keys sorted, so that two instances' batches lock rows in
-// the same order and cannot deadlock), then the bounded prunes.
+// the same order and cannot deadlock), adding every hit's weight; then, for
+// the keys where some hit would have passed its limit, one update that
+// takes those hits back out (see settleHits); then the bounded prunes.
 func (p *Store) writeBatch(batch []commit.Op) error {
 	ctx := context.Background()
 	if p.opt.CommitDelay > 0 {
@@ -236,11 +240,7 @@ func (p *Store) writeBatch(batch []commit.Op) error {
 				rows.Close()
 				return fmt.Errorf("postgres: add hits: unexpected key %q returned", key)
 			}
-			at := count - kh.sum
-			for _, h := range kh.ops {
-				at += h.N
-				h.Result = store.Hit{Count: at, ResetIn: time.Duration(leftMS) * time.Millisecond}
-			}
+			kh.settle(count, time.Duration(leftMS)*time.Millisecond)
 			seen++
 		}
 		rows.Close()
@@ -249,6 +249,9 @@ func (p *Store) writeBatch(batch []commit.Op) error {
 		}
 		if seen != len(keys) {
 			return fmt.Errorf("postgres: add hits: %d of %d keys returned", seen, len(keys))
+		}
+		if err := refundHits(ctx, tx, keys, byKey); err != nil {
+			return err
 		}
 		if probe {
 			if err := writeProbe(ctx, tx); err != nil {
