@@ -50,7 +50,9 @@ type throttledLog struct {
 func (t *throttledLog) admit(now time.Time, every time.Duration) (suppressed int, ok bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if !t.last.IsZero() && now.Sub(t.last) < every {
+	// A wall clock set back lets a line through rather than silence the
+	// log until it has caught up.
+	if d := now.Sub(t.last); !t.last.IsZero() && d >= 0 && d < every {
 		t.suppressed++
 		return 0, false
 	}

@@ -55,6 +55,11 @@ func TestDryRun(t *testing.T) {
 			if n := strings.Count(logs.String(), "would have refused"); n != 1 {
 				t.Errorf("got %d would-have-refused lines, want 1:\n%s", n, logs.String())
 			}
+			rg.clock.Advance(10 * time.Second)
+			serve(handler, request("192.0.2.1:1"))
+			if n := strings.Count(logs.String(), "suppressed=1"); n != 1 {
+				t.Errorf("after the interval: got %d lines with suppressed=1, want 1:\n%s", n, logs.String())
+			}
 			// Counted as enforcing counts: a refusal adds nothing.
 			key := rg.lim.CounterKey(request("192.0.2.1:1"))
 			if v := rg.allowKey(t, key); v.Allowed || v.Remaining != 0 {

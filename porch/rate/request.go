@@ -64,14 +64,10 @@ func (l *Limiter) resolve(r *http.Request) (key string, n int64, err error) {
 func (l *Limiter) failure(r *http.Request, err error) *porch.Response {
 	var ke *keyError
 	switch {
-	case errors.As(err, &ke), errors.Is(err, ErrWeight):
-		porch.LogError(r.Context(), "rate: could not key or weigh a request", "limiter", l.opt.Name, "err", err)
-		return porch.Problem{
-			Type:   ProblemKeyFailed,
-			Title:  "Internal Server Error",
-			Status: http.StatusInternalServerError,
-			Detail: "the rate limiter could not tell what to count this request against",
-		}.Response()
+	case errors.As(err, &ke):
+		return l.internal(r, err, "the rate limiter could not tell what to count this request against")
+	case errors.Is(err, ErrWeight):
+		return l.internal(r, err, "the rate limiter could not weigh this request")
 	case errors.Is(err, ErrOverLimit):
 		return porch.Problem{
 			Type:   ProblemOverLimit,
@@ -81,4 +77,16 @@ func (l *Limiter) failure(r *http.Request, err error) *porch.Response {
 		}.Response()
 	}
 	return l.unavailable(r, err)
+}
+
+// internal is the 500 for a request the application's KeyFunc or Weight
+// failed on. The error is logged, not sent: it is the server's.
+func (l *Limiter) internal(r *http.Request, err error, detail string) *porch.Response {
+	porch.LogError(r.Context(), "rate: could not key or weigh a request", "limiter", l.opt.Name, "err", err)
+	return porch.Problem{
+		Type:   ProblemKeyFailed,
+		Title:  "Internal Server Error",
+		Status: http.StatusInternalServerError,
+		Detail: detail,
+	}.Response()
 }
