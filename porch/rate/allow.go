@@ -19,6 +19,10 @@ type Verdict struct {
 	// verdict was made so that every response of one window reports the
 	// same instant however long its write took.
 	ResetAt time.Time
+	// DryRun marks a verdict of a limiter in Options.DryRun, which the
+	// middleware serves whatever Allowed says: Allowed is what enforcing
+	// would have decided.
+	DryRun bool
 }
 
 // ErrNoPrincipal is returned by Allow for an empty principal: counting
@@ -28,7 +32,7 @@ var ErrNoPrincipal = errors.New("rate: Allow needs a non-empty principal")
 
 // Allow counts one request by principal (an API key, a user id) outside an
 // HTTP handler, and returns the verdict once the new count is durable. It
-// shares its counter with requests for which Options.Key returns the same
+// shares its counter with requests for which Options.KeyFunc returns the same
 // principal, and like theirs the count survives a restart. It fails with
 // ErrNoPrincipal for "", with porch.ErrSaturated when the key's mailbox is
 // full, with the store's error when the write failed, and with ctx.Err().
@@ -37,18 +41,19 @@ func (l *Limiter) Allow(ctx context.Context, principal string) (Verdict, error) 
 	if principal == "" {
 		return Verdict{}, ErrNoPrincipal
 	}
-	return l.allow(ctx, l.principalKey(principal))
+	return l.allow(ctx, l.principalKey(principal), 1)
 }
 
-// allow counts one request against the counter key.
-func (l *Limiter) allow(ctx context.Context, key string) (Verdict, error) {
+// allow counts one request of weight n (1 <= n <= limit) against the
+// counter key.
+func (l *Limiter) allow(ctx context.Context, key string, n int64) (Verdict, error) {
 	// One closure on the hot path: the actor answers through reply directly.
 	reply := porch.NewReply[Verdict]()
 	err := l.pool.Send(key, func(shard int) {
 		if l.exclusive != nil {
-			l.hit(l.views[shard], key, reply)
+			l.hit(l.views[shard], key, n, reply)
 		} else {
-			l.hitShared(key, reply)
+			l.hitShared(key, n, reply)
 		}
 	})
 	if err != nil {
@@ -63,7 +68,7 @@ func (l *Limiter) allow(ctx context.Context, key string) (Verdict, error) {
 // covers it commits, or after a new write (see nextBound) commits. A hot key
 // (see hot) queues its next write while half its margin is left, so its hits
 // seldom wait for a commit at all.
-func (l *Limiter) hit(v *view, key string, reply porch.Reply[Verdict]) {
+func (l *Limiter) hit(v *view, key string, n int64, reply porch.Reply[Verdict]) {
 	now := l.exclusive.Now()
 	v.forget(now, l.window, forgetPerHit)
 	w, ok := v.counts[key]
@@ -71,14 +76,14 @@ func (l *Limiter) hit(v *view, key string, reply porch.Reply[Verdict]) {
 		w = v.open(key, now) // a closed window is reset on this access
 		l.armForget(v, now)
 	}
-	verdict := Verdict{Limit: l.limit, ResetAt: l.store.Wall().Add(w.start.Add(l.window).Sub(now))}
-	if w.count >= l.limit {
+	verdict := Verdict{Limit: l.limit, Remaining: max(l.limit-w.count, 0), ResetAt: l.store.Wall().Add(w.start.Add(l.window).Sub(now))}
+	if w.count+n > l.limit {
 		// Nothing changes, so nothing is written; a refusal never lets a
 		// request through, so it need not wait for earlier writes.
 		reply.Send(verdict, nil)
 		return
 	}
-	w.count++
+	w.count += n
 	verdict.Allowed = true
 	verdict.Remaining = l.limit - w.count
 	if w.pending != nil {
@@ -105,10 +110,14 @@ func (l *Limiter) hit(v *view, key string, reply porch.Reply[Verdict]) {
 // hitShared runs on key's actor when other processes write the same
 // counters: the database counts, atomically, and the actor only orders this
 // process's hits and lets the committer batch them.
-func (l *Limiter) hitShared(key string, reply porch.Reply[Verdict]) {
-	err := l.shared.AddHit(key, l.window, func(h store.Hit, err error) {
+func (l *Limiter) hitShared(key string, n int64, reply porch.Reply[Verdict]) {
+	err := l.shared.AddHit(key, l.window, n, l.limit, func(h store.Hit, err error) {
 		v := Verdict{Limit: l.limit, ResetAt: l.store.Wall().Add(h.ResetIn), Allowed: h.Count <= l.limit}
-		v.Remaining = max(l.limit-h.Count, 0)
+		counted := h.Count // a refused hit's Count includes its weight, which was not counted
+		if !v.Allowed {
+			counted -= n
+		}
+		v.Remaining = max(l.limit-counted, 0)
 		reply.Send(v, err)
 	})
 	if err != nil {

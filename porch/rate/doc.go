@@ -23,11 +23,13 @@
 // New follows chi's rule. A programming error panics at construction with a
 // "rate: " message, before any I/O: a nil pool or store, a store that keeps
 // no counters, a limit below 1, a window under a millisecond, an
-// Options.Name that a counter key or a header cannot hold. An error is
+// Options.Name that a counter key or a header cannot hold, or both
+// Options.Key and Options.KeyFunc. An error is
 // returned only for what the store answers: the policy refused
 // (store.ErrPolicyConflict), or the store failing to record the policy or
 // to load the open windows. Past New the limiter does not panic: a hit it
-// cannot count is a 503 (Before, Handler) or an error (Allow).
+// cannot count is a 503 (Before, Handler) or an error (Allow, AllowN); a
+// failing KeyFunc or a Weight below 1 is a 500.
 //
 // # Who a client is, and chi's middleware.RealIP
 //
@@ -46,5 +48,32 @@
 //
 // Outside a handler, count by principal (an API key, a user id) with
 // lim.Allow(ctx, "user42"); it shares its counter with requests whose
-// Options.Key returns that principal.
+// Options.KeyFunc returns that principal.
+//
+// # Keys, weights and dry run
+//
+// Options.KeyFunc names what a request is counted against: a user
+// (KeyByHeader on a header your authentication set), a route (KeyByRoute),
+// or several joined by Keys. It exempts a request with ErrSkip (served,
+// uncounted, without headers); any other error fails the request closed
+// with a 500 of type ProblemKeyFailed, because serving it uncounted would
+// make a failing lookup a way around the limit.
+//
+// Options.Weight and AllowN count a request as n: it is allowed only if its
+// window's count plus n is within the limit. A weight above the limit is
+// refused with ErrOverLimit (413, ProblemOverLimit), never counted, because
+// no window could ever allow it and a 429 would invite retries. A refused
+// request changes nothing, on either store: a lighter request after a
+// refused heavy one is still allowed if it fits.
+//
+// There is no per-request limit: a Name's limit is a policy that New
+// records and checks across instances, and that RateLimit-Policy announces;
+// a limit that varied per request would make both untrue. Give each tier
+// its own limiter (its own Name) and choose between them in a small
+// middleware.
+//
+// Options.DryRun counts and reports but never refuses, for rolling out a
+// new limit: a request over it is served with X-RateLimit-Dry-Run: limited
+// beside the usual headers, and logged at most once per 10 s (with how many
+// were held back).
 package rate

@@ -25,7 +25,24 @@ func (l *Limiter) setHeaders(h http.Header, v Verdict) {
 	h[hdrRemaining] = []string{remaining}
 	h[hdrReset] = []string{strconv.FormatInt(resetUnix, 10)}
 	h[hdrRateLimit] = []string{l.rateLimitPrefix + remaining + ";t=" + strconv.FormatInt(secs, 10)}
+	if v.DryRun {
+		h[hdrDryRun] = dryRunValue(v)
+	}
 }
+
+// dryRunValue is X-RateLimit-Dry-Run's value: what enforcing would have
+// answered.
+func dryRunValue(v Verdict) []string {
+	if v.Allowed {
+		return dryRunAllowed
+	}
+	return dryRunLimited
+}
+
+var (
+	dryRunAllowed = []string{"allowed"}
+	dryRunLimited = []string{"limited"}
+)
 
 // Canonical header keys, as http.CanonicalHeaderKey spells them.
 var (
@@ -34,4 +51,5 @@ var (
 	hdrReset     = http.CanonicalHeaderKey("X-RateLimit-Reset")
 	hdrPolicy    = http.CanonicalHeaderKey("RateLimit-Policy")
 	hdrRateLimit = http.CanonicalHeaderKey("RateLimit")
+	hdrDryRun    = http.CanonicalHeaderKey("X-RateLimit-Dry-Run")
 )

@@ -22,16 +22,25 @@ func (l *Limiter) clientKey(r *http.Request) string {
 }
 
 // key is the counter key r is counted against: the limiter's prefix, then
-// the principal Options.Key returns, or else the client address. The
-// storage format stays inside the package, so that what a caller counts
-// is always what load reads back after a restart.
-func (l *Limiter) key(r *http.Request) string {
-	if l.opt.Key != nil {
-		if k := l.opt.Key(r); k != "" {
-			return l.principalKey(k)
+// the principal Options.KeyFunc (or Key) returns, or else the client
+// address. It returns the KeyFunc's error as it is. The storage format
+// stays inside the package, so that what a caller counts is always what
+// load reads back after a restart.
+func (l *Limiter) key(r *http.Request) (string, error) {
+	var k string
+	switch {
+	case l.opt.KeyFunc != nil:
+		var err error
+		if k, err = l.opt.KeyFunc(r); err != nil {
+			return "", err
 		}
+	case l.opt.Key != nil:
+		k = l.opt.Key(r)
 	}
-	return l.prefix + "ip:" + l.clientKey(r)
+	if k != "" {
+		return l.principalKey(k), nil
+	}
+	return l.prefix + "ip:" + l.clientKey(r), nil
 }
 
 func (l *Limiter) principalKey(principal string) string { return l.prefix + "p:" + principal }

@@ -32,9 +32,38 @@ type Options struct {
 	// chi's middleware.RealIP has already overwritten it from a header:
 	// never use RealIP with this limiter (see the package doc).
 	TrustProxy bool
+	// KeyFunc, if set, names the principal to count a request against (an
+	// API key, a user id, a route: see [KeyFunc], [Keys]), exempts it with
+	// [ErrSkip], or fails it. A request whose KeyFunc fails with another
+	// error is not counted and not served: the middleware answers 500
+	// (application/problem+json of type ProblemKeyFailed) and logs the
+	// error, because serving it uncounted would turn a failing lookup into
+	// a way around the limit. If nil, Key; if both are nil, the client
+	// address.
+	KeyFunc KeyFunc
 	// Key, if set, returns the principal to count a request against (an API
 	// key, a user id). It returns "" to fall back to the client IP.
+	//
+	// Deprecated: use KeyFunc, which can also exempt a request or fail;
+	// Key(r) is KeyFunc returning (Key(r), nil). Key will be removed in the
+	// release after next. Setting both panics in New.
 	Key func(r *http.Request) string
+	// Weight, if set, is what a request costs, at least 1 (a batch call, an
+	// export, a search that costs as much as ten reads): the middleware
+	// counts it as AllowN does. A weight below 1 fails the request with 500,
+	// as a KeyFunc error does; a weight above the limit is answered 413 and
+	// not counted (see AllowN). If nil, every request costs 1.
+	Weight func(r *http.Request) int
+	// DryRun makes the middleware count and report but never refuse: for
+	// rolling out a new limit. A request over the limit is served, with the
+	// usual rate-limit headers and X-RateLimit-Dry-Run: limited (allowed
+	// otherwise), and logged at INFO, at most once per 10 s with how many
+	// were held back. A request that cannot be
+	// counted (a store failure, a saturated pool, a failing KeyFunc) is
+	// served too, uncounted and without headers, and logged. Counts are what
+	// enforcing would have counted, so turning DryRun off later keeps them.
+	// Allow and AllowN report true verdicts whatever DryRun says.
+	DryRun bool
 	// WriteAhead bounds how far ahead of a key's count the stored count may
 	// run, with a store that is the counters' only writer (SQLite). Writing
 	// ahead lets later hits answer without a write of their own once the
@@ -69,6 +98,7 @@ type Limiter struct {
 	prefix                  string // counter key prefix
 	release                 func() // ends the store's claim of this limiter's policy
 	warnRewritten           sync.Once
+	dryLog                  throttledLog // would-be refusals in DryRun
 }
 
 // New returns a limiter of limit requests per window, counted by pool's
@@ -93,7 +123,8 @@ type Limiter struct {
 // New panics, with a "rate: " message, on a programming error: a nil pool
 // or store, a store that keeps no counters (neither store.ExclusiveCounters
 // nor store.SharedCounters), limit < 1, a window under a millisecond, or an
-// Options.Name that is not a valid name (see Options.Name). It
+// Options.Name that is not a valid name (see Options.Name), or both
+// Options.Key and Options.KeyFunc. It
 // checks all of these before any I/O. It returns an error only for what the
 // store answers: the policy refused (store.ErrPolicyConflict), or the store
 // failing to record the policy or to load the open windows.
@@ -125,6 +156,9 @@ func newLimiter(pool *porch.Pool, st store.Store, limit int, window time.Duratio
 	}
 	if !validName(opt.Name) {
 		panic(fmt.Sprintf(`rate: New expects an Options.Name of printable ASCII without '"', '\' or ':', got %q`, opt.Name))
+	}
+	if opt.Key != nil && opt.KeyFunc != nil {
+		panic("rate: New expects Options.KeyFunc or the deprecated Options.Key, not both")
 	}
 	ahead := int64(opt.WriteAhead)
 	switch {

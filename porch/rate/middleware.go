@@ -2,6 +2,7 @@ package rate
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -20,12 +21,15 @@ type verdictKey struct{ l *Limiter }
 // Before counts the request. A refusal short-circuits with 429; a failure
 // with 503. It implements porch.Middleware.
 func (l *Limiter) Before(r *http.Request) (*http.Request, *porch.Response) {
-	v, err := l.allow(r.Context(), l.key(r))
+	v, err := l.count(r)
+	if errors.Is(err, ErrSkip) {
+		return r, nil
+	}
 	if err != nil {
-		return r, l.unavailable(r, err)
+		return r, l.failure(r, err)
 	}
 	r = r.WithContext(context.WithValue(r.Context(), verdictKey{l}, v))
-	if !v.Allowed {
+	if !v.Allowed && !v.DryRun {
 		res := l.refusal(v)
 		return r, res
 	}
@@ -47,12 +51,16 @@ func (l *Limiter) After(r *http.Request, res *porch.Response, _ porch.Completion
 // does not buffer the response: headers are set before next runs.
 func (l *Limiter) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		v, err := l.allow(r.Context(), l.key(r))
-		if err != nil {
-			l.unavailable(r, err).Write(w)
+		v, err := l.count(r)
+		if errors.Is(err, ErrSkip) {
+			next.ServeHTTP(w, r)
 			return
 		}
-		if !v.Allowed {
+		if err != nil {
+			l.failure(r, err).Write(w)
+			return
+		}
+		if !v.Allowed && !v.DryRun {
 			l.refusal(v).Write(w)
 			return
 		}

@@ -109,13 +109,13 @@ func TestLimiterForgetsClosedWindows(t *testing.T) {
 	}
 	ctx := context.Background()
 	for i := range 10 {
-		if _, err := l.allow(ctx, fmt.Sprintf("old-%d", i)); err != nil {
+		if _, err := l.allow(ctx, fmt.Sprintf("old-%d", i), 1); err != nil {
 			t.Fatal(err)
 		}
 	}
 	clock.Advance(time.Minute)
 	for range 3 { // 3 hits × forgetPerHit >= 10
-		if _, err := l.allow(ctx, "new"); err != nil {
+		if _, err := l.allow(ctx, "new", 1); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -154,7 +154,7 @@ func TestIdleActorForgets(t *testing.T) {
 	t.Cleanup(func() { l.Close(context.Background()) })
 	ctx := context.Background()
 	for i := range 50 {
-		if _, err := l.allow(ctx, fmt.Sprintf("k-%d", i)); err != nil {
+		if _, err := l.allow(ctx, fmt.Sprintf("k-%d", i), 1); err != nil {
 			t.Fatal(err)
 		}
 	}

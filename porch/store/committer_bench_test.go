@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"math"
 	"path/filepath"
 	"strconv"
 	"sync/atomic"
@@ -117,7 +118,7 @@ func BenchmarkAddHit(b *testing.B) {
 				answer := func(_ store.Hit, err error) { done <- err }
 				for pb.Next() {
 					key := bc.keys[int(next.Add(1))%len(bc.keys)]
-					if err := p.AddHit(key, time.Hour, answer); err != nil {
+					if err := p.AddHit(key, time.Hour, 1, math.MaxInt64, answer); err != nil {
 						b.Error(err)
 						return
 					}

@@ -6,6 +6,7 @@ package store_test
 import (
 	"context"
 	"errors"
+	"math"
 	"path/filepath"
 	"testing"
 	"time"
@@ -93,7 +94,7 @@ var healthBackends = []healthBackend{
 			st: p, clock: clock,
 			write: func() error {
 				done := make(chan error, 1)
-				if err := p.AddHit("k", time.Minute, func(_ store.Hit, err error) { done <- err }); err != nil {
+				if err := p.AddHit("k", time.Minute, 1, math.MaxInt64, func(_ store.Hit, err error) { done <- err }); err != nil {
 					return err
 				}
 				return <-done

@@ -44,8 +44,10 @@ func (c Counter) End() time.Time { return c.WindowStart.Add(c.Window) }
 
 // Hit is the result of counting one request in a shared counter.
 type Hit struct {
-	// Count is this request's position in its window: 1 for the first. The
-	// request is within a limit L exactly when Count <= L.
+	// Count is the window's count with this request's weight added: 1 for
+	// a first request of weight 1. The request was counted exactly when
+	// Count <= the limit; a refused request's Count is what it would have
+	// made the count, and is not stored.
 	Count int64
 	// ResetIn is the time left in the window when the hit was counted,
 	// measured on the database's clock.
@@ -164,8 +166,11 @@ type ExclusiveCounters interface {
 // (PostgreSQL). No process may cache a count; each hit is counted by one
 // atomic statement, on the database's clock, and is durable before done runs.
 type SharedCounters interface {
-	// AddHit counts one request for key in its window of length window.
-	AddHit(key string, window time.Duration, done func(Hit, error)) error
+	// AddHit counts one request of weight n (at least 1) for key in its
+	// window of length window, if the window's count plus n is within
+	// limit: the count grows by n. A hit that would pass limit is refused
+	// and changes nothing, as a refusal does on an exclusive store.
+	AddHit(key string, window time.Duration, n, limit int64, done func(Hit, error)) error
 	// ClaimPolicy records that a limiter counts under p until release, in
 	// every instance; it fails with ErrPolicyConflict while a limiter of
 	// p.Name counts under another policy, here or in a running instance.

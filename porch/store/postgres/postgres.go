@@ -141,10 +141,10 @@ func (p *Store) Pool() *pgxpool.Pool { return p.pool }
 // Wall reads the wall clock.
 func (p *Store) Wall() time.Time { return p.opt.Clock.Wall() }
 
-// AddHit queues one hit for key; done runs once the batch carrying it has
-// committed.
-func (p *Store) AddHit(key string, window time.Duration, done func(store.Hit, error)) error {
-	return p.c.Enqueue(commit.Op{Hit: &commit.Hit{Key: key, Window: window, Done: done}})
+// AddHit queues one hit of weight n for key, counted if it keeps the count
+// within limit; done runs once the batch carrying it has committed.
+func (p *Store) AddHit(key string, window time.Duration, n, limit int64, done func(store.Hit, error)) error {
+	return p.c.Enqueue(commit.Op{Hit: &commit.Hit{Key: key, Window: window, N: n, Limit: limit, Done: done}})
 }
 
 // Stats reports the committer's counters.
@@ -179,12 +179,17 @@ func (p *Store) Close(ctx context.Context) error {
 type keyHits struct {
 	key    string
 	window time.Duration
-	ops    []*commit.Hit // in arrival order; the i-th is the window's (count - len + i + 1)-th hit
+	ops    []*commit.Hit // in arrival order
+	sum    int64         // the weights of ops
+	// refused is the weight of the ops settle refused, to take back out.
+	refused int64
 }
 
 // writeBatch counts a batch of hits in one transaction: one upsert over every
 // key in the batch (keys sorted, so that two instances' batches lock rows in
-// the same order and cannot deadlock), then the bounded prunes.
+// the same order and cannot deadlock), adding every hit's weight; then, for
+// the keys where some hit would have passed its limit, one update that
+// takes those hits back out (see settleHits); then the bounded prunes.
 func (p *Store) writeBatch(batch []commit.Op) error {
 	ctx := context.Background()
 	if p.opt.CommitDelay > 0 {
@@ -204,6 +209,7 @@ func (p *Store) writeBatch(batch []commit.Op) error {
 			byKey[h.Key] = kh
 		}
 		kh.ops = append(kh.ops, h)
+		kh.sum += h.N
 	}
 	keys := make([]string, 0, len(byKey))
 	for k := range byKey {
@@ -214,7 +220,7 @@ func (p *Store) writeBatch(batch []commit.Op) error {
 	hits := make([]int64, len(keys))
 	for i, k := range keys {
 		windows[i] = byKey[k].window.Milliseconds()
-		hits[i] = int64(len(byKey[k].ops))
+		hits[i] = byKey[k].sum
 	}
 	return pgx.BeginTxFunc(ctx, p.writer, readCommitted, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, pgAddHits, keys, windows, hits)
@@ -234,10 +240,7 @@ func (p *Store) writeBatch(batch []commit.Op) error {
 				rows.Close()
 				return fmt.Errorf("postgres: add hits: unexpected key %q returned", key)
 			}
-			first := count - int64(len(kh.ops))
-			for i, h := range kh.ops {
-				h.Result = store.Hit{Count: first + int64(i) + 1, ResetIn: time.Duration(leftMS) * time.Millisecond}
-			}
+			kh.settle(count, time.Duration(leftMS)*time.Millisecond)
 			seen++
 		}
 		rows.Close()
@@ -246,6 +249,9 @@ func (p *Store) writeBatch(batch []commit.Op) error {
 		}
 		if seen != len(keys) {
 			return fmt.Errorf("postgres: add hits: %d of %d keys returned", seen, len(keys))
+		}
+		if err := refundHits(ctx, tx, keys, byKey); err != nil {
+			return err
 		}
 		if probe {
 			if err := writeProbe(ctx, tx); err != nil {

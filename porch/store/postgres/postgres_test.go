@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"errors"
+	"math"
 	"slices"
 	"sync"
 	"testing"
@@ -39,7 +40,7 @@ func addHit(t *testing.T, s *postgres.Store, key string, window time.Duration) s
 		err error
 	}
 	ch := make(chan res, 1)
-	if err := s.AddHit(key, window, func(h store.Hit, err error) { ch <- res{h, err} }); err != nil {
+	if err := s.AddHit(key, window, 1, math.MaxInt64, func(h store.Hit, err error) { ch <- res{h, err} }); err != nil {
 		t.Fatalf("AddHit: %v", err)
 	}
 	r := <-ch
@@ -68,7 +69,7 @@ func TestPostgresAddHitIsExactAcrossInstances(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				<-start
-				err := s.AddHit("rate:k", time.Hour, func(h store.Hit, err error) {
+				err := s.AddHit("rate:k", time.Hour, 1, math.MaxInt64, func(h store.Hit, err error) {
 					if err != nil {
 						t.Errorf("AddHit: %v", err)
 						return

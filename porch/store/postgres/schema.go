@@ -69,6 +69,11 @@ const (
 				WHEN c.window_ms = excluded.window_ms THEN c.expires_at
 				ELSE least(c.expires_at, excluded.expires_at) END
 		RETURNING c.key, c.count, least(c.expires_at - ` + pgNowMS + `, c.window_ms)`
+	// pgRefundHits takes the weights of refused hits back out of counts
+	// pgAddHits added them to, in the same transaction, which still holds
+	// the rows' locks.
+	pgRefundHits = `UPDATE porch_rate_counters AS c SET count = c.count - t.refused
+		FROM unnest($1::text[], $2::bigint[]) AS t (key, refused) WHERE c.key = t.key`
 	// The prunes run after the batch's upserts and skip locked rows, so they
 	// never wait on another instance's transaction: no deadlock cycle can
 	// pass through them. ORDER BY expires_at makes the planner walk the

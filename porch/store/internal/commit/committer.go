@@ -53,6 +53,8 @@ type Statement struct {
 type Hit struct {
 	Key    string
 	Window time.Duration
+	N      int64 // the request's weight, at least 1
+	Limit  int64 // the hit is counted only if it keeps the count within Limit
 	Done   func(store.Hit, error)
 	Result store.Hit
 }

@@ -1,0 +1,61 @@
+package rate
+
+import (
+	"errors"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/writeonce/porch-go/porch"
+)
+
+// dryRunLogEvery is how often a dry-run limiter logs a would-be refusal: the
+// first at once, then at most one line per interval carrying how many were
+// held back, so that a client far over a new limit cannot flood the log.
+const dryRunLogEvery = porch.DefaultErrorLogEvery
+
+// dryRun turns count's outcome into DryRun's: a refusal is served with
+// Verdict.DryRun set, and a failure (other than ErrSkip) is logged and
+// served uncounted.
+func (l *Limiter) dryRun(r *http.Request, key string, n int64, v Verdict, err error) (Verdict, error) {
+	if err != nil {
+		if !errors.Is(err, ErrSkip) {
+			porch.LogError(r.Context(), "rate: dry run: could not count a request; serving it", "limiter", l.opt.Name, "err", err)
+		}
+		return Verdict{}, ErrSkip
+	}
+	v.DryRun = true
+	if !v.Allowed {
+		if suppressed, ok := l.dryLog.admit(l.store.Wall(), dryRunLogEvery); ok {
+			args := []any{"limiter", l.opt.Name, "key", key, "weight", n, "limit", v.Limit}
+			if suppressed > 0 {
+				args = append(args, "suppressed", suppressed)
+			}
+			slog.InfoContext(r.Context(), "rate: dry run: would have refused a request", args...)
+		}
+	}
+	return v, nil
+}
+
+// throttledLog lets one line through per interval and counts the rest.
+type throttledLog struct {
+	mu         sync.Mutex // protects the fields below
+	last       time.Time  // when the last line went through; zero before the first
+	suppressed int        // lines held back since then
+}
+
+// admit reports whether a line goes through at now, and how many were held
+// back before it.
+func (t *throttledLog) admit(now time.Time, every time.Duration) (suppressed int, ok bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	// A wall clock set back lets a line through rather than silence the
+	// log until it has caught up.
+	if d := now.Sub(t.last); !t.last.IsZero() && d >= 0 && d < every {
+		t.suppressed++
+		return 0, false
+	}
+	suppressed, t.suppressed, t.last = t.suppressed, 0, now
+	return suppressed, true
+}

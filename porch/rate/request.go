@@ -1,0 +1,92 @@
+package rate
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/writeonce/porch-go/porch"
+)
+
+// Problem types of the requests the limiter cannot count.
+const (
+	// ProblemKeyFailed answers 500 when Options.KeyFunc fails, or
+	// Options.Weight returns less than 1.
+	ProblemKeyFailed = "https://porch.dev/problems/rate-key-failed"
+	// ProblemOverLimit answers 413 when a request's weight exceeds the
+	// limit (see ErrOverLimit).
+	ProblemOverLimit = "https://porch.dev/problems/rate-weight-over-limit"
+)
+
+// keyError is a KeyFunc's failure, told apart from the store's.
+type keyError struct{ err error }
+
+func (e *keyError) Error() string { return "rate: key function: " + e.err.Error() }
+func (e *keyError) Unwrap() error { return e.err }
+
+// count counts r as the middleware does: against its key, by its weight,
+// reported as DryRun says. It returns ErrSkip for a request to serve
+// uncounted and without headers.
+func (l *Limiter) count(r *http.Request) (Verdict, error) {
+	key, n, err := l.resolve(r)
+	var v Verdict
+	if err == nil {
+		v, err = l.allow(r.Context(), key, n)
+	}
+	if l.opt.DryRun {
+		return l.dryRun(r, key, n, v, err)
+	}
+	return v, err
+}
+
+// resolve names r's counter key and weight, or why r cannot be counted.
+func (l *Limiter) resolve(r *http.Request) (key string, n int64, err error) {
+	key, err = l.key(r)
+	if errors.Is(err, ErrSkip) {
+		return "", 0, ErrSkip
+	}
+	if err != nil {
+		return "", 0, &keyError{err}
+	}
+	w := 1
+	if l.opt.Weight != nil {
+		w = l.opt.Weight(r)
+	}
+	if err := l.checkWeight(w); err != nil {
+		return "", 0, err
+	}
+	return key, int64(w), nil
+}
+
+// failure is the answer to a request count failed on: 500 for the
+// application's KeyFunc or Weight, 413 for a weight no window allows, and
+// the fail-closed 503 for the rest.
+func (l *Limiter) failure(r *http.Request, err error) *porch.Response {
+	var ke *keyError
+	switch {
+	case errors.As(err, &ke):
+		return l.internal(r, err, "the rate limiter could not tell what to count this request against")
+	case errors.Is(err, ErrWeight):
+		return l.internal(r, err, "the rate limiter could not weigh this request")
+	case errors.Is(err, ErrOverLimit):
+		return porch.Problem{
+			Type:   ProblemOverLimit,
+			Title:  "Content Too Large",
+			Status: http.StatusRequestEntityTooLarge,
+			Detail: fmt.Sprintf("this request costs more than the limit of %d per %s, so it can never be allowed", l.limit, l.window),
+		}.Response()
+	}
+	return l.unavailable(r, err)
+}
+
+// internal is the 500 for a request the application's KeyFunc or Weight
+// failed on. The error is logged, not sent: it is the server's.
+func (l *Limiter) internal(r *http.Request, err error, detail string) *porch.Response {
+	porch.LogError(r.Context(), "rate: could not key or weigh a request", "limiter", l.opt.Name, "err", err)
+	return porch.Problem{
+		Type:   ProblemKeyFailed,
+		Title:  "Internal Server Error",
+		Status: http.StatusInternalServerError,
+		Detail: detail,
+	}.Response()
+}
