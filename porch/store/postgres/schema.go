@@ -90,10 +90,16 @@ const (
 	pgLockKey = `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`
 	// Load prunes the key's row if it has expired and returns it otherwise,
 	// in one round trip.
-	pgLoadResponse = `WITH pruned AS (
-			DELETE FROM porch_idem_responses WHERE key = $1 AND expires_at <= ` + pgClockMS + `)
+	// The clock is read once, so that a row is either pruned or returned:
+	// read twice, a row expiring between the readings was neither. The
+	// prune is part of the owner's transaction: an owner that then saves
+	// replaces the row, one that gives the key up leaves it to the
+	// bounded prune.
+	pgLoadResponse = `WITH clock AS (SELECT ` + pgClockMS + ` AS now_ms),
+		pruned AS (
+			DELETE FROM porch_idem_responses WHERE key = $1 AND expires_at <= (SELECT now_ms FROM clock))
 		SELECT digest, status, content_type, body, created_at, expires_at
-		FROM porch_idem_responses WHERE key = $1 AND expires_at > ` + pgClockMS
+		FROM porch_idem_responses WHERE key = $1 AND expires_at > (SELECT now_ms FROM clock)`
 	pgSaveResponse = `INSERT INTO porch_idem_responses AS r
 			(key, digest, status, content_type, body, created_at, expires_at)
 		VALUES ($1, $2, $3, $4, $5, ` + pgClockMS + `, ` + pgClockMS + ` + $6)
