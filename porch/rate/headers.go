@@ -16,15 +16,30 @@ func (l *Limiter) setHeaders(h http.Header, v Verdict) {
 	if v.ResetAt.Nanosecond() > 0 {
 		resetUnix++ // round up: the window is not over before this second
 	}
-	remaining := strconv.FormatInt(v.Remaining, 10)
+	// The three values that change per response are formatted into one
+	// string and handed out as slices of it, from one backing array: two
+	// allocations per response instead of seven. Each slice is capped at
+	// its length (vals[i:i+1:i+1]) so that a later Header.Add on one key
+	// copies instead of writing over the next key's value.
+	var buf [96]byte
+	b := strconv.AppendInt(buf[:0], v.Remaining, 10)
+	endRemaining := len(b)
+	b = strconv.AppendInt(b, resetUnix, 10)
+	endReset := len(b)
+	b = append(b, l.rateLimitPrefix...)
+	b = append(b, b[:endRemaining]...)
+	b = append(b, ";t="...)
+	b = strconv.AppendInt(b, secs, 10)
+	s := string(b)
+	vals := []string{s[:endRemaining], s[endRemaining:endReset], s[endReset:]}
 	// Canonical keys assigned directly: Header.Set would canonicalize and
 	// allocate on every response. The fixed values share one slice per
 	// limiter, which net/http only reads.
 	h[hdrLimit] = l.limitValue
 	h[hdrPolicy] = l.policyValue
-	h[hdrRemaining] = []string{remaining}
-	h[hdrReset] = []string{strconv.FormatInt(resetUnix, 10)}
-	h[hdrRateLimit] = []string{l.rateLimitPrefix + remaining + ";t=" + strconv.FormatInt(secs, 10)}
+	h[hdrRemaining] = vals[0:1:1]
+	h[hdrReset] = vals[1:2:2]
+	h[hdrRateLimit] = vals[2:3:3]
 	if v.DryRun {
 		h[hdrDryRun] = dryRunValue(v)
 	}
