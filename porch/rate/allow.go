@@ -47,19 +47,46 @@ func (l *Limiter) Allow(ctx context.Context, principal string) (Verdict, error) 
 // allow counts one request of weight n (1 <= n <= limit) against the
 // counter key.
 func (l *Limiter) allow(ctx context.Context, key string, n int64) (Verdict, error) {
-	// One closure on the hot path: the actor answers through reply directly.
-	reply := porch.NewReply[Verdict]()
-	err := l.pool.Send(key, func(shard int) {
-		if l.exclusive != nil {
-			l.hit(l.views[shard], key, n, reply)
-		} else {
-			l.hitShared(key, n, reply)
-		}
-	})
-	if err != nil {
+	c := l.calls.Get().(*call)
+	c.key, c.n = key, n
+	if err := l.pool.Send(key, c.run); err != nil {
+		l.calls.Put(c) // the job never runs
 		return Verdict{}, err
 	}
-	return reply.Wait(ctx)
+	v, err := c.reply.Wait(ctx)
+	if err == nil {
+		// A nil error is the actor's answer, never ctx's: the reply has
+		// been sent and received, so nothing else can write to it. After
+		// an error it may still be answered later, so it is left to the
+		// garbage collector.
+		c.key = ""
+		l.calls.Put(c)
+	}
+	return v, err
+}
+
+// call is one verdict's trip to the key's actor and back. Calls are reused
+// through Limiter.calls, so that a verdict allocates neither its job
+// closure nor its reply channel; the actor copies key and n before it
+// answers, and the caller touches them again only after the answer.
+type call struct {
+	key   string
+	n     int64
+	reply porch.Reply[Verdict]
+	run   func(shard int) // the job, bound once to this call
+}
+
+// newCall is Limiter.calls' New.
+func (l *Limiter) newCall() any {
+	c := &call{reply: porch.NewReply[Verdict]()}
+	c.run = func(shard int) {
+		if l.exclusive != nil {
+			l.hit(l.views[shard], c.key, c.n, c.reply)
+		} else {
+			l.hitShared(c.key, c.n, c.reply)
+		}
+	}
+	return c
 }
 
 // hit runs on key's actor when the store is the counters' only writer. The

@@ -99,6 +99,7 @@ type Limiter struct {
 	release                 func() // ends the store's claim of this limiter's policy
 	warnRewritten           sync.Once
 	dryLog                  throttledLog // would-be refusals in DryRun
+	calls                   sync.Pool    // of *call, see allow
 }
 
 // New returns a limiter of limit requests per window, counted by pool's
@@ -175,6 +176,7 @@ func newLimiter(pool *porch.Pool, st store.Store, limit int, window time.Duratio
 	l.limitValue = []string{strconv.Itoa(limit)}
 	l.policyValue = []string{l.policy}
 	l.rateLimitPrefix = `"` + opt.Name + `";r=`
+	l.calls.New = l.newCall
 	switch c := st.(type) {
 	case store.ExclusiveCounters:
 		l.exclusive = c
