@@ -7,18 +7,18 @@ import (
 	"github.com/writeonce/porch-go/porch/internal/clientip"
 )
 
-// clientKey is the client half of a counter key (see clientip.Key). A
-// RemoteAddr rewritten from a forgeable header is still keyed on, since the
-// real peer is gone by then, but logged once per limiter: it lets a client
-// choose its own counter.
-func (l *Limiter) clientKey(r *http.Request) string {
-	key, rewritten := clientip.Key(r, l.opt.TrustProxy)
+// appendClientKey appends the client half of a counter key (see
+// clientip.Key) to dst. A RemoteAddr rewritten from a forgeable header is
+// still keyed on, since the real peer is gone by then, but logged once per
+// limiter: it lets a client choose its own counter.
+func (l *Limiter) appendClientKey(dst []byte, r *http.Request) []byte {
+	dst, rewritten := clientip.AppendKey(dst, r, l.opt.TrustProxy)
 	if rewritten {
 		l.warnRewritten.Do(func() {
 			slog.Warn("rate: "+clientip.RewrittenWarning, "limiter", l.opt.Name, "remote_addr", r.RemoteAddr)
 		})
 	}
-	return key
+	return dst
 }
 
 // key is the counter key r is counted against: the limiter's prefix, then
@@ -40,7 +40,9 @@ func (l *Limiter) key(r *http.Request) (string, error) {
 	if k != "" {
 		return l.principalKey(k), nil
 	}
-	return l.prefix + "ip:" + l.clientKey(r), nil
+	var buf [128]byte // the key is built here and copied into its string once
+	b := append(append(buf[:0], l.prefix...), "ip:"...)
+	return string(l.appendClientKey(b, r)), nil
 }
 
 func (l *Limiter) principalKey(principal string) string { return l.prefix + "p:" + principal }

@@ -27,31 +27,39 @@ import (
 // True-Client-IP into it: headers any client can forge, which silently
 // defeats trustProxy off.
 func Key(r *http.Request, trustProxy bool) (key string, rewritten bool) {
+	var buf [64]byte // an IPv6 /64 prefix fits
+	b, rewritten := AppendKey(buf[:0], r, trustProxy)
+	return string(b), rewritten
+}
+
+// AppendKey appends Key's key to dst, for a caller that puts it after a
+// prefix: one allocation for the whole string instead of two.
+func AppendKey(dst []byte, r *http.Request, trustProxy bool) (_ []byte, rewritten bool) {
 	if trustProxy {
 		if ip := middleware.GetClientIPAddr(r.Context()); ip.IsValid() {
-			return addrKey(ip), false
+			return appendAddrKey(dst, ip), false
 		}
 	}
 	ap, err := netip.ParseAddrPort(r.RemoteAddr)
 	if err != nil {
 		if ip, err := netip.ParseAddr(r.RemoteAddr); err == nil {
-			return addrKey(ip), true
+			return appendAddrKey(dst, ip), true
 		}
-		return r.RemoteAddr, false // not an IP (a unix socket, a test): key on it as given
+		return append(dst, r.RemoteAddr...), false // not an IP (a unix socket, a test): key on it as given
 	}
-	return addrKey(ap.Addr()), false
+	return appendAddrKey(dst, ap.Addr()), false
 }
 
-func addrKey(ip netip.Addr) string {
+func appendAddrKey(dst []byte, ip netip.Addr) []byte {
 	ip = ip.Unmap().WithZone("")
 	if ip.Is4() {
-		return ip.String()
+		return ip.AppendTo(dst)
 	}
 	p, err := ip.Prefix(64)
 	if err != nil { // only for an invalid address, which callers never pass
-		return ip.String()
+		return ip.AppendTo(dst)
 	}
-	return p.String()
+	return p.AppendTo(dst)
 }
 
 // RewrittenWarning is what a middleware logs, once, when Key reports a
