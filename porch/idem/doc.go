@@ -7,7 +7,8 @@
 // ends the flight with one result they all act on. One of four outcomes:
 //
 //   - a stored response whose request digest matches: replay it (same status,
-//     byte-identical body, Content-Type, Idempotency-Replayed: true);
+//     byte-identical body, Content-Type and the headers Options.KeepHeaders
+//     names, Idempotency-Replayed: true);
 //   - a stored response whose digest differs: 422, nothing runs;
 //   - no record and no owner: this request owns the key and runs the handler;
 //     its response is stored (group commit) before it is sent;
