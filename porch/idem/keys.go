@@ -74,6 +74,16 @@ type Options struct {
 	// framing and connection fields, and those porch sets itself. If nil,
 	// only Content-Type is kept.
 	KeepHeaders []string
+	// Fingerprint returns what stands for the body in a request's digest,
+	// which tells a retry (replayed) from a key reused for another request
+	// (422). [FingerprintJSON] compares JSON bodies by their canonical form,
+	// so a client that re-encodes its JSON on a retry is not refused;
+	// [CanonicalJSON] does too, and refuses a body that has none. An error
+	// is answered 400 (…/idempotency-body-invalid) before anything is
+	// reserved. Changing it on a live route makes a retry of a request
+	// stored under the old one 422, unless both give its body the same
+	// fingerprint. If nil, the body byte for byte.
+	Fingerprint func(body []byte) ([]byte, error)
 	// ProblemBase prefixes the type URI of every problem the middleware
 	// answers with, in place of "https://porch.dev/problems/": with
 	// "https://api.example.com/problems/", a reused key is
@@ -247,7 +257,7 @@ func (m *Keys) save(r *http.Request, o *ownership, res *porch.Response, c porch.
 func (m *Keys) Handler(next http.Handler) http.Handler { return porch.Adapt(m)(next) }
 
 // digest reads the body (restoring it for the handler) and hashes method,
-// path with query, and body.
+// path with query, and the body's fingerprint.
 func (m *Keys) digest(r *http.Request) ([]byte, *porch.Response) {
 	body, err := io.ReadAll(io.LimitReader(r.Body, m.opt.MaxBody+1))
 	if err != nil {
@@ -258,12 +268,18 @@ func (m *Keys) digest(r *http.Request) ([]byte, *porch.Response) {
 			fmt.Sprintf("an idempotent request body may be at most %d bytes", m.opt.MaxBody))
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
+	fp := body
+	if m.opt.Fingerprint != nil {
+		if fp, err = m.opt.Fingerprint(body); err != nil {
+			return nil, m.problem(ProblemBodyInvalid, http.StatusBadRequest, "Invalid body", err.Error())
+		}
+	}
 	h := sha256.New()
 	io.WriteString(h, r.Method)
 	h.Write([]byte{0})
 	io.WriteString(h, r.URL.RequestURI())
 	h.Write([]byte{0})
-	h.Write(body)
+	h.Write(fp)
 	return h.Sum(nil), nil
 }
 

@@ -21,6 +21,7 @@ const (
 	ProblemBodyUnreadable = "https://porch.dev/problems/idempotency-body-unreadable"
 	ProblemUnavailable    = "https://porch.dev/problems/idempotency-unavailable"
 	ProblemWriteFailed    = "https://porch.dev/problems/idempotency-write-failed"
+	ProblemBodyInvalid    = "https://porch.dev/problems/idempotency-body-invalid"
 )
 
 // problem renders a problem of type typ, one of the Problem… constants,

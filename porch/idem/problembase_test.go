@@ -16,11 +16,12 @@ func TestProblemBase(t *testing.T) {
 	under := func(typ string) string { return base + strings.TrimPrefix(typ, "https://porch.dev/problems/") }
 	o := new(orders)
 	e := newEnv(t, envConfig{opt: idem.Options{
-		RequireKey: true, ProblemBase: base,
+		RequireKey: true, ProblemBase: base, Fingerprint: idem.CanonicalJSON,
 	}}, o)
 
 	wantProblem(t, e.do(t, http.MethodPost, "/orders", `{}`), http.StatusBadRequest, under(idem.ProblemKeyRequired))
 	wantProblem(t, e.do(t, http.MethodPost, "/orders", `{}`, "a\tb"), http.StatusBadRequest, under(idem.ProblemKeyInvalid))
+	wantProblem(t, e.do(t, http.MethodPost, "/orders", `{`, "k"), http.StatusBadRequest, under(idem.ProblemBodyInvalid))
 	e.do(t, http.MethodPost, "/orders", `{"n":1}`, "k")
 	wantProblem(t, e.do(t, http.MethodPost, "/orders", `{"n":2}`, "k"), http.StatusUnprocessableEntity,
 		under(idem.ProblemKeyReused))
