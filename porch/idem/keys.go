@@ -155,6 +155,19 @@ type ownership struct {
 	digest []byte
 	store  store.Store
 	hold   store.Reservation
+	outer  *ownership // the request's ownership further out, if any
+}
+
+// owned finds, among the keys the request already owns further out, key on
+// st.
+func owned(r *http.Request, st store.Store, key string) *ownership {
+	o, _ := r.Context().Value(ownerKey{}).(*ownership)
+	for ; o != nil; o = o.outer {
+		if o.flight.key == key && o.store == st {
+			return o
+		}
+	}
+	return nil
 }
 
 // ownershipKey finds m's ownership for After; ownerKey finds the innermost
@@ -185,11 +198,17 @@ func (m *Keys) Before(r *http.Request) (*http.Request, *porch.Response) {
 		return r, res
 	}
 	key = m.scope(r, key)
-	if outer, ok := r.Context().Value(ownerKey{}).(*ownership); ok && outer.flight.key == key && outer.store == m.store {
-		// An idempotency middleware further out already owns this key on
-		// this store for this very request, and will store its response.
-		// Leading it again would wait on our own reservation forever.
-		return r, nil
+	if outer := owned(r, m.store, key); outer != nil {
+		// A middleware further out (another one, or m itself mounted
+		// twice) already owns this key on this store for this very
+		// request, and will store its response: leading it again would
+		// wait on its own reservation forever. This request stores
+		// nothing, so its After must not find the outer ownership.
+		if !bytes.Equal(outer.digest, digest) {
+			return r, m.problem(ProblemKeyReused, http.StatusUnprocessableEntity, "Idempotency-Key reused",
+				"an enclosing request owns this key for a different method, path or body")
+		}
+		return r.WithContext(context.WithValue(r.Context(), ownershipKey{m}, (*ownership)(nil))), nil
 	}
 	return m.decide(r, key, digest)
 }
@@ -197,7 +216,8 @@ func (m *Keys) Before(r *http.Request) (*http.Request, *porch.Response) {
 // own hands r the key its flight leads: After finishes the flight, and the
 // handler writes through hold with [Exec].
 func (m *Keys) own(r *http.Request, f *flight, digest []byte, hold store.Reservation) *http.Request {
-	o := &ownership{flight: f, digest: digest, store: m.store, hold: hold}
+	outer, _ := r.Context().Value(ownerKey{}).(*ownership)
+	o := &ownership{flight: f, digest: digest, store: m.store, hold: hold, outer: outer}
 	ctx := context.WithValue(r.Context(), ownershipKey{m}, o)
 	return r.WithContext(context.WithValue(ctx, ownerKey{}, o))
 }
@@ -210,8 +230,8 @@ func (m *Keys) own(r *http.Request, f *flight, digest []byte, hold store.Reserva
 // writes fail at commit, nothing is stored and the client gets a 500
 // problem instead of the handler's answer. It implements porch.Middleware.
 func (m *Keys) After(r *http.Request, res *porch.Response, c porch.Completion) {
-	o, ok := r.Context().Value(ownershipKey{m}).(*ownership)
-	if !ok {
+	o, _ := r.Context().Value(ownershipKey{m}).(*ownership)
+	if o == nil {
 		return
 	}
 	m.finish(o.flight, m.save(r, o, res, c))

@@ -350,3 +350,44 @@ func (h *heldRuns) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusCreated)
 	fmt.Fprintf(w, "run %d", n)
 }
+
+// One Keys mounted twice, or a third layer behind a middleware with
+// another scope, must still pass a request through to the owner further
+// out: the inner After saved and finished the outer's flight (the client
+// got 503 for a stored answer, or a retry replayed a 201 the client never
+// got), and a third layer waited on the outermost reservation.
+func TestNestedMiddlewaresPassThrough(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b txBackend) {
+		h := &ledgerHandler{}
+		m := idem.New(newPool(t, porchOptions()), b.st, idem.Options{})
+		other := idem.New(newPool(t, porchOptions()), b.st,
+			idem.Options{Principal: func(*http.Request) string { return "someone else" }})
+		tests := []struct {
+			name string
+			mh   http.Handler
+		}{
+			{"the same Keys twice", m.Handler(m.Handler(h))},
+			{"three layers", m.Handler(other.Handler(m.Handler(h)))},
+		}
+		for i, tc := range tests {
+			key := fmt.Sprint("k", i)
+			done := make(chan *httptest.ResponseRecorder, 1)
+			go func() { done <- send(tc.mh, key, "a") }()
+			var got *httptest.ResponseRecorder
+			select {
+			case got = <-done:
+			case <-time.After(waitLimit):
+				t.Fatalf("%s: no answer: an inner layer waits on the outer reservation", tc.name)
+			}
+			if got.Code != http.StatusCreated {
+				t.Fatalf("%s: got %d %s, want 201", tc.name, got.Code, got.Body)
+			}
+			if again := send(tc.mh, key, "a"); again.Code != http.StatusCreated || again.Body.String() != got.Body.String() {
+				t.Fatalf("%s: retry got %d %q, want the stored %q", tc.name, again.Code, again.Body, got.Body)
+			}
+		}
+		if n := b.count(t); n != int(h.runs.Load()) || n != 2 {
+			t.Fatalf("ledger rows %d, runs %d: want 2 and 2 (one per key)", n, h.runs.Load())
+		}
+	})
+}

@@ -305,3 +305,42 @@ func TestPostgresCloseKeepsItsDeadline(t *testing.T) {
 		t.Fatal("Close ignored its deadline while a key connection was held")
 	}
 }
+
+// A reservation that gives up waiting for another instance's owner (its
+// context ended: MaxWait, or the client left) must stop waiting on the
+// server too, or the backend stays queued on the advisory lock, takes it
+// when the owner finishes and holds a connection slot nobody counts (a
+// killed client's backend does exactly that). Reserve discards the
+// connection, and pgx's close ends the backend within milliseconds; this
+// guards that.
+func TestPostgresAbandonedReserveLeavesNoWaiter(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	a := openPostgres(t, pgtest.WithParam(dsn, "application_name", "porch_abandon_a"))
+	b := openPostgres(t, pgtest.WithParam(dsn, "application_name", "porch_abandon_b"))
+	ctx := context.Background()
+	hold, err := a.Reserve(ctx, "busy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hold.Release()
+	wctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	if _, err := b.Reserve(wctx, "busy"); err == nil {
+		t.Fatal("b reserved a key a holds")
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		var waiting int
+		if err := a.Pool().QueryRow(ctx, `SELECT count(*) FROM pg_locks l JOIN pg_stat_activity s USING (pid)
+			WHERE l.locktype = 'advisory' AND NOT l.granted AND s.application_name = 'porch_abandon_b'`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("b's backend still waits on the key's lock %s after b gave up", 5*time.Second)
+		}
+		time.Sleep(20 * time.Millisecond) // the server's lock table can only be polled
+	}
+}

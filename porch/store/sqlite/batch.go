@@ -113,7 +113,12 @@ func (s *Store) apply(ctx context.Context, batch []commit.Op, i int) error {
 	case o.Response != nil && len(o.Owner) > 0:
 		ownErr, txErr := s.inSavepoint(ctx, func() error { return s.applyOwner(ctx, o) })
 		if errors.Is(txErr, errTxGone) {
-			return &appAborted{index: i, err: fmt.Errorf("%w: %w", store.ErrWriteFailed, ownErr)}
+			if errors.Is(ownErr, store.ErrWriteFailed) {
+				return &appAborted{index: i, err: ownErr}
+			}
+			// SQLite rolled the transaction back for its own reasons (a
+			// full disk, an I/O error): the store failed, not the owner.
+			return fmt.Errorf("sqlite: save response: %w", ownErr)
 		}
 		if txErr != nil {
 			return fmt.Errorf("sqlite: save response: %w", txErr)
@@ -136,7 +141,10 @@ func (s *Store) apply(ctx context.Context, batch []commit.Op, i int) error {
 	case o.Exec != nil:
 		execErr, txErr := s.inSavepoint(ctx, func() error { return s.execApp(ctx, o.Exec) })
 		if errors.Is(txErr, errTxGone) {
-			return &appAborted{index: i, err: execErr}
+			if ownersFault(execErr) {
+				return &appAborted{index: i, err: execErr}
+			}
+			return fmt.Errorf("sqlite: exec: %w", execErr)
 		}
 		if txErr != nil {
 			return fmt.Errorf("sqlite: exec: %w", txErr)

@@ -3,6 +3,7 @@
 package sqlite
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -24,10 +25,17 @@ type files struct {
 	wal  fileID // zero until the WAL is first seen
 }
 
-func newFiles(path string) (files, error) {
+// watchFiles starts watching the files by the name SQLite itself resolved
+// (absolute, through symlinks): the WAL lives beside the real file, and a
+// relative path would follow a later chdir.
+func (s *Store) watchFiles(ctx context.Context) (files, error) {
+	var path string
+	if err := s.wconn.QueryRowContext(ctx, `SELECT file FROM pragma_database_list WHERE name = 'main'`).Scan(&path); err != nil {
+		return files{}, fmt.Errorf("sqlite: read the database's file name: %w", err)
+	}
 	fi, err := os.Stat(path)
 	if err != nil {
-		return files{}, openError(path, err)
+		return files{}, err
 	}
 	id, _ := idOf(fi)
 	return files{path: path, db: id}, nil

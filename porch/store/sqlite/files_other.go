@@ -2,7 +2,10 @@
 
 package sqlite
 
-import "errors"
+import (
+	"context"
+	"errors"
+)
 
 // ErrFileGone is returned by writes once the database file was deleted or
 // replaced while open. Without file identities (non-Unix builds) it is
@@ -12,6 +15,6 @@ var ErrFileGone = errors.New("sqlite: the database file was deleted or replaced 
 // files is a no-op where the OS gives no file identity.
 type files struct{}
 
-func newFiles(string) (files, error) { return files{}, nil }
+func (*Store) watchFiles(context.Context) (files, error) { return files{}, nil }
 
 func (*files) check() error { return nil }

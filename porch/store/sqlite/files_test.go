@@ -97,3 +97,33 @@ func TestUnsavableResponseFailsHealth(t *testing.T) {
 		t.Fatal("Health after a response could not be saved: got nil, want an error")
 	}
 }
+
+// A store opened by a symlink's name, or by a relative path the process
+// later leaves with chdir, is healthy: the files are watched by the name
+// SQLite resolved. Watched by the name given, every write failed with
+// ErrFileGone, since SQLite keeps the WAL beside the real file.
+func TestWatchedFilesFollowSQLitesName(t *testing.T) {
+	t.Run("symlink", func(t *testing.T) {
+		dir := t.TempDir()
+		real := filepath.Join(dir, "real.db")
+		if err := os.WriteFile(real, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		link := filepath.Join(dir, "link.db")
+		if err := os.Symlink(real, link); err != nil {
+			t.Fatal(err)
+		}
+		s := openSQLite(t, link, store.Options{Clock: fakeClock()})
+		if err := saveCounter(t, s, store.Counter{Key: "k", WindowStart: wall0, Window: time.Minute, Count: 1}); err != nil {
+			t.Fatalf("write through a symlink: %v", err)
+		}
+	})
+	t.Run("relative path, then chdir", func(t *testing.T) {
+		t.Chdir(t.TempDir())
+		s := openSQLite(t, "rel.db", store.Options{Clock: fakeClock()})
+		t.Chdir(t.TempDir())
+		if err := saveCounter(t, s, store.Counter{Key: "k", WindowStart: wall0, Window: time.Minute, Count: 1}); err != nil {
+			t.Fatalf("write after chdir: %v", err)
+		}
+	})
+}

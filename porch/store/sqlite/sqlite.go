@@ -84,12 +84,12 @@ func Open(path string, opt store.Options) (*Store, error) {
 	// follows the load rather than its peak.
 	db.SetConnMaxIdleTime(time.Minute)
 	s := &Store{db: db, opt: opt, seen: make(map[string]int), unlock: unlock}
-	if s.files, err = newFiles(path); err != nil {
+	if err := s.init(context.Background()); err != nil {
 		s.closeDB()
 		unlock()
-		return nil, err
+		return nil, openError(path, err)
 	}
-	if err := s.init(context.Background()); err != nil {
+	if s.files, err = s.watchFiles(context.Background()); err != nil {
 		s.closeDB()
 		unlock()
 		return nil, openError(path, err)
