@@ -67,7 +67,7 @@ func FingerprintJSON(body []byte) ([]byte, error) {
 // U+FFFD, so different bodies would read the same), an object with a
 // duplicate member name (readers disagree on which one wins), a number
 // whose exponent does not fit in 32 bits, and nesting deeper than 10000.
-// Its cost is linear in the body's length.
+// It reads the body once, and no text is copied once per nesting level.
 //
 // It is the strict [Options.Fingerprint]: a body it refuses is answered 400
 // (…/idempotency-body-invalid) before anything is reserved. FingerprintJSON

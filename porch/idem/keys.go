@@ -82,7 +82,8 @@ type Options struct {
 	// is answered 400 (…/idempotency-body-invalid) before anything is
 	// reserved. Changing it on a live route makes a retry of a request
 	// stored under the old one 422, unless both give its body the same
-	// fingerprint. If nil, the body byte for byte.
+	// fingerprint. It must not change body, which the handler reads next.
+	// If nil, the body byte for byte.
 	Fingerprint func(body []byte) ([]byte, error)
 	// ProblemBase prefixes the type URI of every problem the middleware
 	// answers with, in place of "https://porch.dev/problems/": with
