@@ -7,7 +7,8 @@
 // ends the flight with one result they all act on. One of four outcomes:
 //
 //   - a stored response whose request digest matches: replay it (same status,
-//     byte-identical body, Content-Type, Idempotency-Replayed: true);
+//     byte-identical body, Content-Type and the headers Options.KeepHeaders
+//     names, Idempotency-Replayed: true);
 //   - a stored response whose digest differs: 422, nothing runs;
 //   - no record and no owner: this request owns the key and runs the handler;
 //     its response is stored (group commit) before it is sent;
@@ -26,6 +27,11 @@
 //
 //	keys := idem.New(pool, st, idem.Options{RequireKey: true})
 //	r.With(porch.Chain(limiter, keys)).Post("/checkout", checkout)
+//
+// The digest that tells a retry from a reused key is byte-exact by default;
+// Options.Fingerprint with [FingerprintJSON] compares JSON bodies by their
+// [CanonicalJSON] form instead, so a client that re-encodes its JSON on a
+// retry is not refused.
 //
 // [Keys.Handler] is the same middleware for chi alone: r.With(keys.Handler).
 // [New] does no I/O: it panics on a programming error, as chi's constructors

@@ -196,7 +196,7 @@ func (m *Keys) wait(r *http.Request, f *flight) *porch.Response {
 // inFlight is the draft's answer to a duplicate that waited MaxWait for the
 // key's owner: 409, and when to retry.
 func (m *Keys) inFlight() *porch.Response {
-	res := problem(ProblemInFlight, http.StatusConflict, "Request in flight",
+	res := m.problem(ProblemInFlight, http.StatusConflict, "Request in flight",
 		"a request with this Idempotency-Key is still being processed; retry later")
 	res.SetHeader("Retry-After", strconv.Itoa(porch.RetryAfterSeconds(m.opt.MaxWait)))
 	return res
@@ -207,10 +207,10 @@ func (m *Keys) inFlight() *porch.Response {
 // different one. Nothing is run and nothing is overwritten.
 func (m *Keys) answer(row store.Response, digest []byte) *porch.Response {
 	if !bytes.Equal(row.Digest, digest) {
-		return problem(ProblemKeyReused, http.StatusUnprocessableEntity, "Idempotency-Key reused",
+		return m.problem(ProblemKeyReused, http.StatusUnprocessableEntity, "Idempotency-Key reused",
 			"this key was used for a request with a different method, path or body")
 	}
-	return replay(row)
+	return replay(row, m.keep)
 }
 
 // finish ends f with res on its key's actor, waiting for mailbox room: the

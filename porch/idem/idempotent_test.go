@@ -26,6 +26,10 @@ func TestNewPanicsOnBadConfig(t *testing.T) {
 		{name: "negative TTL", opt: idem.Options{TTL: -time.Second}},
 		{name: "negative MaxBody", opt: idem.Options{MaxBody: -1}},
 		{name: "negative MaxWait", opt: idem.Options{MaxWait: -time.Second}},
+		{name: "KeepHeaders: not a field name", opt: idem.Options{KeepHeaders: []string{"Location:"}}},
+		{name: "KeepHeaders: Set-Cookie", opt: idem.Options{KeepHeaders: []string{"set-cookie"}}},
+		{name: "KeepHeaders: Retry-After", opt: idem.Options{KeepHeaders: []string{"Location", "Retry-After"}}},
+		{name: "ProblemBase not a URI", opt: idem.Options{ProblemBase: "https://example.test/%zz/"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

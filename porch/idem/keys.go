@@ -16,6 +16,7 @@ import (
 
 	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/internal/clientip"
+	"github.com/writeonce/porch-go/porch/internal/problemtype"
 	"github.com/writeonce/porch-go/porch/store"
 )
 
@@ -61,6 +62,36 @@ type Options struct {
 	// it is answered 409 with Retry-After, the draft's in-flight answer. If
 	// zero, a duplicate waits as long as its request context lasts.
 	MaxWait time.Duration
+	// KeepHeaders names the response headers, besides Content-Type, that
+	// are stored with a response and replayed with it: Location on a 201,
+	// ETag, Link. A named header the handler did not set is not replayed,
+	// and neither is a stored one this list no longer names, so removing a
+	// name stops its replay at once. Headers are dropped by default because
+	// most describe the moment or the connection they were sent on (Date,
+	// Set-Cookie, Retry-After, the rate-limit fields), and a replay is
+	// another moment. New panics on a name that is not a field name, and on
+	// one whose replay is always wrong: Set-Cookie, Date, Retry-After, the
+	// framing and connection fields, and those porch sets itself. If nil,
+	// only Content-Type is kept.
+	KeepHeaders []string
+	// Fingerprint returns what stands for the body in a request's digest,
+	// which tells a retry (replayed) from a key reused for another request
+	// (422). [FingerprintJSON] compares JSON bodies by their canonical form,
+	// so a client that re-encodes its JSON on a retry is not refused;
+	// [CanonicalJSON] does too, and refuses a body that has none. An error
+	// is answered 400 (…/idempotency-body-invalid) before anything is
+	// reserved. Changing it on a live route makes a retry of a request
+	// stored under the old one 422, unless both give its body the same
+	// fingerprint. It must not change body, which the handler reads next.
+	// If nil, the body byte for byte.
+	Fingerprint func(body []byte) ([]byte, error)
+	// ProblemBase prefixes the type URI of every problem the middleware
+	// answers with, in place of "https://porch.dev/problems/": with
+	// "https://api.example.com/problems/", a reused key is
+	// "https://api.example.com/problems/idempotency-key-reused". Clients
+	// switch on the type, so an API that documents its own problem types
+	// wants them under its own URI. If empty, the Problem… constants.
+	ProblemBase string
 }
 
 // Keys is the idempotency-key middleware: it keeps the Idempotency-Keys of
@@ -76,6 +107,7 @@ type Keys struct {
 	opt     Options
 	shards  []*shard // indexed by pool shard; shards[i] is touched only by actor i
 	methods []string
+	keep    []string // Options.KeepHeaders, canonical
 
 	warnRewritten sync.Once
 }
@@ -83,7 +115,8 @@ type Keys struct {
 // New returns the middleware, its in-flight state kept by pool's actors and
 // its responses stored in st. It does no I/O, so it returns no error; like
 // chi's middleware constructors, it panics on a programming error: a nil
-// pool or store, or a negative TTL, MaxBody or MaxWait.
+// pool or store, a negative TTL, MaxBody or MaxWait, a KeepHeaders name
+// it may not keep, or a ProblemBase that is not a URI.
 func New(pool *porch.Pool, st store.Store, opt Options) *Keys {
 	if pool == nil {
 		panic("idem: New expects a pool")
@@ -94,6 +127,9 @@ func New(pool *porch.Pool, st store.Store, opt Options) *Keys {
 	if opt.TTL < 0 || opt.MaxBody < 0 || opt.MaxWait < 0 {
 		panic("idem: New expects TTL, MaxBody and MaxWait >= 0")
 	}
+	if !problemtype.Valid(opt.ProblemBase) {
+		panic(fmt.Sprintf("idem: New expects ProblemBase to be a URI, got %q", opt.ProblemBase))
+	}
 	if opt.TTL == 0 {
 		opt.TTL = DefaultTTL
 	}
@@ -102,6 +138,7 @@ func New(pool *porch.Pool, st store.Store, opt Options) *Keys {
 	}
 	m := &Keys{pool: pool, store: st, opt: opt, shards: make([]*shard, pool.Size())}
 	m.methods = opt.Methods
+	m.keep = keepHeaders(opt.KeepHeaders)
 	if m.methods == nil {
 		m.methods = []string{http.MethodPost, http.MethodPatch}
 	}
@@ -151,11 +188,11 @@ func (m *Keys) Before(r *http.Request) (*http.Request, *porch.Response) {
 		if !m.opt.RequireKey {
 			return r, nil
 		}
-		return r, problem(ProblemKeyRequired, http.StatusBadRequest, "Idempotency-Key required",
+		return r, m.problem(ProblemKeyRequired, http.StatusBadRequest, "Idempotency-Key required",
 			"this endpoint requires an Idempotency-Key header")
 	}
 	if err != nil {
-		return r, problem(ProblemKeyInvalid, http.StatusBadRequest, "Invalid Idempotency-Key", err.Error())
+		return r, m.problem(ProblemKeyInvalid, http.StatusBadRequest, "Invalid Idempotency-Key", err.Error())
 	}
 	digest, res := m.digest(r)
 	if res != nil {
@@ -169,7 +206,7 @@ func (m *Keys) Before(r *http.Request) (*http.Request, *porch.Response) {
 		// wait on its own reservation forever. This request stores
 		// nothing, so its After must not find the outer ownership.
 		if !bytes.Equal(outer.digest, digest) {
-			return r, problem(ProblemKeyReused, http.StatusUnprocessableEntity, "Idempotency-Key reused",
+			return r, m.problem(ProblemKeyReused, http.StatusUnprocessableEntity, "Idempotency-Key reused",
 				"an enclosing request owns this key for a different method, path or body")
 		}
 		return r.WithContext(context.WithValue(r.Context(), ownershipKey{m}, (*ownership)(nil))), nil
@@ -215,6 +252,7 @@ func (m *Keys) save(r *http.Request, o *ownership, res *porch.Response, c porch.
 	row := store.Response{
 		Key: o.flight.key, Digest: o.digest, Status: status,
 		ContentType: res.Header.Get("Content-Type"), Body: res.Body,
+		Header: kept(res.Header, m.keep),
 	}
 	if row.Body == nil {
 		row.Body = []byte{} // an empty body (a 204) is a response, not a missing one
@@ -240,23 +278,29 @@ func (m *Keys) save(r *http.Request, o *ownership, res *porch.Response, c porch.
 func (m *Keys) Handler(next http.Handler) http.Handler { return porch.Adapt(m)(next) }
 
 // digest reads the body (restoring it for the handler) and hashes method,
-// path with query, and body.
+// path with query, and the body's fingerprint.
 func (m *Keys) digest(r *http.Request) ([]byte, *porch.Response) {
 	body, err := io.ReadAll(io.LimitReader(r.Body, m.opt.MaxBody+1))
 	if err != nil {
-		return nil, problem(ProblemBodyUnreadable, http.StatusBadRequest, "Unreadable body", err.Error())
+		return nil, m.problem(ProblemBodyUnreadable, http.StatusBadRequest, "Unreadable body", err.Error())
 	}
 	if int64(len(body)) > m.opt.MaxBody {
-		return nil, problem(ProblemBodyTooLarge, http.StatusRequestEntityTooLarge, "Body too large",
+		return nil, m.problem(ProblemBodyTooLarge, http.StatusRequestEntityTooLarge, "Body too large",
 			fmt.Sprintf("an idempotent request body may be at most %d bytes", m.opt.MaxBody))
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
+	fp := body
+	if m.opt.Fingerprint != nil {
+		if fp, err = m.opt.Fingerprint(body); err != nil {
+			return nil, m.problem(ProblemBodyInvalid, http.StatusBadRequest, "Invalid body", err.Error())
+		}
+	}
 	h := sha256.New()
 	io.WriteString(h, r.Method)
 	h.Write([]byte{0})
 	io.WriteString(h, r.URL.RequestURI())
 	h.Write([]byte{0})
-	h.Write(body)
+	h.Write(fp)
 	return h.Sum(nil), nil
 }
 
@@ -287,10 +331,14 @@ func (m *Keys) clientAddr(r *http.Request) string {
 	return a
 }
 
-// replay renders a stored response: its status, body and content type only.
-// Other stored headers (Set-Cookie, Date) would be wrong to repeat.
-func replay(s store.Response) *porch.Response {
-	res := &porch.Response{Status: s.Status, Header: make(http.Header), Body: s.Body}
+// replay renders a stored response: its status, body, content type and the
+// stored headers keep still names. Other headers (Set-Cookie, Date) would
+// be wrong to repeat, and are not stored.
+func replay(s store.Response, keep []string) *porch.Response {
+	res := &porch.Response{Status: s.Status, Header: kept(s.Header, keep), Body: s.Body}
+	if res.Header == nil {
+		res.Header = make(http.Header)
+	}
 	if s.ContentType != "" {
 		res.Header.Set("Content-Type", s.ContentType)
 	}

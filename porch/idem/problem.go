@@ -6,10 +6,12 @@ import (
 	"time"
 
 	"github.com/writeonce/porch-go/porch"
+	"github.com/writeonce/porch-go/porch/internal/problemtype"
 	"github.com/writeonce/porch-go/porch/store"
 )
 
 // Problem types this package answers with; clients may switch on them.
+// Options.ProblemBase moves them under another URI.
 const (
 	ProblemKeyRequired    = "https://porch.dev/problems/idempotency-key-required"
 	ProblemKeyInvalid     = "https://porch.dev/problems/idempotency-key-invalid"
@@ -19,19 +21,28 @@ const (
 	ProblemBodyUnreadable = "https://porch.dev/problems/idempotency-body-unreadable"
 	ProblemUnavailable    = "https://porch.dev/problems/idempotency-unavailable"
 	ProblemWriteFailed    = "https://porch.dev/problems/idempotency-write-failed"
+	ProblemBodyInvalid    = "https://porch.dev/problems/idempotency-body-invalid"
 )
 
-func problem(typ string, status int, title, detail string) *porch.Response {
-	return porch.Problem{Type: typ, Title: title, Status: status, Detail: detail}.Response()
+// problem renders a problem of type typ, one of the Problem… constants,
+// under Options.ProblemBase.
+func (m *Keys) problem(typ string, status int, title, detail string) *porch.Response {
+	return porch.Problem{Type: m.problemType(typ), Title: title, Status: status, Detail: detail}.Response()
+}
+
+// problemType is typ, one of the Problem… constants, under
+// Options.ProblemBase.
+func (m *Keys) problemType(typ string) string {
+	return problemtype.Under(m.opt.ProblemBase, typ)
 }
 
 // unavailable is the fail-closed answer: the handler does not run, or its
 // response is withheld because it could not be made durable.
 func (m *Keys) unavailable(r *http.Request, err error) *porch.Response {
 	if errors.Is(err, store.ErrNoKeyConn) {
-		return porch.Unavailable(ProblemUnavailable, "no database connection is free to hold this key", time.Second)
+		return porch.Unavailable(m.problemType(ProblemUnavailable), "no database connection is free to hold this key", time.Second)
 	}
-	return porch.FailClosed(r, ProblemUnavailable, "decide or store this key's response", err)
+	return porch.FailClosed(r, m.problemType(ProblemUnavailable), "decide or store this key's response", err)
 }
 
 // writeFailed answers an owner whose own writes failed at commit: its
@@ -41,6 +52,6 @@ func (m *Keys) unavailable(r *http.Request, err error) *porch.Response {
 func (m *Keys) writeFailed(r *http.Request, err error) *porch.Response {
 	porch.LogError(r.Context(), "idem: the handler's writes failed; nothing was stored",
 		"method", r.Method, "path", r.URL.Path, "err", err)
-	return problem(ProblemWriteFailed, http.StatusInternalServerError, "Write failed",
+	return m.problem(ProblemWriteFailed, http.StatusInternalServerError, "Write failed",
 		"the request's writes could not be committed, so nothing was done or stored; the handler's answer was withheld")
 }

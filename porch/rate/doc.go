@@ -11,6 +11,13 @@
 // A saturated pool or a failed write answers 503 with Retry-After: a limiter
 // that stops counting under load would make overload the bypass.
 //
+// Both answers are problem+json by default. Options.LimitResponse and
+// Options.ErrorResponse render others in their place (an HTML page, an
+// API's own error shape), as go-chi/httprate's WithLimitHandler and
+// WithErrorHandler do; the limiter still sets Retry-After and the
+// rate-limit headers, and still serves nothing it could not count.
+// Options.ProblemBase moves the problem types under an application's URI.
+//
 //	pool := porch.NewPool(porch.PoolOptions{})
 //	st, _ := sqlite.Open("app.db", store.Options{})
 //	lim, err := rate.New(pool, st, 100, time.Minute, rate.Options{})

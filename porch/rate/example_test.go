@@ -2,11 +2,14 @@ package rate_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/writeonce/porch-go/porch"
@@ -17,19 +20,8 @@ import (
 )
 
 func ExampleNew() {
-	dir, err := os.MkdirTemp("", "porch-example")
-	if err != nil {
-		panic(err)
-	}
-	defer os.RemoveAll(dir)
-	clock := porchtest.NewFakeClock(time.Date(2026, 8, 29, 12, 0, 0, 0, time.UTC))
-	st, err := sqlite.Open(filepath.Join(dir, "app.db"), store.Options{Clock: clock})
-	if err != nil {
-		panic(err)
-	}
-	defer st.Close(context.Background())
-	pool := porch.NewPool(porch.PoolOptions{})
-	defer pool.Close(context.Background())
+	pool, st, clock, done := exampleStore()
+	defer done()
 
 	lim, err := rate.New(pool, st, 2, time.Minute, rate.Options{})
 	if err != nil {
@@ -53,4 +45,77 @@ func ExampleNew() {
 	// 200 "default";r=1;t=60
 	// 200 "default";r=0;t=45
 	// 429 "default";r=0;t=30 Retry-After: 30
+}
+
+// A shop that answers a refusal with a page of its own, a failure on its
+// pages with a short text, and a failure on its API with the default
+// problem under its own URI.
+func ExampleOptions() {
+	pool, st, _, done := exampleStore()
+	defer done()
+
+	lim, err := rate.New(pool, st, 1, time.Minute, rate.Options{
+		LimitResponse: func(r *http.Request, v rate.Verdict) *porch.Response {
+			return &porch.Response{ // Status zero: 429
+				Header: http.Header{"Content-Type": {"text/html"}},
+				Body:   []byte("<p>One order a minute, please.</p>"),
+			}
+		},
+		ErrorResponse: func(r *http.Request, err error) *porch.Response {
+			if strings.HasPrefix(r.URL.Path, "/api/") {
+				return nil // the default problem
+			}
+			return &porch.Response{Body: []byte("Busy, try again.")} // Status zero: 503
+		},
+		ProblemBase: "https://shop.example/problems/",
+	})
+	if err != nil {
+		panic(err)
+	}
+	h := lim.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "ordered")
+	}))
+	send := func(path string) {
+		req := httptest.NewRequest(http.MethodPost, path, nil)
+		req.RemoteAddr = "192.0.2.1:4711"
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		var p porch.Problem
+		if json.Unmarshal(rec.Body.Bytes(), &p) == nil {
+			rec.Body.Reset()
+			rec.Body.WriteString(p.Type)
+		}
+		fmt.Printf("%d Retry-After=%q %s\n", rec.Code, rec.Header().Get("Retry-After"), rec.Body)
+	}
+	send("/orders")
+	send("/orders")
+	pool.Close(context.Background()) // every count from now on fails
+	send("/orders")
+	send("/api/orders")
+	// Output:
+	// 200 Retry-After="" ordered
+	// 429 Retry-After="60" <p>One order a minute, please.</p>
+	// 503 Retry-After="1" Busy, try again.
+	// 503 Retry-After="1" https://shop.example/problems/rate-unavailable
+}
+
+// exampleStore opens a SQLite store on a fake clock in a temporary
+// directory and starts a pool; done closes the pool, then the store, and
+// removes the directory.
+func exampleStore() (pool *porch.Pool, st *sqlite.Store, clock *porchtest.FakeClock, done func()) {
+	dir, err := os.MkdirTemp("", "porch-example")
+	if err != nil {
+		panic(err)
+	}
+	clock = porchtest.NewFakeClock(time.Date(2026, 8, 29, 12, 0, 0, 0, time.UTC))
+	st, err = sqlite.Open(filepath.Join(dir, "app.db"), store.Options{Clock: clock})
+	if err != nil {
+		panic(err)
+	}
+	pool = porch.NewPool(porch.PoolOptions{})
+	return pool, st, clock, func() {
+		pool.Close(context.Background())
+		st.Close(context.Background())
+		os.RemoveAll(dir)
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/writeonce/porch-go/porch"
+	"github.com/writeonce/porch-go/porch/internal/problemtype"
 	"github.com/writeonce/porch-go/porch/store"
 )
 
@@ -72,6 +73,31 @@ type Options struct {
 	// never served beyond its limit); Close writes the exact counts. If
 	// zero, DefaultWriteAhead; negative writes every hit exactly.
 	WriteAhead int
+	// LimitResponse, if set, renders the answer to a request over its
+	// limit in place of the problem+json 429, as httprate's
+	// WithLimitHandler does: an HTML page, the body shape an API already
+	// uses. v is the verdict that refused the request. The limiter then
+	// sets Retry-After and the rate-limit headers on it, over any it set,
+	// so that every refusal tells the client when to come back; a zero
+	// Status is 429. It returns a response rather than being an
+	// http.Handler because a porch chain buffers responses and the limiter
+	// adds its headers last. If nil, or when it returns nil, the default.
+	LimitResponse func(r *http.Request, v Verdict) *porch.Response
+	// ErrorResponse, if set, renders the answer to a request the limiter
+	// could not count (a saturated pool, a failed write), in place of the
+	// problem+json 503, as httprate's WithErrorHandler does; err says why.
+	// The limiter still fails closed (the handler does not run, whatever
+	// this returns) and still logs a store failure. A zero Status is 503,
+	// and Retry-After is 1 second unless it sets one. If nil, or when it
+	// returns nil, the default.
+	ErrorResponse func(r *http.Request, err error) *porch.Response
+	// ProblemBase prefixes the type URI of the limiter's problems in place
+	// of "https://porch.dev/problems/": with
+	// "https://api.example.com/problems/", a refusal is
+	// "https://api.example.com/problems/rate-limited". Clients switch on
+	// the type, so an API that documents its own problem types wants them
+	// under its own URI. If empty, ProblemLimited and ProblemUnavailable.
+	ProblemBase string
 }
 
 // Limiter allows Limit requests per key in each fixed window of Window. A
@@ -123,9 +149,10 @@ type Limiter struct {
 //
 // New panics, with a "rate: " message, on a programming error: a nil pool
 // or store, a store that keeps no counters (neither store.ExclusiveCounters
-// nor store.SharedCounters), limit < 1, a window under a millisecond, or an
-// Options.Name that is not a valid name (see Options.Name), or both
-// Options.Key and Options.KeyFunc. It
+// nor store.SharedCounters), limit < 1, a window under a millisecond, an
+// Options.Name that is not a valid name (see Options.Name), both
+// Options.Key and Options.KeyFunc, or an Options.ProblemBase that is not a
+// URI. It
 // checks all of these before any I/O. It returns an error only for what the
 // store answers: the policy refused (store.ErrPolicyConflict), or the store
 // failing to record the policy or to load the open windows.
@@ -160,6 +187,9 @@ func newLimiter(pool *porch.Pool, st store.Store, limit int, window time.Duratio
 	}
 	if opt.Key != nil && opt.KeyFunc != nil {
 		panic("rate: New expects Options.KeyFunc or the deprecated Options.Key, not both")
+	}
+	if !problemtype.Valid(opt.ProblemBase) {
+		panic(fmt.Sprintf("rate: New expects an Options.ProblemBase that is a URI, got %q", opt.ProblemBase))
 	}
 	ahead := int64(opt.WriteAhead)
 	switch {

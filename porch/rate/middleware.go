@@ -8,9 +8,11 @@ import (
 	"strconv"
 
 	"github.com/writeonce/porch-go/porch"
+	"github.com/writeonce/porch-go/porch/internal/problemtype"
 )
 
-// Problem types this package answers with.
+// Problem types this package answers with. Options.ProblemBase moves them
+// under another URI.
 const (
 	ProblemLimited     = "https://porch.dev/problems/rate-limited"
 	ProblemUnavailable = "https://porch.dev/problems/rate-unavailable"
@@ -30,8 +32,7 @@ func (l *Limiter) Before(r *http.Request) (*http.Request, *porch.Response) {
 	}
 	r = r.WithContext(context.WithValue(r.Context(), verdictKey{l}, v))
 	if !v.Allowed && !v.DryRun {
-		res := l.refusal(v)
-		return r, res
+		return r, l.refusal(r, v)
 	}
 	return r, nil
 }
@@ -61,7 +62,7 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 			return
 		}
 		if !v.Allowed && !v.DryRun {
-			l.refusal(v).Write(w)
+			l.refusal(r, v).Write(w)
 			return
 		}
 		l.setHeaders(w.Header(), v)
@@ -69,22 +70,59 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 	})
 }
 
-// refusal is the 429 for v: Retry-After is the time until this key's window
-// closes, not the whole window.
-func (l *Limiter) refusal(v Verdict) *porch.Response {
-	res := porch.Problem{
-		Type:   ProblemLimited,
-		Title:  "Too Many Requests",
-		Status: http.StatusTooManyRequests,
-		Detail: fmt.Sprintf("limit of %d requests per %s reached", v.Limit, l.window),
-	}.Response()
+// refusal is the 429 for v, or what Options.LimitResponse renders in its
+// place: Retry-After is the time until this key's window closes, not the
+// whole window.
+func (l *Limiter) refusal(r *http.Request, v Verdict) *porch.Response {
+	var res *porch.Response
+	if l.opt.LimitResponse != nil {
+		res = l.opt.LimitResponse(r, v)
+	}
+	if res != nil {
+		res = own(res)
+	} else {
+		res = porch.Problem{
+			Type:   problemtype.Under(l.opt.ProblemBase, ProblemLimited),
+			Title:  "Too Many Requests",
+			Status: http.StatusTooManyRequests,
+			Detail: fmt.Sprintf("limit of %d requests per %s reached", v.Limit, l.window),
+		}.Response()
+	}
+	if res.Status == 0 {
+		res.Status = http.StatusTooManyRequests
+	}
+	if res.Header == nil {
+		res.Header = make(http.Header)
+	}
 	l.setHeaders(res.Header, v)
 	res.Header.Set("Retry-After", strconv.Itoa(porch.RetryAfterSeconds(v.ResetAt.Sub(l.store.Wall()))))
 	return res
 }
 
-// unavailable is the fail-closed answer: the request was not counted, so it
-// must not be served.
+// unavailable is the fail-closed answer, or what Options.ErrorResponse
+// renders in its place: the request was not counted, so it must not be
+// served.
 func (l *Limiter) unavailable(r *http.Request, err error) *porch.Response {
-	return porch.FailClosed(r, ProblemUnavailable, "count this request", err)
+	def := porch.FailClosed(r, problemtype.Under(l.opt.ProblemBase, ProblemUnavailable), "count this request", err)
+	if l.opt.ErrorResponse == nil {
+		return def
+	}
+	res := l.opt.ErrorResponse(r, err)
+	if res == nil {
+		return def
+	}
+	res = own(res)
+	if res.Status == 0 {
+		res.Status = http.StatusServiceUnavailable
+	}
+	if res.Header.Get("Retry-After") == "" {
+		res.SetHeader("Retry-After", def.Header.Get("Retry-After"))
+	}
+	return res
+}
+
+// own copies what an Options callback returned before the limiter adds its
+// headers: a callback may hand every request one shared response.
+func own(res *porch.Response) *porch.Response {
+	return &porch.Response{Status: res.Status, Header: res.Header.Clone(), Body: res.Body}
 }

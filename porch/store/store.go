@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"net/http"
 	"time"
 
 	"github.com/writeonce/porch-go/porch/internal/lifecycle"
@@ -55,16 +56,21 @@ type Hit struct {
 }
 
 // Response is a stored idempotent response: what the handler answered for the
-// request whose digest is Digest. Only the status, content type and body are
-// kept; replaying a stored Set-Cookie or Date would be wrong.
+// request whose digest is Digest. The status, content type and body are
+// kept, and only the headers the middleware chose (idem.Options.KeepHeaders):
+// replaying a stored Set-Cookie or Date would be wrong.
 type Response struct {
 	Key         string
-	Digest      []byte // SHA-256 of method, path with query, and body
+	Digest      []byte // SHA-256 of method, path with query, and the body's fingerprint
 	Status      int
 	ContentType string
 	Body        []byte
-	Created     time.Time // set by the store
-	Expires     time.Time // set by the store
+	// Header holds the kept headers other than Content-Type, under valid
+	// field names; nil when none were kept, as for every row stored before
+	// the column existed.
+	Header  http.Header
+	Created time.Time // set by the store
+	Expires time.Time // set by the store
 }
 
 // Stats are a store's commit counters since it opened.

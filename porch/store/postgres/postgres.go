@@ -16,6 +16,7 @@ import (
 
 	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/internal/commit"
+	"github.com/writeonce/porch-go/porch/store/internal/header"
 	"github.com/writeonce/porch-go/porch/store/internal/policy"
 )
 
@@ -327,8 +328,9 @@ func (r *reservation) Load(ctx context.Context) (store.Response, bool, error) {
 	}
 	res := store.Response{Key: r.key}
 	var created, expires int64
+	var headers []byte
 	err := r.tx.QueryRow(ctx, pgLoadResponse, r.key).
-		Scan(&res.Digest, &res.Status, &res.ContentType, &res.Body, &created, &expires)
+		Scan(&res.Digest, &res.Status, &res.ContentType, &res.Body, &created, &expires, &headers)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return store.Response{}, false, nil
 	}
@@ -336,6 +338,7 @@ func (r *reservation) Load(ctx context.Context) (store.Response, bool, error) {
 		return store.Response{}, false, fmt.Errorf("postgres: load response: %w", err)
 	}
 	res.Created, res.Expires = time.UnixMilli(created), time.UnixMilli(expires)
+	res.Header = header.Decode(headers)
 	return res, true, nil
 }
 
@@ -405,7 +408,7 @@ func (r *reservation) Save(ctx context.Context, res store.Response, ttl time.Dur
 	ctx, cancel := context.WithTimeout(ctx, pgSaveTimeout)
 	defer cancel()
 	if _, err := r.tx.Exec(ctx, pgSaveResponse, r.key, res.Digest, res.Status, res.ContentType, res.Body,
-		ttl.Milliseconds()); err != nil {
+		ttl.Milliseconds(), header.Encode(res.Header)); err != nil {
 		r.end(false)
 		return fmt.Errorf("postgres: save response: %w", err)
 	}

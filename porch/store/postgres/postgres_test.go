@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"math"
+	"net/http"
+	"reflect"
 	"slices"
 	"sync"
 	"testing"
@@ -144,7 +146,8 @@ func TestPostgresReserveExcludesOtherInstances(t *testing.T) {
 		}
 		got <- err
 	}()
-	want := store.Response{Digest: []byte("d"), Status: 201, ContentType: "application/json", Body: []byte(`{"ok":true}`)}
+	want := store.Response{Digest: []byte("d"), Status: 201, ContentType: "application/json", Body: []byte(`{"ok":true}`),
+		Header: http.Header{"Location": {"/orders/1"}, "X-Latin1": {"caf\xe9"}}}
 	if err := held.Save(ctx, want, time.Hour); err != nil {
 		t.Fatalf("Save: %v", err)
 	}
@@ -163,6 +166,9 @@ func TestPostgresReserveExcludesOtherInstances(t *testing.T) {
 	}
 	if res.Status != want.Status || string(res.Body) != string(want.Body) || res.ContentType != want.ContentType {
 		t.Fatalf("Load = %d %q %q, want %d %q %q", res.Status, res.ContentType, res.Body, want.Status, want.ContentType, want.Body)
+	}
+	if !reflect.DeepEqual(res.Header, want.Header) {
+		t.Errorf("Load: got header %q, want %q", res.Header, want.Header)
 	}
 }
 

@@ -34,6 +34,12 @@ var postgresMigrations = []string{
 		window_ms  bigint NOT NULL,
 		updated_at bigint NOT NULL
 	);`,
+	// The response headers idem.Options.KeepHeaders keeps for replay,
+	// encoded by store/internal/header: bytea, since a header value may
+	// hold bytes a UTF-8 text column refuses. A constant default makes
+	// this a catalog change, not a rewrite of the table; rows stored
+	// before it have none.
+	`ALTER TABLE porch_idem_responses ADD COLUMN headers bytea NOT NULL DEFAULT ''::bytea;`,
 }
 
 // pgNowMS is the database's clock in Unix milliseconds. now() is the
@@ -98,12 +104,12 @@ const (
 	pgLoadResponse = `WITH clock AS (SELECT ` + pgClockMS + ` AS now_ms),
 		pruned AS (
 			DELETE FROM porch_idem_responses WHERE key = $1 AND expires_at <= (SELECT now_ms FROM clock))
-		SELECT digest, status, content_type, body, created_at, expires_at
+		SELECT digest, status, content_type, body, created_at, expires_at, headers
 		FROM porch_idem_responses WHERE key = $1 AND expires_at > (SELECT now_ms FROM clock)`
 	pgSaveResponse = `INSERT INTO porch_idem_responses AS r
-			(key, digest, status, content_type, body, created_at, expires_at)
-		VALUES ($1, $2, $3, $4, $5, ` + pgClockMS + `, ` + pgClockMS + ` + $6)
+			(key, digest, status, content_type, body, created_at, expires_at, headers)
+		VALUES ($1, $2, $3, $4, $5, ` + pgClockMS + `, ` + pgClockMS + ` + $6, $7)
 		ON CONFLICT (key) DO UPDATE SET
 			digest = excluded.digest, status = excluded.status, content_type = excluded.content_type,
-			body = excluded.body, created_at = excluded.created_at, expires_at = excluded.expires_at`
+			body = excluded.body, headers = excluded.headers, created_at = excluded.created_at, expires_at = excluded.expires_at`
 )

@@ -10,6 +10,7 @@ import (
 
 	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/internal/commit"
+	"github.com/writeonce/porch-go/porch/store/internal/header"
 )
 
 // writeBatch runs on the committer goroutine: one IMMEDIATE transaction for
@@ -163,7 +164,7 @@ func (s *Store) upsertResponse(ctx context.Context, r *store.Response) error {
 		body = []byte{} // an empty response (a 204) is a value, not NULL
 	}
 	if _, err := s.stmts.upsertResponse.ExecContext(ctx, r.Key, r.Digest, r.Status, r.ContentType, body,
-		r.Created.UnixMilli(), r.Expires.UnixMilli()); err != nil {
+		r.Created.UnixMilli(), r.Expires.UnixMilli(), header.Encode(r.Header)); err != nil {
 		return fmt.Errorf("sqlite: save response: %w", err)
 	}
 	return nil

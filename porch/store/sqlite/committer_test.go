@@ -277,7 +277,7 @@ func TestCommitPrunesBoundedly(t *testing.T) {
 			// journal's cleaning's; see journal_internal_test.go).
 			for i := range expired {
 				now := s.Now().UnixMilli()
-				execSQL(t, s.DB(), fmt.Sprintf(`INSERT INTO porch_idem_responses VALUES ('old-%d', x'00', 200, '', x'', %d, %d)`, i, now, now+60000))
+				execSQL(t, s.DB(), fmt.Sprintf(`INSERT INTO porch_idem_responses (key, digest, status, content_type, body, created_at, expires_at) VALUES ('old-%d', x'00', 200, '', x'', %d, %d)`, i, now, now+60000))
 			}
 			clock.Advance(2 * time.Minute) // every old-* response has expired
 

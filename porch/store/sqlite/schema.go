@@ -44,23 +44,27 @@ var sqliteMigrations = []string{
 		UNION ALL
 		SELECT key, window_start, window_ms, count, expires_at FROM porch_rate_counters c
 			WHERE NOT EXISTS (SELECT 1 FROM porch_rate_journal j WHERE j.key = c.key);`,
+	// The response headers idem.Options.KeepHeaders keeps for replay,
+	// encoded by store/internal/header. Rows stored before it have none.
+	`ALTER TABLE porch_idem_responses ADD COLUMN headers BLOB NOT NULL DEFAULT x'';`,
 }
 
 const (
-	sqlUpsertResponse = `INSERT INTO porch_idem_responses (key, digest, status, content_type, body, created_at, expires_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?)
+	sqlUpsertResponse = `INSERT INTO porch_idem_responses (key, digest, status, content_type, body, created_at, expires_at, headers)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (key) DO UPDATE SET
 			digest       = excluded.digest,
 			status       = excluded.status,
 			content_type = excluded.content_type,
 			body         = excluded.body,
+			headers      = excluded.headers,
 			created_at   = excluded.created_at,
 			expires_at   = excluded.expires_at`
 	sqlDeleteExpiredResponse = `DELETE FROM porch_idem_responses WHERE key = ? AND expires_at <= ?`
 	sqlPruneResponses        = `DELETE FROM porch_idem_responses WHERE key IN
 		(SELECT key FROM porch_idem_responses WHERE expires_at <= ? LIMIT ?)`
 	sqlLoadCounters = `SELECT key, window_start, window_ms, count FROM porch_rate_current WHERE expires_at > ?`
-	sqlLoadResponse = `SELECT digest, status, content_type, body, created_at, expires_at
+	sqlLoadResponse = `SELECT digest, status, content_type, body, created_at, expires_at, headers
 		FROM porch_idem_responses WHERE key = ?`
 	sqlNewest = `SELECT max(
 		coalesce((SELECT max(window_start) FROM porch_rate_counters), 0),

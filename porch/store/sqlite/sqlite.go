@@ -13,6 +13,7 @@ import (
 
 	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/internal/commit"
+	"github.com/writeonce/porch-go/porch/store/internal/header"
 	"github.com/writeonce/porch-go/porch/store/internal/policy"
 )
 
@@ -225,8 +226,9 @@ func (s *Store) SaveCounter(c store.Counter, done func(error)) error {
 func (s *Store) loadResponse(ctx context.Context, key string) (store.Response, bool, error) {
 	r := store.Response{Key: key}
 	var created, expires int64
+	var headers []byte
 	err := s.stmts.loadResponse.QueryRowContext(ctx, key).
-		Scan(&r.Digest, &r.Status, &r.ContentType, &r.Body, &created, &expires)
+		Scan(&r.Digest, &r.Status, &r.ContentType, &r.Body, &created, &expires, &headers)
 	if errors.Is(err, sql.ErrNoRows) {
 		return store.Response{}, false, nil
 	}
@@ -234,6 +236,7 @@ func (s *Store) loadResponse(ctx context.Context, key string) (store.Response, b
 		return store.Response{}, false, fmt.Errorf("sqlite: load response: %w", err)
 	}
 	r.Created, r.Expires = time.UnixMilli(created), time.UnixMilli(expires)
+	r.Header = header.Decode(headers)
 	return r, true, nil
 }
 

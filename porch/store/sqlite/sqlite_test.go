@@ -3,8 +3,10 @@ package sqlite_test
 import (
 	"bytes"
 	"context"
+	"net/http"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -82,6 +84,7 @@ func TestResponseRoundTrip(t *testing.T) {
 		Status:      201,
 		ContentType: "application/json",
 		Body:        []byte(`{"order":1}` + "\x00\xff"),
+		Header:      http.Header{"Location": {"/orders/1"}, "Link": {"<a>", "<b>"}},
 		Created:     now,
 		Expires:     now.Add(time.Hour),
 	}
@@ -112,7 +115,7 @@ func TestResponseRoundTrip(t *testing.T) {
 
 	// Saving again for the key replaces the row.
 	replaced := want
-	replaced.Status, replaced.Body = 200, []byte("second")
+	replaced.Status, replaced.Body, replaced.Header = 200, []byte("second"), nil
 	save(replaced)
 	if got, _, _ := s.LoadResponse(context.Background(), want.Key); !equalResponse(got, replaced) {
 		t.Errorf("after a second save: got %+v, want %+v", got, replaced)
@@ -230,7 +233,7 @@ func TestSaveResponseEmptyBody(t *testing.T) {
 
 func equalResponse(a, b store.Response) bool {
 	return a.Key == b.Key && bytes.Equal(a.Digest, b.Digest) && a.Status == b.Status &&
-		a.ContentType == b.ContentType && bytes.Equal(a.Body, b.Body) &&
+		a.ContentType == b.ContentType && bytes.Equal(a.Body, b.Body) && reflect.DeepEqual(a.Header, b.Header) &&
 		a.Created.Equal(b.Created) && a.Expires.Equal(b.Expires)
 }
 

@@ -1,0 +1,169 @@
+package idem_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/writeonce/porch-go/porch/idem"
+)
+
+func TestCanonicalJSON(t *testing.T) {
+	tests := []struct {
+		name, in, want string
+	}{
+		{"whitespace", " {\n\t\"a\" : [ 1 , 2 ] }\r\n", `{"a":[1,2]}`},
+		{"member order", `{"b":1,"a":{"d":null,"c":true}}`, `{"a":{"c":true,"d":null},"b":1}`},
+		{"names sort by their decoded bytes", `{"é":1,"z":2,"\u0041":3,"a":4}`, `{"A":3,"a":4,"z":2,"é":1}`},
+		{"array order is kept", `[3,1,2]`, `[3,1,2]`},
+		{"escapes decoded", `"\u0041\/\u00e9\t"`, `"A/é\u0009"`},
+		{"quote and backslash stay escaped", `"a\"b\\c"`, `"a\"b\\c"`},
+		{"integer", `12`, `12`},
+		{"trailing zeros are an exponent", `100`, `1e2`},
+		{"1.0 is 1", `1.0`, `1`},
+		{"exponent spellings", `[1e0,1E+0,10e-1,0.1e1,0.01E2]`, `[1,1,1,1,1]`},
+		{"fraction", `1.50`, `15e-1`},
+		{"small", `0.00012`, `12e-5`},
+		{"negative", `-2.50e3`, `-25e2`},
+		{"zeros, -0 among them", `[0,-0,0.0,-0e5,0E-7]`, `[0,0,0,0,0]`},
+		{"no rounding to float64", `[0.1,0.1000000000000000055511151231257827]`, `[1e-1,1000000000000000055511151231257827e-34]`},
+		{"big integer exact", `12345678901234567890123`, `12345678901234567890123`},
+		{"scalars", `[true,false,null,""]`, `[true,false,null,""]`},
+		{"a bare string", `"x"`, `"x"`},
+		{"unicode kept raw", `"日本\u2028"`, "\"日本\u2028\""},
+		{"surrogate pair", `"\ud83d\ude00"`, `"😀"`},
+		{"U+FFFD is a character like any other", `["\ufffd","�"]`, `["�","�"]`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := idem.CanonicalJSON([]byte(tc.in))
+			if err != nil {
+				t.Fatalf("CanonicalJSON(%s): %v", tc.in, err)
+			}
+			if string(got) != tc.want {
+				t.Errorf("CanonicalJSON(%s): got %s, want %s", tc.in, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestCanonicalJSONRefuses(t *testing.T) {
+	tests := []struct {
+		name, in string
+	}{
+		{"empty", ``},
+		{"only whitespace", " \n"},
+		{"not JSON", `sku=tea`},
+		{"truncated", `{"a":1`},
+		{"trailing comma", `[1,]`},
+		{"two values", `{} {}`},
+		{"trailing garbage", `{}x`},
+		{"duplicate member", `{"a":1,"a":2}`},
+		{"duplicate member spelled differently", `{"a":1,"\u0061":1}`},
+		{"invalid UTF-8", "\"caf\xe9\""},
+		{"lone surrogate", `"\ud800"`},
+		{"exponent beyond 32 bits", `1e4294967296`},
+		{"adjusted exponent beyond 32 bits", `10e2147483647`},
+		{"too deep", strings.Repeat("[", 10002) + strings.Repeat("]", 10002)},
+		{"leading zero", `01`},
+		{"NaN", `NaN`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got, err := idem.CanonicalJSON([]byte(tc.in)); err == nil {
+				t.Errorf("CanonicalJSON: got %q, want an error", got)
+			}
+			got, err := idem.FingerprintJSON([]byte(tc.in))
+			if err != nil || !bytes.Equal(got, []byte(tc.in)) {
+				t.Errorf("FingerprintJSON: got (%q, %v), want the body itself", got, err)
+			}
+		})
+	}
+}
+
+// FuzzCanonicalJSON checks that a canonical form is valid JSON, means what
+// the body means, and is its own canonical form (so a body compared by its
+// bytes under FingerprintJSON never matches a canonical one).
+func FuzzCanonicalJSON(f *testing.F) {
+	for _, seed := range []string{
+		`{"b":[1,2.50,-0],"a":{"x":"\u0041"}}`, `[1e400,0.1e-3]`, `"a\"\\\u0001"`, `{"a":1,"a":1}`,
+		`{}`, `[]`, `null`, ` 7 `, `[1,]`, `"\ud83d\ude00"`,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		c, err := idem.CanonicalJSON(body)
+		if err != nil {
+			return
+		}
+		if !json.Valid(body) {
+			t.Fatalf("accepted invalid JSON %q", body)
+		}
+		if !json.Valid(c) {
+			t.Fatalf("canonical form %q of %q is not JSON", c, body)
+		}
+		again, err := idem.CanonicalJSON(c)
+		if err != nil || !bytes.Equal(again, c) {
+			t.Fatalf("canonical form %q of %q: got (%q, %v) again", c, body, again, err)
+		}
+		// As float64s (DeepEqual compares them with ==, so -0 is 0), when
+		// every number fits one.
+		var v1, v2 any
+		if json.Unmarshal(body, &v1) != nil || json.Unmarshal(c, &v2) != nil {
+			return
+		}
+		if !reflect.DeepEqual(v1, v2) {
+			t.Fatalf("canonical form %q of %q reads as %v, want %v", c, body, v2, v1)
+		}
+	})
+}
+
+// TestFingerprint sends a request, then its retry with another body under
+// the same key.
+func TestFingerprint(t *testing.T) {
+	const first = `{"sku":"tea","qty":2,"tags":["a","b"]}`
+	tests := []struct {
+		name        string
+		fp          func([]byte) ([]byte, error)
+		body, retry string
+		wantStatus  int    // the retry's
+		wantType    string // when refused
+	}{
+		{"default is byte-exact", nil, first, `{"qty":2,"sku":"tea","tags":["a","b"]}`,
+			http.StatusUnprocessableEntity, idem.ProblemKeyReused},
+		{"JSON: re-encoded replays", idem.FingerprintJSON, first, "{ \"qty\": 2.0, \"tags\": [\"a\", \"b\"],\n \"sku\": \"t\\u0065a\" }",
+			http.StatusCreated, ""},
+		{"JSON: array order matters", idem.FingerprintJSON, first, `{"qty":2,"sku":"tea","tags":["b","a"]}`,
+			http.StatusUnprocessableEntity, idem.ProblemKeyReused},
+		{"JSON: a value matters", idem.FingerprintJSON, first, `{"qty":3,"sku":"tea","tags":["a","b"]}`,
+			http.StatusUnprocessableEntity, idem.ProblemKeyReused},
+		{"JSON: not JSON is byte-exact, same bytes", idem.FingerprintJSON, "sku=tea", "sku=tea",
+			http.StatusCreated, ""},
+		{"JSON: not JSON is byte-exact, other bytes", idem.FingerprintJSON, "sku=tea", "sku=tea ",
+			http.StatusUnprocessableEntity, idem.ProblemKeyReused},
+		{"strict: not JSON is 400", idem.CanonicalJSON, first, `{"sku":"tea"`,
+			http.StatusBadRequest, idem.ProblemBodyInvalid},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			o := new(orders)
+			e := newEnv(t, envConfig{opt: idem.Options{Fingerprint: tc.fp}}, o)
+			one := e.do(t, http.MethodPost, "/orders", tc.body, "k")
+			if one.status != http.StatusCreated {
+				t.Fatalf("first: got %s, want 201", one)
+			}
+			two := e.do(t, http.MethodPost, "/orders", tc.retry, "k")
+			if tc.wantType != "" {
+				wantProblem(t, two, tc.wantStatus, tc.wantType)
+			} else if two.status != tc.wantStatus || !two.replayed() || !bytes.Equal(two.body, one.body) {
+				t.Errorf("retry: got %s replayed=%v, want a replay of %s", two, two.replayed(), one)
+			}
+			if got := o.calls.Load(); got != 1 {
+				t.Errorf("handler calls: got %d, want 1", got)
+			}
+		})
+	}
+}

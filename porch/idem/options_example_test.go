@@ -1,0 +1,80 @@
+package idem_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+
+	"github.com/writeonce/porch-go/porch"
+	"github.com/writeonce/porch-go/porch/idem"
+)
+
+// A JSON API that replays Location with its 201, takes a retry its client
+// re-encoded as the same request, and names its problems under its own URI.
+func ExampleOptions() {
+	pool, st, done := exampleStore()
+	defer done()
+
+	keys := idem.New(pool, st, idem.Options{
+		KeepHeaders: []string{"Location"},
+		Fingerprint: idem.FingerprintJSON,
+		ProblemBase: "https://api.example.com/problems/",
+	})
+	orders := 0
+	h := keys.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		orders++
+		w.Header().Set("Location", fmt.Sprintf("/orders/%d", orders))
+		w.Header().Set("Set-Cookie", "cart=empty") // never replayed
+		w.WriteHeader(http.StatusCreated)
+	}))
+
+	for _, body := range []string{
+		`{"sku":"tea","qty":2}`,
+		`{ "qty": 2.0, "sku": "tea" }`, // the client's retry, re-encoded
+		`{"sku":"tea","qty":3}`,        // another request under the same key
+	} {
+		req := httptest.NewRequest(http.MethodPost, "/orders", strings.NewReader(body))
+		req.Header.Set(idem.Header, "order-1")
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		fmt.Printf("%d Location=%q Set-Cookie=%q\n", rec.Code, rec.Header().Get("Location"),
+			rec.Header().Get("Set-Cookie"))
+		if rec.Header().Get("Content-Type") == porch.ProblemContentType {
+			var p porch.Problem
+			json.Unmarshal(rec.Body.Bytes(), &p)
+			fmt.Println("  type:", p.Type)
+		}
+	}
+	fmt.Println("orders:", orders)
+	// Output:
+	// 201 Location="/orders/1" Set-Cookie="cart=empty"
+	// 201 Location="/orders/1" Set-Cookie=""
+	// 422 Location="" Set-Cookie=""
+	//   type: https://api.example.com/problems/idempotency-key-reused
+	// orders: 1
+}
+
+func ExampleCanonicalJSON() {
+	for _, body := range []string{
+		`{"qty": 2, "sku": "tea", "tags": ["a", "b"]}`,
+		`{"tags":["a","b"],"sku":"t\u0065a","qty":2.0}`,
+		`{"sku":"tea","qty":2,"tags":["b","a"]}`,
+		`{"price": 1.50, "big": 1e3}`,
+		`{"sku":"tea","sku":"coffee"}`,
+	} {
+		c, err := idem.CanonicalJSON([]byte(body))
+		if err != nil {
+			fmt.Println("error:", err)
+			continue
+		}
+		fmt.Printf("%s\n", c)
+	}
+	// Output:
+	// {"qty":2,"sku":"tea","tags":["a","b"]}
+	// {"qty":2,"sku":"tea","tags":["a","b"]}
+	// {"qty":2,"sku":"tea","tags":["b","a"]}
+	// {"big":1e3,"price":15e-1}
+	// error: idem: no canonical JSON form: duplicate member "sku"
+}
