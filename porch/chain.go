@@ -2,10 +2,11 @@ package porch
 
 import (
 	"fmt"
-	"log/slog"
 	"net/http"
 	"runtime/debug"
 	"strconv"
+
+	"github.com/writeonce/porch-go/porch/internal/logctx"
 )
 
 // Middleware is a before/after hook pair run by [Chain] around a buffered
@@ -140,7 +141,7 @@ func runAfter(m Middleware, r *http.Request, res *Response, c Completion) (out *
 // raised on purpose) and returns the 500 that replaces the response.
 func recovered(r *http.Request, v any) *Response {
 	if v != http.ErrAbortHandler {
-		slog.ErrorContext(r.Context(), "porch: panic",
+		logctx.Logger(r.Context(), nil).ErrorContext(r.Context(), "porch: panic",
 			"method", r.Method, "path", r.URL.Path,
 			"panic", fmt.Sprint(v), "stack", string(debug.Stack()))
 	}
