@@ -51,10 +51,26 @@ func (l *Limiter) allow(ctx context.Context, key string) (Verdict, error) {
 			l.hitShared(key, reply)
 		}
 	})
-	if err != nil {
-		return Verdict{}, err
+	var v Verdict
+	if err == nil {
+		v, err = reply.Wait(ctx)
 	}
-	return reply.Wait(ctx)
+	if l.opt.Observer != nil {
+		l.observe(ctx, v, err)
+	}
+	return v, err
+}
+
+// observe tells Options.Observer of a decision.
+func (l *Limiter) observe(ctx context.Context, v Verdict, err error) {
+	o := porch.RateAllowed
+	switch {
+	case err != nil:
+		o = porch.RateUnavailable
+	case !v.Allowed:
+		o = porch.RateLimited
+	}
+	l.opt.Observer.RateDecision(ctx, l.opt.Name, o)
 }
 
 // hit runs on key's actor when the store is the counters' only writer. The

@@ -78,5 +78,5 @@ func (l *Limiter) refusal(v Verdict) *porch.Response {
 // unavailable is the fail-closed answer: the request was not counted, so it
 // must not be served.
 func (l *Limiter) unavailable(r *http.Request, err error) *porch.Response {
-	return porch.FailClosed(r, ProblemUnavailable, "count this request", err)
+	return l.errs.FailClosed(r, ProblemUnavailable, "count this request", err)
 }
