@@ -15,7 +15,9 @@ import (
 	"time"
 
 	"github.com/writeonce/porch-go/porch"
+	"github.com/writeonce/porch-go/porch/clock"
 	"github.com/writeonce/porch-go/porch/internal/clientip"
+	"github.com/writeonce/porch-go/porch/internal/logctx"
 	"github.com/writeonce/porch-go/porch/store"
 )
 
@@ -61,6 +63,15 @@ type Options struct {
 	// it is answered 409 with Retry-After, the draft's in-flight answer. If
 	// zero, a duplicate waits as long as its request context lasts.
 	MaxWait time.Duration
+	// Observer is told the outcome of every keyed request (see
+	// porch.IdemOutcome). If nil, nothing is observed.
+	Observer porch.Observer
+	// Logger receives what the middleware logs: a store failure or a
+	// handler's failed writes (at most one line of a kind every
+	// porch.DefaultErrorLogEvery) and a client address rewritten from a
+	// header. If nil, App.Logger for a request an App serves, else
+	// slog.Default().
+	Logger *slog.Logger
 }
 
 // Keys is the idempotency-key middleware: it keeps the Idempotency-Keys of
@@ -78,6 +89,7 @@ type Keys struct {
 	methods []string
 
 	warnRewritten sync.Once
+	errs          *porch.ErrorLog // for Options.Logger; nil: the process's
 }
 
 // New returns the middleware, its in-flight state kept by pool's actors and
@@ -101,6 +113,9 @@ func New(pool *porch.Pool, st store.Store, opt Options) *Keys {
 		opt.MaxBody = DefaultMaxBody
 	}
 	m := &Keys{pool: pool, store: st, opt: opt, shards: make([]*shard, pool.Size())}
+	if opt.Logger != nil {
+		m.errs = porch.NewErrorLog(clock.System{}, 0, opt.Logger)
+	}
 	m.methods = opt.Methods
 	if m.methods == nil {
 		m.methods = []string{http.MethodPost, http.MethodPatch}
@@ -138,14 +153,17 @@ func (m *Keys) Before(r *http.Request) (*http.Request, *porch.Response) {
 		if !m.opt.RequireKey {
 			return r, nil
 		}
+		m.observe(r, porch.IdemInvalid)
 		return r, problem(ProblemKeyRequired, http.StatusBadRequest, "Idempotency-Key required",
 			"this endpoint requires an Idempotency-Key header")
 	}
 	if err != nil {
+		m.observe(r, porch.IdemInvalid)
 		return r, problem(ProblemKeyInvalid, http.StatusBadRequest, "Invalid Idempotency-Key", err.Error())
 	}
 	digest, res := m.digest(r)
 	if res != nil {
+		m.observe(r, porch.IdemInvalid)
 		return r, res
 	}
 	key = m.scope(r, key)
@@ -262,7 +280,9 @@ func (m *Keys) scope(r *http.Request, key string) string {
 func (m *Keys) clientAddr(r *http.Request) string {
 	a, rewritten := clientip.Key(r, m.opt.TrustProxy)
 	if rewritten {
-		m.warnRewritten.Do(func() { slog.Warn("idem: "+clientip.RewrittenWarning, "remote_addr", r.RemoteAddr) })
+		m.warnRewritten.Do(func() {
+			logctx.Logger(r.Context(), m.opt.Logger).Warn("idem: "+clientip.RewrittenWarning, "remote_addr", r.RemoteAddr)
+		})
 	}
 	return a
 }
