@@ -12,9 +12,9 @@ import (
 // store.Observer.
 //
 // Every option that takes an Observer treats nil as "observe nothing", and
-// then costs one nil check per decision. Its methods are called on request
-// goroutines and on the pool's actors, concurrently: they must be safe for
-// concurrent use, must not block, and should not allocate.
+// then costs one nil check per decision. Its methods are called on the
+// goroutines of the requests they concern, concurrently: they must be safe
+// for concurrent use, must not block, and should not allocate.
 type Observer interface {
 	// RateDecision is called once for every request a limiter decided,
 	// through its middleware or Limiter.Allow: limiter is its Options.Name.
