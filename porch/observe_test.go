@@ -1,14 +1,12 @@
 package porch_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -65,26 +63,11 @@ func TestObserverOutcomeLabels(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer a logger may write from a handler's
-// goroutine while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex // protects b
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-// lines decodes the JSON lines written so far.
-func (s *syncBuffer) lines(t *testing.T) []map[string]any {
+// logLines decodes the JSON lines buf holds.
+func logLines(t *testing.T, buf *porchtest.LogBuffer) []map[string]any {
 	t.Helper()
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	var out []map[string]any
-	dec := json.NewDecoder(bytes.NewReader(s.b.Bytes()))
+	dec := json.NewDecoder(strings.NewReader(buf.String()))
 	for dec.More() {
 		var m map[string]any
 		if err := dec.Decode(&m); err != nil {
@@ -105,7 +88,7 @@ func (failing) Before(r *http.Request) (*http.Request, *porch.Response) {
 func (failing) After(*http.Request, *porch.Response, porch.Completion) {}
 
 func TestAppLoggerGetsRequestLogsWithTheRequestID(t *testing.T) {
-	var buf syncBuffer
+	var buf porchtest.LogBuffer
 	app := porch.New()
 	app.Logger = slog.New(slog.NewJSONHandler(&buf, nil))
 	app.Use(middleware.RequestID)
@@ -120,7 +103,7 @@ func TestAppLoggerGetsRequestLogsWithTheRequestID(t *testing.T) {
 		res.Body.Close()
 	}
 	want := map[string]bool{"porch: panic": false, "porch: could not do its work": false}
-	for _, l := range buf.lines(t) {
+	for _, l := range logLines(t, &buf) {
 		msg, _ := l["msg"].(string)
 		if _, ok := want[msg]; !ok {
 			continue
@@ -143,11 +126,11 @@ func TestNilErrorLogIsTheProcesss(t *testing.T) {
 }
 
 func TestErrorLogAddsTheRequestID(t *testing.T) {
-	var buf syncBuffer
+	var buf porchtest.LogBuffer
 	l := porch.NewErrorLog(porchtest.NewFakeClock(time.Unix(0, 0)), 0, slog.New(slog.NewJSONHandler(&buf, nil)))
 	ctx := context.WithValue(context.Background(), middleware.RequestIDKey, "host/abc-000001")
 	l.Error(ctx, "a")
-	lines := buf.lines(t)
+	lines := logLines(t, &buf)
 	if len(lines) != 1 {
 		t.Fatalf("got %d lines, want 1", len(lines))
 	}

@@ -1,11 +1,9 @@
 package idem_test
 
 import (
-	"bytes"
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -103,7 +101,7 @@ func fillActor(t *testing.T, pool *porch.Pool) (release func()) {
 
 // A store failure is logged through Options.Logger.
 func TestLoggerGetsStoreFailures(t *testing.T) {
-	var buf lockedBuffer // written on the server's goroutine
+	var buf porchtest.LogBuffer
 	e := newEnv(t, envConfig{opt: idem.Options{Logger: slog.New(slog.NewTextHandler(&buf, nil))}}, new(orders))
 	if _, err := e.store.DB().Exec(`CREATE TRIGGER boom BEFORE INSERT ON porch_idem_responses
 		BEGIN SELECT RAISE(ABORT, 'boom'); END`); err != nil {
@@ -115,23 +113,4 @@ func TestLoggerGetsStoreFailures(t *testing.T) {
 	if got := buf.String(); !strings.Contains(got, "porch: could not decide or store") || !strings.Contains(got, "boom") {
 		t.Errorf("got log %q, want the store failure", got)
 	}
-}
-
-// lockedBuffer is a bytes.Buffer a logger may write from a server's
-// goroutine while the test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex // protects b
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
