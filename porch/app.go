@@ -119,6 +119,13 @@ type App struct {
 	// handlers after a forced close and the WriteTimeout of buffered
 	// responses.
 	ConfigureServer func(*http.Server)
+	// Logger receives what the App logs (a drain, a closer that timed
+	// out) and, for the requests it serves, what porch logs about them (a
+	// handler's panic, a failing store), unless a middleware was given a
+	// logger of its own. A line about a request that chi's
+	// middleware.RequestID saw carries its "request_id". If nil,
+	// slog.Default() as of each line.
+	Logger *slog.Logger
 
 	mu      sync.Mutex // protects the fields below
 	closers []func(context.Context) error
@@ -178,14 +185,14 @@ func (a *App) Close(ctx context.Context) error {
 	budget := orDefault(a.CloseTimeout, DefaultCloseTimeout)
 	var errs []error
 	for i := len(closers) - 1; i >= 0; i-- {
-		errs = append(errs, runCloser(ctx, closers[i], budget))
+		errs = append(errs, runCloser(ctx, closers[i], budget, a.logger()))
 	}
 	return errors.Join(errs...)
 }
 
 // runCloser runs f under its own budget and names it in its error and in the
 // log, so that a stop that ran out of time says which step did.
-func runCloser(ctx context.Context, f func(context.Context) error, budget time.Duration) error {
+func runCloser(ctx context.Context, f func(context.Context) error, budget time.Duration, log *slog.Logger) error {
 	ctx, cancel := budgeted(ctx, budget)
 	defer cancel()
 	err := f(ctx)
@@ -194,9 +201,17 @@ func runCloser(ctx context.Context, f func(context.Context) error, budget time.D
 	}
 	name := funcName(f)
 	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil {
-		slog.Error("porch: closer timed out", "closer", name, "budget", budget)
+		log.Error("porch: closer timed out", "closer", name, "budget", budget)
 	}
 	return fmt.Errorf("porch: close %s: %w", name, err)
+}
+
+// logger is Logger, or slog.Default() as of this call.
+func (a *App) logger() *slog.Logger {
+	if a.Logger != nil {
+		return a.Logger
+	}
+	return slog.Default()
 }
 
 // budgeted is context.WithTimeout where a negative budget means none.

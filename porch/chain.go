@@ -2,10 +2,11 @@ package porch
 
 import (
 	"fmt"
-	"log/slog"
 	"net/http"
 	"runtime/debug"
 	"strconv"
+
+	"github.com/writeonce/porch-go/porch/internal/logctx"
 )
 
 // Middleware is a before/after hook pair run by [Chain] around a buffered
@@ -134,7 +135,7 @@ func (o ChainOptions) runAfter(m Middleware, r *http.Request, res *Response, c C
 // raised on purpose) and returns the 500 that replaces the response.
 func (o ChainOptions) recovered(r *http.Request, v any) *Response {
 	if v != http.ErrAbortHandler {
-		slog.ErrorContext(r.Context(), "porch: panic",
+		logctx.Logger(r.Context(), nil).ErrorContext(r.Context(), "porch: panic",
 			"method", r.Method, "path", r.URL.Path,
 			"panic", fmt.Sprint(v), "stack", string(debug.Stack()))
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/writeonce/porch-go/porch/clock"
+	"github.com/writeonce/porch-go/porch/internal/logctx"
 )
 
 // DefaultErrorLogEvery is how often an ErrorLog lets a repeated kind of
@@ -25,11 +26,12 @@ const DefaultErrorLogEvery = 10 * time.Second
 // site, with what varies in the attributes. Errors held back at the end of
 // a burst are counted in the next line of their kind, if one comes.
 //
-// An ErrorLog is safe for concurrent use. Create it with [NewErrorLog].
+// An ErrorLog is safe for concurrent use. Create it with [NewErrorLog]; a
+// nil *ErrorLog logs through the process's, as [LogError] does.
 type ErrorLog struct {
 	clock  clock.Clock
 	every  time.Duration
-	logger *slog.Logger // if nil, slog.Default() at each call
+	logger *slog.Logger // if nil, the request's (see logctx.Logger) at each call
 
 	mu    sync.Mutex // protects kinds
 	kinds map[string]*errorKind
@@ -42,8 +44,10 @@ type errorKind struct {
 
 // NewErrorLog returns an ErrorLog that logs each kind at most once per every
 // on clock's monotonic reading, to logger. If every is zero,
-// DefaultErrorLogEvery; if logger is nil, slog.Default() as of each call. It
-// panics on a negative every or a nil clock.
+// DefaultErrorLogEvery; if logger is nil, App.Logger when the line is about
+// a request an App serves, else slog.Default() as of each call. A line
+// about a request that chi's middleware.RequestID saw carries its
+// "request_id". It panics on a negative every or a nil clock.
 func NewErrorLog(clock clock.Clock, every time.Duration, logger *slog.Logger) *ErrorLog {
 	if clock == nil || every < 0 {
 		panic("porch: NewErrorLog expects a clock and every >= 0")
@@ -55,8 +59,11 @@ func NewErrorLog(clock clock.Clock, every time.Duration, logger *slog.Logger) *E
 }
 
 // Error logs msg and args at ERROR, unless a line of kind msg was logged less
-// than the interval ago: then it only counts it.
+// than the interval ago: then it only counts it. On a nil l it is LogError.
 func (l *ErrorLog) Error(ctx context.Context, msg string, args ...any) {
+	if l == nil {
+		l = errorLog
+	}
 	suppressed, ok := l.admit(msg)
 	if !ok {
 		return
@@ -64,11 +71,7 @@ func (l *ErrorLog) Error(ctx context.Context, msg string, args ...any) {
 	if suppressed > 0 {
 		args = append(args, "suppressed", suppressed)
 	}
-	logger := l.logger
-	if logger == nil {
-		logger = slog.Default()
-	}
-	logger.ErrorContext(ctx, msg, args...)
+	logctx.Logger(ctx, l.logger).ErrorContext(ctx, msg, args...)
 }
 
 // admit decides whether a line of kind msg is logged now, and how many it
@@ -94,7 +97,7 @@ func (l *ErrorLog) admit(msg string) (suppressed int, ok bool) {
 var errorLog = NewErrorLog(clock.System{}, DefaultErrorLogEvery, nil)
 
 // LogError logs through the process's ErrorLog (every DefaultErrorLogEvery,
-// to slog's default logger): for errors that recur with every request while
+// to App.Logger for a request an App serves, else slog's default logger): for errors that recur with every request while
 // a dependency is down, such as the store failures [FailClosed] logs. msg is
 // the kind and must be a constant.
 func LogError(ctx context.Context, msg string, args ...any) {

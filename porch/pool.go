@@ -35,6 +35,9 @@ type PoolOptions struct {
 	// Mailbox is how many jobs each actor's mailbox holds before Send fails
 	// with ErrSaturated. If zero, DefaultMailbox.
 	Mailbox int
+	// Observer is told of every job Send refuses with ErrSaturated. If
+	// nil, nothing is observed.
+	Observer Observer
 }
 
 // Pool is a fixed set of actor goroutines. A job sent for a key runs on the
@@ -49,6 +52,7 @@ type Pool struct {
 	seed      maphash.Seed
 	mailboxes []chan func(shard int)
 	mailbox   int
+	observer  Observer // PoolOptions.Observer; may be nil
 
 	mu     sync.RWMutex // protects closed against Send racing Close
 	closed bool
@@ -71,7 +75,7 @@ func NewPool(opt PoolOptions) *Pool {
 		opt.Mailbox = DefaultMailbox
 	}
 	p := &Pool{seed: maphash.MakeSeed(), mailboxes: make([]chan func(int), opt.Size), mailbox: opt.Mailbox,
-		closing: make(chan struct{})}
+		closing: make(chan struct{}), observer: opt.Observer}
 	for i := range p.mailboxes {
 		mb := make(chan func(int), opt.Mailbox)
 		p.mailboxes[i] = mb
@@ -99,8 +103,15 @@ func (p *Pool) Shard(key string) int {
 
 // Send queues job on key's actor and returns at once. The job receives the
 // shard index. It fails with ErrSaturated when the mailbox is full and with
-// ErrClosed once Close has begun; the job then never runs.
-func (p *Pool) Send(key string, job func(shard int)) error { return p.send(p.Shard(key), job, false) }
+// ErrClosed once Close has begun; the job then never runs. A refusal for
+// saturation is told to PoolOptions.Observer.
+func (p *Pool) Send(key string, job func(shard int)) error {
+	err := p.send(p.Shard(key), job, false)
+	if err == ErrSaturated && p.observer != nil {
+		p.observer.PoolRejected()
+	}
+	return err
+}
 
 // SendWait is Send that waits for room in the mailbox instead of failing with
 // ErrSaturated. It is for reports that must not be lost (an idempotency owner

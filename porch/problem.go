@@ -51,6 +51,12 @@ func Unavailable(typ, detail string, retryAfter time.Duration) *Response {
 // logged through [LogError], so a store that fails every request does not
 // flood the log.
 func FailClosed(r *http.Request, typ, what string, err error) *Response {
+	return errorLog.FailClosed(r, typ, what, err)
+}
+
+// FailClosed is [FailClosed] logging through l instead of the process's
+// ErrorLog: for a middleware given its own logger.
+func (l *ErrorLog) FailClosed(r *http.Request, typ, what string, err error) *Response {
 	var detail string
 	switch {
 	case errors.Is(err, ErrSaturated):
@@ -59,7 +65,7 @@ func FailClosed(r *http.Request, typ, what string, err error) *Response {
 		detail = "the request ended before porch could " + what
 	default:
 		detail = "the store failed; could not " + what
-		LogError(r.Context(), "porch: could not "+what, "err", err)
+		l.Error(r.Context(), "porch: could not "+what, "err", err)
 	}
 	return Unavailable(typ, detail, time.Second)
 }

@@ -3,11 +3,12 @@ package porch
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"net"
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/writeonce/porch-go/porch/internal/logctx"
 )
 
 // Serve serves on l until ctx ends or [App.StopNow] is called, then stops in
@@ -68,15 +69,18 @@ func (a *App) server(running *inflight) *http.Server {
 	return srv
 }
 
-// handler wraps the router: it counts running handlers for a forced stop
-// and tells Chain the WriteTimeout.
+// handler wraps the router: it counts running handlers for a forced stop,
+// tells Chain the WriteTimeout, and gives porch's request logs Logger.
 func (a *App) handler(running *inflight, write time.Duration) http.Handler {
-	next := a.Router
+	next, logger := a.Router, a.Logger
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		running.add()
 		defer running.done()
 		if write > 0 {
 			r = r.WithContext(context.WithValue(r.Context(), writeTimeoutKey{}, write))
+		}
+		if logger != nil {
+			r = r.WithContext(logctx.With(r.Context(), logger))
 		}
 		next.ServeHTTP(w, r)
 	})
@@ -85,25 +89,26 @@ func (a *App) handler(running *inflight, write time.Duration) http.Handler {
 // drain runs steps 1 and 2 of a stop (see Serve).
 func (a *App) drain(srv *http.Server, stop context.Context, running *inflight) {
 	budget := orDefault(a.DrainTimeout, DefaultDrainTimeout)
+	log := a.logger()
 	ctx, cancel := budgeted(stop, budget)
 	defer cancel()
 	if stop.Err() == nil {
-		slog.Info("porch: draining", "budget", budget)
+		log.Info("porch: draining", "budget", budget)
 	}
 	if srv.Shutdown(ctx) == nil {
 		return
 	}
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		slog.Warn("porch: drain timed out; closing connections", "budget", budget, "handlers", running.count())
+		log.Warn("porch: drain timed out; closing connections", "budget", budget, "handlers", running.count())
 	} else {
-		slog.Warn("porch: stopping now; closing connections", "handlers", running.count())
+		log.Warn("porch: stopping now; closing connections", "handlers", running.count())
 	}
 	srv.Close() //nolint:errcheck // the listener's close error was Shutdown's to report
 	wait := orDefault(a.CloseTimeout, DefaultCloseTimeout)
 	wctx, cancel := budgeted(context.Background(), wait)
 	defer cancel()
 	if running.wait(wctx) != nil {
-		slog.Error("porch: handlers did not return after their connections closed; running the closers anyway",
+		log.Error("porch: handlers did not return after their connections closed; running the closers anyway",
 			"budget", wait, "handlers", running.count())
 	}
 }

@@ -69,6 +69,7 @@ func (m *Keys) decide(r *http.Request, key string, digest []byte) (*http.Request
 	for {
 		f, leads, err := m.begin(r.Context(), key)
 		if err != nil {
+			m.observe(r, porch.IdemUnavailable)
 			return r, m.unavailable(r, err)
 		}
 		if leads {
@@ -79,8 +80,9 @@ func (m *Keys) decide(r *http.Request, key string, digest []byte) (*http.Request
 		}
 		switch f.res.kind {
 		case endStored:
-			return r, m.answer(f.res.response, digest)
+			return r, m.answer(r, f.res.response, digest)
 		case endFailed:
+			m.observe(r, porch.IdemUnavailable)
 			return r, m.unavailable(r, f.res.err)
 		}
 		// endReleased: the leader gave the key up; decide afresh.
@@ -112,15 +114,18 @@ func (m *Keys) begin(ctx context.Context, key string) (f *flight, leads bool, er
 func (m *Keys) lead(r *http.Request, f *flight, digest []byte) (*http.Request, *porch.Response) {
 	hold, row, err := m.load(r.Context(), f.key)
 	if hold != nil {
+		m.observe(r, porch.IdemExecuted)
 		return m.own(r, f, digest, hold), nil
 	}
 	m.finish(f, loaded(r.Context(), row, err))
 	switch {
 	case err == nil:
-		return r, m.answer(row, digest)
+		return r, m.answer(r, row, digest)
 	case errors.Is(err, errWaitedTooLong):
+		m.observe(r, porch.IdemInFlight)
 		return r, m.inFlight()
 	}
+	m.observe(r, porch.IdemUnavailable)
 	return r, m.unavailable(r, err)
 }
 
@@ -187,8 +192,10 @@ func (m *Keys) wait(r *http.Request, f *flight) *porch.Response {
 	case <-f.done:
 		return nil
 	case <-timeout:
+		m.observe(r, porch.IdemInFlight)
 		return m.inFlight()
 	case <-r.Context().Done():
+		m.observe(r, porch.IdemUnavailable)
 		return m.unavailable(r, r.Context().Err())
 	}
 }
@@ -205,11 +212,13 @@ func (m *Keys) inFlight() *porch.Response {
 // answer is what a request gets once its key has a stored response: a
 // replay when it is the same request, and 422 when the key was reused for a
 // different one. Nothing is run and nothing is overwritten.
-func (m *Keys) answer(row store.Response, digest []byte) *porch.Response {
+func (m *Keys) answer(r *http.Request, row store.Response, digest []byte) *porch.Response {
 	if !bytes.Equal(row.Digest, digest) {
+		m.observe(r, porch.IdemMismatch)
 		return m.problem(ProblemKeyReused, http.StatusUnprocessableEntity, "Idempotency-Key reused",
 			"this key was used for a request with a different method, path or body")
 	}
+	m.observe(r, porch.IdemReplayed)
 	return replay(row, m.keep)
 }
 
@@ -217,7 +226,7 @@ func (m *Keys) answer(row store.Response, digest []byte) *porch.Response {
 // report must not be lost to saturation, or the key would stay led.
 func (m *Keys) finish(f *flight, res result) {
 	if err := m.pool.SendWait(f.key, func(i int) { m.shards[i].finish(f, res) }); err != nil {
-		porch.LogError(context.Background(), "idem: report to actor failed", "err", err)
+		m.errs.Error(context.Background(), "idem: report to actor failed", "err", err)
 	}
 }
 

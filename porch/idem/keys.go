@@ -15,7 +15,9 @@ import (
 	"time"
 
 	"github.com/writeonce/porch-go/porch"
+	"github.com/writeonce/porch-go/porch/clock"
 	"github.com/writeonce/porch-go/porch/internal/clientip"
+	"github.com/writeonce/porch-go/porch/internal/logctx"
 	"github.com/writeonce/porch-go/porch/internal/problemtype"
 	"github.com/writeonce/porch-go/porch/store"
 )
@@ -92,6 +94,15 @@ type Options struct {
 	// switch on the type, so an API that documents its own problem types
 	// wants them under its own URI. If empty, the Problem… constants.
 	ProblemBase string
+	// Observer is told the outcome of every keyed request (see
+	// porch.IdemOutcome). If nil, nothing is observed.
+	Observer porch.Observer
+	// Logger receives what the middleware logs: a store failure or a
+	// handler's failed writes (at most one line of a kind every
+	// porch.DefaultErrorLogEvery) and a client address rewritten from a
+	// header. If nil, App.Logger for a request an App serves, else
+	// slog.Default().
+	Logger *slog.Logger
 }
 
 // Keys is the idempotency-key middleware: it keeps the Idempotency-Keys of
@@ -110,6 +121,7 @@ type Keys struct {
 	keep    []string // Options.KeepHeaders, canonical
 
 	warnRewritten sync.Once
+	errs          *porch.ErrorLog // for Options.Logger; nil: the process's
 }
 
 // New returns the middleware, its in-flight state kept by pool's actors and
@@ -137,6 +149,9 @@ func New(pool *porch.Pool, st store.Store, opt Options) *Keys {
 		opt.MaxBody = DefaultMaxBody
 	}
 	m := &Keys{pool: pool, store: st, opt: opt, shards: make([]*shard, pool.Size())}
+	if opt.Logger != nil {
+		m.errs = porch.NewErrorLog(clock.System{}, 0, opt.Logger)
+	}
 	m.methods = opt.Methods
 	m.keep = keepHeaders(opt.KeepHeaders)
 	if m.methods == nil {
@@ -188,14 +203,17 @@ func (m *Keys) Before(r *http.Request) (*http.Request, *porch.Response) {
 		if !m.opt.RequireKey {
 			return r, nil
 		}
+		m.observe(r, porch.IdemInvalid)
 		return r, m.problem(ProblemKeyRequired, http.StatusBadRequest, "Idempotency-Key required",
 			"this endpoint requires an Idempotency-Key header")
 	}
 	if err != nil {
+		m.observe(r, porch.IdemInvalid)
 		return r, m.problem(ProblemKeyInvalid, http.StatusBadRequest, "Invalid Idempotency-Key", err.Error())
 	}
 	digest, res := m.digest(r)
 	if res != nil {
+		m.observe(r, porch.IdemInvalid)
 		return r, res
 	}
 	key = m.scope(r, key)
@@ -206,6 +224,7 @@ func (m *Keys) Before(r *http.Request) (*http.Request, *porch.Response) {
 		// wait on its own reservation forever. This request stores
 		// nothing, so its After must not find the outer ownership.
 		if !bytes.Equal(outer.digest, digest) {
+			m.observe(r, porch.IdemMismatch)
 			return r, m.problem(ProblemKeyReused, http.StatusUnprocessableEntity, "Idempotency-Key reused",
 				"an enclosing request owns this key for a different method, path or body")
 		}
@@ -326,7 +345,9 @@ func (m *Keys) scope(r *http.Request, key string) string {
 func (m *Keys) clientAddr(r *http.Request) string {
 	a, rewritten := clientip.Key(r, m.opt.TrustProxy)
 	if rewritten {
-		m.warnRewritten.Do(func() { slog.Warn("idem: "+clientip.RewrittenWarning, "remote_addr", r.RemoteAddr) })
+		m.warnRewritten.Do(func() {
+			logctx.Logger(r.Context(), m.opt.Logger).Warn("idem: "+clientip.RewrittenWarning, "remote_addr", r.RemoteAddr)
+		})
 	}
 	return a
 }

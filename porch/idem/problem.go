@@ -42,7 +42,7 @@ func (m *Keys) unavailable(r *http.Request, err error) *porch.Response {
 	if errors.Is(err, store.ErrNoKeyConn) {
 		return porch.Unavailable(m.problemType(ProblemUnavailable), "no database connection is free to hold this key", time.Second)
 	}
-	return porch.FailClosed(r, m.problemType(ProblemUnavailable), "decide or store this key's response", err)
+	return m.errs.FailClosed(r, m.problemType(ProblemUnavailable), "decide or store this key's response", err)
 }
 
 // writeFailed answers an owner whose own writes failed at commit: its
@@ -50,7 +50,7 @@ func (m *Keys) unavailable(r *http.Request, err error) *porch.Response {
 // The statement's error stays in the log, which a handler failing on every
 // request does not flood (see porch.LogError); it may name tables and values.
 func (m *Keys) writeFailed(r *http.Request, err error) *porch.Response {
-	porch.LogError(r.Context(), "idem: the handler's writes failed; nothing was stored",
+	m.errs.Error(r.Context(), "idem: the handler's writes failed; nothing was stored",
 		"method", r.Method, "path", r.URL.Path, "err", err)
 	return m.problem(ProblemWriteFailed, http.StatusInternalServerError, "Write failed",
 		"the request's writes could not be committed, so nothing was done or stored; the handler's answer was withheld")

@@ -1,6 +1,7 @@
 // Package porchtest provides what tests of porch-based code need and
-// production code must not: a [FakeClock] whose time moves only when told,
-// as net/http/httptest does for net/http.
+// production code must not, as net/http/httptest does for net/http: a
+// [FakeClock] whose time moves only when told, and an [Observer] that counts
+// what porch tells it.
 //
 //	clk := porchtest.NewFakeClock(time.Date(2026, 8, 29, 12, 0, 0, 0, time.UTC))
 //	st, err := sqlite.Open(filepath.Join(t.TempDir(), "app.db"), store.Options{Clock: clk})

@@ -47,6 +47,15 @@ func (l *Limiter) Allow(ctx context.Context, principal string) (Verdict, error) 
 // allow counts one request of weight n (1 <= n <= limit) against the
 // counter key.
 func (l *Limiter) allow(ctx context.Context, key string, n int64) (Verdict, error) {
+	v, err := l.send(ctx, key, n)
+	if l.opt.Observer != nil {
+		l.observe(ctx, v, err)
+	}
+	return v, err
+}
+
+// send takes the hit to key's actor and waits for its verdict.
+func (l *Limiter) send(ctx context.Context, key string, n int64) (Verdict, error) {
 	c := l.calls.Get().(*call)
 	c.key, c.n = key, n
 	if err := l.pool.Send(key, c.run); err != nil {
@@ -87,6 +96,19 @@ func (l *Limiter) newCall() any {
 		}
 	}
 	return c
+}
+
+// observe tells Options.Observer of a decision. A dry run's would-be
+// refusal is a limited decision: the observer counts what the limit would do.
+func (l *Limiter) observe(ctx context.Context, v Verdict, err error) {
+	o := porch.RateAllowed
+	switch {
+	case err != nil:
+		o = porch.RateUnavailable
+	case !v.Allowed:
+		o = porch.RateLimited
+	}
+	l.opt.Observer.RateDecision(ctx, l.opt.Name, o)
 }
 
 // hit runs on key's actor when the store is the counters' only writer. The

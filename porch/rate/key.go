@@ -1,10 +1,10 @@
 package rate
 
 import (
-	"log/slog"
 	"net/http"
 
 	"github.com/writeonce/porch-go/porch/internal/clientip"
+	"github.com/writeonce/porch-go/porch/internal/logctx"
 )
 
 // appendClientKey appends the client half of a counter key (see
@@ -15,7 +15,7 @@ func (l *Limiter) appendClientKey(dst []byte, r *http.Request) []byte {
 	dst, rewritten := clientip.AppendKey(dst, r, l.opt.TrustProxy)
 	if rewritten {
 		l.warnRewritten.Do(func() {
-			slog.Warn("rate: "+clientip.RewrittenWarning, "limiter", l.opt.Name, "remote_addr", r.RemoteAddr)
+			logctx.Logger(r.Context(), l.opt.Logger).Warn("rate: "+clientip.RewrittenWarning, "limiter", l.opt.Name, "remote_addr", r.RemoteAddr)
 		})
 	}
 	return dst

@@ -3,6 +3,7 @@ package rate
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"reflect"
 	"strconv"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/writeonce/porch-go/porch"
+	"github.com/writeonce/porch-go/porch/clock"
 	"github.com/writeonce/porch-go/porch/internal/problemtype"
 	"github.com/writeonce/porch-go/porch/store"
 )
@@ -98,6 +100,14 @@ type Options struct {
 	// the type, so an API that documents its own problem types wants them
 	// under its own URI. If empty, ProblemLimited and ProblemUnavailable.
 	ProblemBase string
+	// Observer is told of every request the limiter decides, with Name.
+	// If nil, nothing is observed.
+	Observer porch.Observer
+	// Logger receives what the limiter logs: a store failure (at most one
+	// line of a kind every porch.DefaultErrorLogEvery) and a client
+	// address rewritten from a header. If nil, App.Logger for a request an
+	// App serves, else slog.Default().
+	Logger *slog.Logger
 }
 
 // Limiter allows Limit requests per key in each fixed window of Window. A
@@ -124,8 +134,9 @@ type Limiter struct {
 	prefix                  string // counter key prefix
 	release                 func() // ends the store's claim of this limiter's policy
 	warnRewritten           sync.Once
-	dryLog                  throttledLog // would-be refusals in DryRun
-	calls                   sync.Pool    // of *call, see allow
+	dryLog                  throttledLog    // would-be refusals in DryRun
+	calls                   sync.Pool       // of *call, see allow
+	errs                    *porch.ErrorLog // for Options.Logger; nil: the process's
 }
 
 // New returns a limiter of limit requests per window, counted by pool's
@@ -202,6 +213,9 @@ func newLimiter(pool *porch.Pool, st store.Store, limit int, window time.Duratio
 		pool: pool, store: st, limit: int64(limit), window: window, ahead: ahead, opt: opt,
 		policy: fmt.Sprintf(`%q;q=%d;w=%d`, opt.Name, limit, porch.RetryAfterSeconds(window)),
 		prefix: "rate:" + opt.Name + ":",
+	}
+	if opt.Logger != nil {
+		l.errs = porch.NewErrorLog(clock.System{}, 0, opt.Logger)
 	}
 	l.limitValue = []string{strconv.Itoa(limit)}
 	l.policyValue = []string{l.policy}

@@ -103,7 +103,7 @@ func (l *Limiter) refusal(r *http.Request, v Verdict) *porch.Response {
 // renders in its place: the request was not counted, so it must not be
 // served.
 func (l *Limiter) unavailable(r *http.Request, err error) *porch.Response {
-	def := porch.FailClosed(r, problemtype.Under(l.opt.ProblemBase, ProblemUnavailable), "count this request", err)
+	def := l.errs.FailClosed(r, problemtype.Under(l.opt.ProblemBase, ProblemUnavailable), "count this request", err)
 	if l.opt.ErrorResponse == nil {
 		return def
 	}

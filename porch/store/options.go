@@ -1,6 +1,7 @@
 package store
 
 import (
+	"log/slog"
 	"time"
 
 	"github.com/writeonce/porch-go/porch/clock"
@@ -43,4 +44,11 @@ type Options struct {
 	// injection for tests and the acceptance gate (a slow disk); leave it
 	// zero in production.
 	CommitDelay time.Duration
+	// Observer is told of every batch the committer ends. If nil, nothing
+	// is observed.
+	Observer Observer
+	// Logger receives the store's warnings (a failed checkpoint, a prune
+	// that failed, a changed rate policy). If nil, slog.Default() as of
+	// each line.
+	Logger *slog.Logger
 }

@@ -16,9 +16,11 @@ import (
 
 // openBackend opens porch's store, SQLite by default or PostgreSQL with
 // -postgres, and returns it with a database/sql handle on the same database
-// for the shop's own tables, whose schema it has created.
-func openBackend(cfg config, queueSize int) (store.Store, *sql.DB, error) {
+// for the shop's own tables, whose schema it has created. obs, if not nil,
+// is told of every commit batch.
+func openBackend(cfg config, queueSize int, obs store.Observer) (store.Store, *sql.DB, error) {
 	opt := store.Options{
+		Observer:    obs,
 		Clock:       offsetClock{offset: cfg.wallOffset},
 		QueueSize:   queueSize,
 		CommitDelay: cfg.storeDelay,

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/writeonce/porch-go/porch"
+	"github.com/writeonce/porch-go/porch/metrics/prom"
 )
 
 // errFlagSyntax marks an error the flag package has already printed.
@@ -41,6 +42,7 @@ type config struct {
 	checkoutDelay  time.Duration
 	storeDelay     time.Duration
 	wallOffset     time.Duration
+	metricsAddr    string
 	serve          serveConfig
 }
 
@@ -74,6 +76,7 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&c.checkoutDelay, "checkout-delay", 0, "time the checkout handler works before it writes")
 	fs.DurationVar(&c.storeDelay, "store-delay", 0, "fault injection: every store commit takes at least this long")
 	fs.DurationVar(&c.wallOffset, "wall-offset", 0, "added to the wall clock this process reads (simulates a clock jump)")
+	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at GET /metrics on this address, apart from -addr (port 0 picks a free port; empty: no metrics); see docs/observability.md")
 	fs.DurationVar(&c.serve.readTimeout, "read-timeout", 0, "time to read a whole request, header and body (0: porch.DefaultReadTimeout; negative: none)")
 	fs.DurationVar(&c.serve.writeTimeout, "write-timeout", 0, "time to write a response (0: porch.DefaultWriteTimeout; negative: none)")
 	fs.DurationVar(&c.serve.idleTimeout, "idle-timeout", 0, "how long a keep-alive connection may wait for its next request (0: porch.DefaultIdleTimeout; negative: none)")
@@ -127,7 +130,19 @@ func run(cfg config) error {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, os.Interrupt)
 	defer signal.Stop(sigs)
-	app, err := newShop(cfg)
+	var obs *prom.Metrics
+	if cfg.metricsAddr != "" {
+		m, err := startMetrics(cfg.metricsAddr)
+		if err != nil {
+			return err
+		}
+		// Closed after the app, so a scrape during the drain still answers.
+		defer m.Close(context.Background()) //nolint:errcheck // the process is exiting
+		obs = m.metrics
+		// The gate reads this line, printed before the listening line.
+		fmt.Printf("storefront: metrics on %s\n", m.addr)
+	}
+	app, err := newShop(cfg, obs)
 	if err != nil {
 		return err
 	}

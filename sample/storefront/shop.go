@@ -15,6 +15,7 @@ import (
 
 	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/idem"
+	"github.com/writeonce/porch-go/porch/metrics/prom"
 	"github.com/writeonce/porch-go/porch/rate"
 	"github.com/writeonce/porch-go/porch/store"
 )
@@ -62,11 +63,17 @@ type product struct {
 	PriceCents int64  `json:"price_cents"`
 }
 
-// newShop opens the store, builds the pool and middleware, and routes.
-func newShop(cfg config) (*porch.App, error) {
-	pool := porch.NewPool(porch.PoolOptions{Size: cfg.pool, Mailbox: cfg.mailbox})
+// newShop opens the store, builds the pool and middleware, and routes. If
+// m is not nil, the pool, the store and both middlewares report to it.
+func newShop(cfg config, m *prom.Metrics) (*porch.App, error) {
+	var obs porch.Observer
+	var storeObs store.Observer
+	if m != nil { // a nil *prom.Metrics in an interface would not be nil
+		obs, storeObs = m, m
+	}
+	pool := porch.NewPool(porch.PoolOptions{Size: cfg.pool, Mailbox: cfg.mailbox, Observer: obs})
 	// The committer holds one write for every job the mailboxes hold.
-	st, db, err := openBackend(cfg, pool.Size()*pool.Mailbox())
+	st, db, err := openBackend(cfg, pool.Size()*pool.Mailbox(), storeObs)
 	if err != nil {
 		pool.Close(context.Background())
 		return nil, err
@@ -77,7 +84,7 @@ func newShop(cfg config) (*porch.App, error) {
 	app.OnShutdown(st.Close)
 	app.OnShutdown(pool.Close)
 	lim, err := rate.New(pool, st, cfg.rateLimit, cfg.rateWindow,
-		rate.Options{TrustProxy: cfg.trustProxy, WriteAhead: cfg.rateWriteAhead})
+		rate.Options{TrustProxy: cfg.trustProxy, WriteAhead: cfg.rateWriteAhead, Observer: obs})
 	if err != nil {
 		app.Close(context.Background())
 		return nil, err
@@ -89,7 +96,7 @@ func newShop(cfg config) (*porch.App, error) {
 	// forwarded address (a client that changed networks, the gate's retries
 	// from fresh addresses) replays instead of ordering twice; a shop with
 	// accounts would set Principal.
-	keys := idem.New(pool, st, idem.Options{RequireKey: true, TTL: cfg.idemTTL, MaxBody: maxCheckoutBody})
+	keys := idem.New(pool, st, idem.Options{RequireKey: true, TTL: cfg.idemTTL, MaxBody: maxCheckoutBody, Observer: obs})
 	s := &shop{cfg: cfg, db: db, st: st}
 
 	app.Get("/healthz", s.healthz)

@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/internal/commit"
 )
 
 // Statements of the policy claim. Every instance's claim runs under one
@@ -131,7 +131,7 @@ func (p *Store) claimShared(ctx context.Context, pol store.Policy) error {
 		return fmt.Errorf("postgres: claim rate policy %s: %w", pol, err)
 	}
 	if found && old != pol {
-		slog.Warn("postgres: rate policy changed; open windows keep their counts and close at their old end or one new window from now, whichever is sooner",
+		commit.Log(p.opt.Logger).Warn("postgres: rate policy changed; open windows keep their counts and close at their old end or one new window from now, whichever is sooner",
 			"was", old.String(), "now", pol.String())
 	}
 	return nil

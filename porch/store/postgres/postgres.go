@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -96,7 +95,7 @@ func Open(ctx context.Context, dsn string, opt store.Options) (*Store, error) {
 		closeAll()
 		return nil, err
 	}
-	p.c = commit.New(p.writeBatch, opt.Clock, opt.QueueSize, opt.MaxBatch)
+	p.c = commit.New(p.writeBatch, opt.Clock, opt.QueueSize, opt.MaxBatch, opt.Observer)
 	return p, nil
 }
 
@@ -424,7 +423,7 @@ func (r *reservation) Save(ctx context.Context, res store.Response, ttl time.Dur
 	}
 	if r.p.opt.PruneRows > 0 {
 		if _, err := r.conn.Exec(ctx, pgPruneResponses, r.p.opt.PruneRows); err != nil {
-			slog.Warn("postgres: prune responses", "err", err) // the next save prunes again
+			commit.Log(r.p.opt.Logger).Warn("postgres: prune responses", "err", err) // the next save prunes again
 		}
 	}
 	r.end(true)

@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"log/slog"
 	"sync"
+
+	"github.com/writeonce/porch-go/porch/store/internal/commit"
 )
 
 // checkpointEvery is how many commits pass between two WAL checkpoints.
@@ -18,13 +20,14 @@ const checkpointEvery = 64
 // finds little left and restarts the WAL (see Store.init).
 type checkpointer struct {
 	conn *sql.Conn
+	log  *slog.Logger  // store.Options.Logger; may be nil
 	kick chan struct{} // buffered 1: a kick while one runs coalesces
 	done chan struct{}
 	once sync.Once // Close may be called more than once
 }
 
-func newCheckpointer(conn *sql.Conn) *checkpointer {
-	c := &checkpointer{conn: conn, kick: make(chan struct{}, 1), done: make(chan struct{})}
+func newCheckpointer(conn *sql.Conn, log *slog.Logger) *checkpointer {
+	c := &checkpointer{conn: conn, log: log, kick: make(chan struct{}, 1), done: make(chan struct{})}
 	go c.run()
 	return c
 }
@@ -43,7 +46,7 @@ func (c *checkpointer) run() {
 		if _, err := c.conn.ExecContext(context.Background(), "PRAGMA wal_checkpoint(PASSIVE)"); err != nil {
 			// The WAL only grows until the next checkpoint succeeds; the
 			// data is safe either way.
-			slog.Warn("sqlite: wal checkpoint failed", "err", err)
+			commit.Log(c.log).Warn("sqlite: wal checkpoint failed", "err", err)
 		}
 	}
 }

@@ -95,7 +95,7 @@ func Open(path string, opt store.Options) (*Store, error) {
 		unlock()
 		return nil, openError(path, err)
 	}
-	s.c = commit.New(s.writeBatch, opt.Clock, opt.QueueSize, opt.MaxBatch)
+	s.c = commit.New(s.writeBatch, opt.Clock, opt.QueueSize, opt.MaxBatch, opt.Observer)
 	return s, nil
 }
 
@@ -136,7 +136,7 @@ func (s *Store) init(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("sqlite: checkpoint connection: %w", err)
 	}
-	s.ckpt = newCheckpointer(ckconn)
+	s.ckpt = newCheckpointer(ckconn, s.opt.Logger)
 	if s.stmts.loadResponse, err = s.db.PrepareContext(ctx, sqlLoadResponse); err != nil {
 		return fmt.Errorf("sqlite: prepare: %w", err)
 	}

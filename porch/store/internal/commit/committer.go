@@ -77,7 +77,8 @@ type Committer struct {
 	queue    chan Op
 	maxBatch int
 	writer   Writer
-	clock    clock.Clock // its monotonic reading dates each batch's outcome
+	clock    clock.Clock    // its monotonic reading dates each batch's outcome
+	observer store.Observer // told of each batch; may be nil
 
 	health       health
 	healthBudget time.Duration // store.HealthBudget; a test may shorten it
@@ -90,10 +91,11 @@ type Committer struct {
 }
 
 // New starts a committer that hands batches of at most maxBatch writes to w
-// and queues at most queueSize writes meanwhile.
-func New(w Writer, clk clock.Clock, queueSize, maxBatch int) *Committer {
+// and queues at most queueSize writes meanwhile, and tells obs (if not nil)
+// of each batch.
+func New(w Writer, clk clock.Clock, queueSize, maxBatch int, obs store.Observer) *Committer {
 	c := &Committer{queue: make(chan Op, queueSize), maxBatch: maxBatch, writer: w, clock: clk,
-		healthBudget: store.HealthBudget, done: make(chan struct{})}
+		observer: obs, healthBudget: store.HealthBudget, done: make(chan struct{})}
 	go c.run()
 	return c
 }
@@ -143,7 +145,7 @@ func (c *Committer) run() {
 				break drain
 			}
 		}
-		err := c.writer(batch)
+		err := c.write(batch)
 		c.health.record(err, c.clock.Monotonic())
 		if err != nil {
 			c.failed.Add(1)
@@ -165,6 +167,17 @@ func (c *Committer) run() {
 			batch[i] = Op{} // let the payloads go
 		}
 	}
+}
+
+// write hands batch to the writer, and tells the observer how it went.
+func (c *Committer) write(batch []Op) error {
+	if c.observer == nil {
+		return c.writer(batch)
+	}
+	start := c.clock.Monotonic()
+	err := c.writer(batch)
+	c.observer.CommitBatch(store.Batch{Writes: len(batch), Took: c.clock.Monotonic() - start, Err: err})
+	return err
 }
 
 // close stops accepting writes, commits what is queued and waits for it.

@@ -41,7 +41,7 @@ func TestCommitterCapsBatches(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			w := &gatedWriter{entered: make(chan struct{}), release: make(chan struct{}), fail: tt.fail}
-			c := New(w.writeBatch, clock.System{}, 16, 3)
+			c := New(w.writeBatch, clock.System{}, 16, 3, nil)
 			var mu sync.Mutex // protects got
 			var got []error
 			done := func(err error) { mu.Lock(); got = append(got, err); mu.Unlock() }
@@ -88,7 +88,7 @@ func (w *stuckWriter) writeBatch([]Op) error { <-w.release; return nil }
 func stuckCommitter(t *testing.T) *Committer {
 	t.Helper()
 	w := &stuckWriter{release: make(chan struct{})}
-	c := New(w.writeBatch, clock.System{}, 1, 1)
+	c := New(w.writeBatch, clock.System{}, 1, 1, nil)
 	t.Cleanup(func() { close(w.release); c.close() })
 	return c
 }

@@ -1,6 +1,8 @@
 package commit
 
 import (
+	"log/slog"
+
 	"github.com/writeonce/porch-go/porch/clock"
 	"github.com/writeonce/porch-go/porch/store"
 )
@@ -21,4 +23,13 @@ func WithDefaults(o store.Options) store.Options {
 		o.PruneRows = store.DefaultPruneRows
 	}
 	return o
+}
+
+// Log is the logger for a driver's line: l (store.Options.Logger), or if
+// nil slog.Default() as of this call.
+func Log(l *slog.Logger) *slog.Logger {
+	if l != nil {
+		return l
+	}
+	return slog.Default()
 }

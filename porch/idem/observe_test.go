@@ -1,0 +1,116 @@
+package idem_test
+
+import (
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/writeonce/porch-go/porch"
+	"github.com/writeonce/porch-go/porch/idem"
+	"github.com/writeonce/porch-go/porch/porchtest"
+)
+
+// Every keyed request is told to the observer once, with its outcome; a
+// request without a key, where none is required, is not idempotent and is
+// not told.
+func TestObserverCountsEveryOutcome(t *testing.T) {
+	g := newGate()
+	o := &orders{fn: func(n int64, w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get(idem.Header) == "slow" {
+			g.hold()
+		}
+		created(n, w, r)
+	}}
+	obs := &porchtest.Observer{}
+	e := newEnv(t, envConfig{
+		opt:  idem.Options{MaxWait: 20 * time.Millisecond, MaxBody: 8, Observer: obs},
+		pool: porch.PoolOptions{Size: 1, Mailbox: 1},
+	}, o)
+	t.Cleanup(g.open)
+
+	steps := []struct {
+		body   string
+		keys   []string
+		status int
+	}{
+		{"one", []string{"a"}, http.StatusCreated},                               // executed
+		{"one", []string{"a"}, http.StatusCreated},                               // replayed
+		{"two", []string{"a"}, http.StatusUnprocessableEntity},                   // mismatch
+		{"one", []string{`"abc", "def"`}, http.StatusBadRequest},                 // invalid key
+		{"far too long a body", []string{"b"}, http.StatusRequestEntityTooLarge}, // invalid body
+		{"one", nil, http.StatusCreated},                                         // no key: not told
+	}
+	for i, s := range steps {
+		if got := e.do(t, http.MethodPost, "/orders", s.body, s.keys...); got.status != s.status {
+			t.Fatalf("step %d: got %s, want status %d", i, got, s.status)
+		}
+	}
+	owner := e.sendAll(t, 1, http.MethodPost, "/orders", same("one"), same("slow")) // executed
+	g.waitEntered(t)
+	if got := e.do(t, http.MethodPost, "/orders", "one", "slow"); got.status != http.StatusConflict {
+		t.Fatalf("a duplicate past MaxWait: got %s, want 409", got)
+	}
+	g.open()
+	owner()
+
+	release := fillActor(t, e.pool)
+	if got := e.do(t, http.MethodPost, "/orders", "one", "c"); got.status != http.StatusServiceUnavailable {
+		t.Fatalf("on a saturated pool: got %s, want 503", got)
+	}
+	release()
+
+	for _, c := range []struct {
+		o    porch.IdemOutcome
+		want int
+	}{
+		{porch.IdemExecuted, 2}, {porch.IdemReplayed, 1}, {porch.IdemMismatch, 1},
+		{porch.IdemInFlight, 1}, {porch.IdemUnavailable, 1}, {porch.IdemInvalid, 2},
+	} {
+		if got := obs.Idem(c.o); got != c.want {
+			t.Errorf("%s: got %d, want %d", c.o, got, c.want)
+		}
+	}
+}
+
+// fillActor parks the only actor of a one-actor, one-slot pool and fills
+// its mailbox, so that the next Send is refused. release undoes it; it is
+// idempotent and runs at cleanup.
+func fillActor(t *testing.T, pool *porch.Pool) (release func()) {
+	t.Helper()
+	started, unblock, drained := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	if err := pool.Send("block", func(int) { close(started); <-unblock }); err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	if err := pool.Send("fill", func(int) { close(drained) }); err != nil {
+		t.Fatal(err)
+	}
+	done := false
+	release = func() {
+		if !done {
+			done = true
+			close(unblock)
+			<-drained
+		}
+	}
+	t.Cleanup(release)
+	return release
+}
+
+// A store failure is logged through Options.Logger.
+func TestLoggerGetsStoreFailures(t *testing.T) {
+	var buf porchtest.LogBuffer
+	e := newEnv(t, envConfig{opt: idem.Options{Logger: slog.New(slog.NewTextHandler(&buf, nil))}}, new(orders))
+	if _, err := e.store.DB().Exec(`CREATE TRIGGER boom BEFORE INSERT ON porch_idem_responses
+		BEGIN SELECT RAISE(ABORT, 'boom'); END`); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.do(t, http.MethodPost, "/orders", "one", "k"); got.status != http.StatusServiceUnavailable {
+		t.Fatalf("got %s, want 503", got)
+	}
+	if got := buf.String(); !strings.Contains(got, "porch: could not decide or store") || !strings.Contains(got, "boom") {
+		t.Errorf("got log %q, want the store failure", got)
+	}
+}

@@ -1,0 +1,174 @@
+// Package prom counts what porch's middlewares, pool and stores do as
+// Prometheus metrics: a [Metrics] is a porch.Observer and a store.Observer.
+// It is the one porch package that links
+// github.com/prometheus/client_golang; the framework, the middlewares and
+// the drivers do not.
+//
+//	reg := prometheus.NewRegistry()
+//	m := prom.New(reg)
+//	pool := porch.NewPool(porch.PoolOptions{Observer: m})
+//	st, err := sqlite.Open("app.db", store.Options{Observer: m})
+//	lim, err := rate.New(pool, st, 100, time.Minute, rate.Options{Observer: m})
+//	keys := idem.New(pool, st, idem.Options{Observer: m})
+//	go http.ListenAndServe("127.0.0.1:9090", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+//
+// The series are documented in docs/observability.md.
+package prom
+
+import (
+	"context"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/writeonce/porch-go/porch"
+	"github.com/writeonce/porch-go/porch/store"
+)
+
+// Histogram buckets. A commit is one fsync (SQLite) or one round trip
+// (PostgreSQL): tenths of a millisecond on a fast disk, seconds on a
+// failing one. A batch holds at most store.DefaultMaxBatch (4096) writes.
+var (
+	CommitSecondsBuckets = prometheus.ExponentialBuckets(0.0001, 2, 16) // 100µs to 3.3s
+	BatchSizeBuckets     = prometheus.ExponentialBuckets(1, 2, 13)      // 1 to 4096
+)
+
+// Metrics is porch's metrics in one Prometheus registry. Pass it as the
+// Observer of porch.PoolOptions, rate.Options, idem.Options and
+// store.Options. Several limiters and stores may share it: limiters are
+// told apart by their name; the stores' series add up.
+//
+// Create it with [New]; the zero value is not usable. It is safe for
+// concurrent use, and counting a decision does not allocate once its
+// limiter has been seen.
+type Metrics struct {
+	rate          *prometheus.CounterVec
+	idem          [porch.IdemInvalid + 1]prometheus.Counter // indexed by outcome
+	commits       prometheus.Counter
+	commitErrors  prometheus.Counter
+	commitSeconds prometheus.Histogram
+	batchSize     prometheus.Histogram
+	poolRejected  prometheus.Counter
+
+	mu       sync.RWMutex // protects limiters
+	limiters map[string]*[porch.RateUnavailable + 1]prometheus.Counter
+}
+
+var (
+	_ porch.Observer = (*Metrics)(nil)
+	_ store.Observer = (*Metrics)(nil)
+)
+
+// rateOutcomes and idemOutcomes are every outcome, so that each series is
+// exported from zero rather than appearing at its first event.
+var (
+	rateOutcomes = []porch.RateOutcome{porch.RateAllowed, porch.RateLimited, porch.RateUnavailable}
+	idemOutcomes = []porch.IdemOutcome{porch.IdemExecuted, porch.IdemReplayed, porch.IdemMismatch,
+		porch.IdemInFlight, porch.IdemUnavailable, porch.IdemInvalid}
+)
+
+// New makes porch's metrics and registers them with reg, or with
+// prometheus.DefaultRegisterer if reg is nil. Like
+// prometheus.MustRegister, it panics if reg already holds metrics of these
+// names: two Metrics cannot share a registry.
+func New(reg prometheus.Registerer) *Metrics {
+	if reg == nil {
+		reg = prometheus.DefaultRegisterer
+	}
+	idem := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "porch_idem_requests_total",
+		Help: "Requests with an Idempotency-Key (or lacking a required one), by outcome: executed, replayed, mismatch, in_flight, unavailable, invalid.",
+	}, []string{"outcome"})
+	m := &Metrics{
+		rate: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "porch_rate_requests_total",
+			Help: "Requests a rate limiter decided, by limiter name and verdict: allowed, limited, unavailable.",
+		}, []string{"limiter", "verdict"}),
+		commits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "porch_store_commits_total",
+			Help: "Transactions the stores' group committers committed.",
+		}),
+		commitErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "porch_store_commit_errors_total",
+			Help: "Transactions the stores' group committers failed to commit; every write in them got the error.",
+		}),
+		commitSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "porch_store_commit_seconds",
+			Help:    "Time to make one batch durable, committed or failed.",
+			Buckets: CommitSecondsBuckets,
+		}),
+		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "porch_store_batch_size",
+			Help:    "Writes one transaction of a group committer carried, committed or failed.",
+			Buckets: BatchSizeBuckets,
+		}),
+		poolRejected: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "porch_pool_rejected_total",
+			Help: "Jobs the actor pool refused because the key's mailbox was full: requests answered 503.",
+		}),
+		limiters: make(map[string]*[porch.RateUnavailable + 1]prometheus.Counter),
+	}
+	for _, o := range idemOutcomes {
+		m.idem[o] = idem.WithLabelValues(o.String())
+	}
+	for _, c := range []prometheus.Collector{m.rate, idem, m.commits, m.commitErrors, m.commitSeconds, m.batchSize, m.poolRejected} {
+		if err := reg.Register(c); err != nil {
+			panic("prom: New: " + err.Error())
+		}
+	}
+	return m
+}
+
+// RateDecision counts a limiter's verdict in porch_rate_requests_total.
+func (m *Metrics) RateDecision(_ context.Context, limiter string, o porch.RateOutcome) {
+	if o < porch.RateAllowed || o > porch.RateUnavailable {
+		return
+	}
+	m.limiter(limiter)[o].Inc()
+}
+
+// limiter returns the counters of limiter's verdicts, making them (from
+// zero, every verdict) the first time.
+func (m *Metrics) limiter(name string) *[porch.RateUnavailable + 1]prometheus.Counter {
+	m.mu.RLock()
+	cs, ok := m.limiters[name]
+	m.mu.RUnlock()
+	if ok {
+		return cs
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if cs, ok := m.limiters[name]; ok {
+		return cs
+	}
+	cs = new([porch.RateUnavailable + 1]prometheus.Counter)
+	for _, o := range rateOutcomes {
+		cs[o] = m.rate.WithLabelValues(name, o.String())
+	}
+	m.limiters[name] = cs
+	return cs
+}
+
+// IdemOutcome counts an outcome in porch_idem_requests_total.
+func (m *Metrics) IdemOutcome(_ context.Context, o porch.IdemOutcome) {
+	if o < porch.IdemExecuted || o > porch.IdemInvalid {
+		return
+	}
+	m.idem[o].Inc()
+}
+
+// PoolRejected counts a refusal in porch_pool_rejected_total.
+func (m *Metrics) PoolRejected() { m.poolRejected.Inc() }
+
+// CommitBatch counts a batch: in porch_store_commits_total or
+// porch_store_commit_errors_total, and its time and size in
+// porch_store_commit_seconds and porch_store_batch_size.
+func (m *Metrics) CommitBatch(b store.Batch) {
+	if b.Err != nil {
+		m.commitErrors.Inc()
+	} else {
+		m.commits.Inc()
+	}
+	m.commitSeconds.Observe(b.Took.Seconds())
+	m.batchSize.Observe(float64(b.Writes))
+}

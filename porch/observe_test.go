@@ -1,0 +1,140 @@
+package porch_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-chi/chi/v5/middleware"
+
+	"github.com/writeonce/porch-go/porch"
+	"github.com/writeonce/porch-go/porch/porchtest"
+)
+
+func TestPoolObserverCountsOnlySendsRefusedForSaturation(t *testing.T) {
+	obs := &porchtest.Observer{}
+	p := newPool(t, porch.PoolOptions{Size: 1, Mailbox: 1, Observer: obs})
+	release := blockActor(t, p, "k")
+	if err := p.Send("k", func(int) {}); err != nil {
+		t.Fatalf("send into a mailbox with room: %v", err)
+	}
+	for range 3 {
+		if err := p.Send("k", func(int) {}); !errors.Is(err, porch.ErrSaturated) {
+			t.Fatalf("send into a full mailbox: got %v, want ErrSaturated", err)
+		}
+	}
+	// A timer's shard job refused is not a request refused.
+	if err := p.SendShard(0, false, func(int) {}); !errors.Is(err, porch.ErrSaturated) {
+		t.Fatalf("SendShard into a full mailbox: got %v, want ErrSaturated", err)
+	}
+	if got, want := obs.Rejected(), 3; got != want {
+		t.Errorf("got %d rejections observed, want %d", got, want)
+	}
+	release()
+}
+
+func TestObserverOutcomeLabels(t *testing.T) {
+	tests := []struct {
+		name string
+		got  string
+		want string
+	}{
+		{"allowed", porch.RateAllowed.String(), "allowed"},
+		{"limited", porch.RateLimited.String(), "limited"},
+		{"rate unavailable", porch.RateUnavailable.String(), "unavailable"},
+		{"executed", porch.IdemExecuted.String(), "executed"},
+		{"replayed", porch.IdemReplayed.String(), "replayed"},
+		{"mismatch", porch.IdemMismatch.String(), "mismatch"},
+		{"in flight", porch.IdemInFlight.String(), "in_flight"},
+		{"idem unavailable", porch.IdemUnavailable.String(), "unavailable"},
+		{"invalid", porch.IdemInvalid.String(), "invalid"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.got != tt.want {
+				t.Errorf("got %q, want %q", tt.got, tt.want)
+			}
+		})
+	}
+}
+
+// logLines decodes the JSON lines buf holds.
+func logLines(t *testing.T, buf *porchtest.LogBuffer) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	dec := json.NewDecoder(strings.NewReader(buf.String()))
+	for dec.More() {
+		var m map[string]any
+		if err := dec.Decode(&m); err != nil {
+			t.Fatalf("read log: %v", err)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// failing is a middleware whose store always fails: it answers through
+// FailClosed, which logs.
+type failing struct{}
+
+func (failing) Before(r *http.Request) (*http.Request, *porch.Response) {
+	return r, porch.FailClosed(r, "about:blank", "do its work", errors.New("disk on fire"))
+}
+func (failing) After(*http.Request, *porch.Response, porch.Completion) {}
+
+func TestAppLoggerGetsRequestLogsWithTheRequestID(t *testing.T) {
+	var buf porchtest.LogBuffer
+	app := porch.New()
+	app.Logger = slog.New(slog.NewJSONHandler(&buf, nil))
+	app.Use(middleware.RequestID)
+	app.With(porch.Chain(holder{new(porch.Completion)})).Get("/panic", func(http.ResponseWriter, *http.Request) { panic("boom") })
+	app.With(porch.Chain(failing{})).Get("/fail", func(http.ResponseWriter, *http.Request) {})
+	s := serveApp(t, app)
+	for _, path := range []string{"/panic", "/fail"} {
+		res, err := http.Get("http://" + s.addr + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+	}
+	want := map[string]bool{"porch: panic": false, "porch: could not do its work": false}
+	for _, l := range logLines(t, &buf) {
+		msg, _ := l["msg"].(string)
+		if _, ok := want[msg]; !ok {
+			continue
+		}
+		want[msg] = true
+		if id, _ := l["request_id"].(string); !strings.Contains(id, "-") {
+			t.Errorf("%q: got request_id %q, want chi's middleware.RequestID value", msg, id)
+		}
+	}
+	for msg, seen := range want {
+		if !seen {
+			t.Errorf("%q: not in App.Logger's output", msg)
+		}
+	}
+}
+
+func TestNilErrorLogIsTheProcesss(t *testing.T) {
+	var l *porch.ErrorLog
+	l.Error(context.Background(), "porch test: a nil ErrorLog logs") // must not panic
+}
+
+func TestErrorLogAddsTheRequestID(t *testing.T) {
+	var buf porchtest.LogBuffer
+	l := porch.NewErrorLog(porchtest.NewFakeClock(time.Unix(0, 0)), 0, slog.New(slog.NewJSONHandler(&buf, nil)))
+	ctx := context.WithValue(context.Background(), middleware.RequestIDKey, "host/abc-000001")
+	l.Error(ctx, "a")
+	lines := logLines(t, &buf)
+	if len(lines) != 1 {
+		t.Fatalf("got %d lines, want 1", len(lines))
+	}
+	if got, want := lines[0]["request_id"], "host/abc-000001"; got != want {
+		t.Errorf("got request_id %v, want %q", got, want)
+	}
+}

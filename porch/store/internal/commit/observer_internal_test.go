@@ -1,0 +1,56 @@
+package commit
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/writeonce/porch-go/porch/porchtest"
+	"github.com/writeonce/porch-go/porch/store"
+)
+
+// The observer is told of each batch: its writes, how long the writer
+// took on the store's clock, and its error.
+func TestCommitterTellsTheObserverEachBatch(t *testing.T) {
+	errDisk := errors.New("disk on fire")
+	clk := porchtest.NewFakeClock(time.Unix(0, 0))
+	w := &gatedWriter{entered: make(chan struct{}), release: make(chan struct{})}
+	calls := 0
+	writer := func(batch []Op) error {
+		err := w.writeBatch(batch)
+		calls++ // the committer goroutine only
+		clk.Advance(time.Duration(calls) * 10 * time.Millisecond)
+		if calls == 2 {
+			return errDisk
+		}
+		return err
+	}
+	obs := &porchtest.Observer{}
+	c := New(writer, clk, 16, 3, obs)
+	if err := c.Enqueue(Op{}); err != nil {
+		t.Fatal(err)
+	}
+	<-w.entered // the committer holds the first batch
+	for range 4 {
+		if err := c.Enqueue(Op{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(w.release)
+	c.close()
+
+	want := []store.Batch{
+		{Writes: 1, Took: 10 * time.Millisecond},
+		{Writes: 3, Took: 20 * time.Millisecond, Err: errDisk},
+		{Writes: 1, Took: 30 * time.Millisecond},
+	}
+	got := obs.Batches()
+	if len(got) != len(want) {
+		t.Fatalf("got %d batches observed (%+v), want %d", len(got), got, len(want))
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("batch %d: got %+v, want %+v", i, got[i], want[i])
+		}
+	}
+}
