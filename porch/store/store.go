@@ -160,7 +160,8 @@ type ExclusiveCounters interface {
 	LoadCounters(ctx context.Context, now time.Time, fn func(Counter)) error
 	// SaveCounter queues a write-through of c: after its commit c is the
 	// newest row of its key that LoadCounters reads (on SQLite, an append
-	// to the hit journal).
+	// to the hit journal). The limiter's Reset is one too: a count of 0
+	// in a window starting at the reset.
 	SaveCounter(c Counter, done func(error)) error
 	// ClaimPolicy records that a limiter counts under p until release; it
 	// fails with ErrPolicyConflict while another limiter of p.Name counts
@@ -177,6 +178,18 @@ type SharedCounters interface {
 	// limit: the count grows by n. A hit that would pass limit is refused
 	// and changes nothing, as a refusal does on an exclusive store.
 	AddHit(key string, window time.Duration, n, limit int64, done func(Hit, error)) error
+	// PeekHit reads key's counter without counting: done gets the count of
+	// its open window (0 when it has none, or it has closed) and the time
+	// left in it (window when it has none), on the database's clock, as
+	// committed when the batch carrying the peek committed.
+	PeekHit(key string, window time.Duration, done func(Hit, error)) error
+	// ResetHit empties key's open window and starts it over, on the
+	// database's clock: count 0, the window's full length left. A key
+	// with no open window is left alone; its next hit opens one. done
+	// runs once the reset has committed. Hits queued in the same batch
+	// are counted after it: none of them has been answered, so either
+	// order is one their callers could have seen.
+	ResetHit(key string, done func(error)) error
 	// ClaimPolicy records that a limiter counts under p until release, in
 	// every instance; it fails with ErrPolicyConflict while a limiter of
 	// p.Name counts under another policy, here or in a running instance.

@@ -147,6 +147,18 @@ func (p *Store) AddHit(key string, window time.Duration, n, limit int64, done fu
 	return p.c.Enqueue(commit.Op{Hit: &commit.Hit{Key: key, Window: window, N: n, Limit: limit, Done: done}})
 }
 
+// PeekHit queues a read of key's counter; done runs once the batch
+// carrying it has committed, with the count it read.
+func (p *Store) PeekHit(key string, window time.Duration, done func(store.Hit, error)) error {
+	return p.c.Enqueue(commit.Op{Peek: &commit.Hit{Key: key, Window: window, Done: done}})
+}
+
+// ResetHit queues the clearing of key's counter; done runs once it has
+// committed.
+func (p *Store) ResetHit(key string, done func(error)) error {
+	return p.c.Enqueue(commit.Op{Reset: &commit.Reset{Key: key}, Done: done})
+}
+
 // Stats reports the committer's counters.
 func (p *Store) Stats() store.Stats { return p.c.Stats() }
 
@@ -189,7 +201,9 @@ type keyHits struct {
 // key in the batch (keys sorted, so that two instances' batches lock rows in
 // the same order and cannot deadlock), adding every hit's weight; then, for
 // the keys where some hit would have passed its limit, one update that
-// takes those hits back out (see settleHits); then the bounded prunes.
+// takes those hits back out (see settleHits); then the peeks' read, and the
+// bounded prunes. The batch's resets commit first, in a transaction of
+// their own (see resetHits).
 func (p *Store) writeBatch(batch []commit.Op) error {
 	ctx := context.Background()
 	if p.opt.CommitDelay > 0 {
@@ -197,8 +211,16 @@ func (p *Store) writeBatch(batch []commit.Op) error {
 	}
 	byKey := make(map[string]*keyHits)
 	probe := false
+	var peeks []*commit.Hit
+	var resets []string
 	for _, o := range batch {
 		probe = probe || o.Probe
+		if o.Peek != nil {
+			peeks = append(peeks, o.Peek)
+		}
+		if o.Reset != nil {
+			resets = append(resets, o.Reset.Key)
+		}
 		h := o.Hit
 		if h == nil {
 			continue
@@ -221,6 +243,9 @@ func (p *Store) writeBatch(batch []commit.Op) error {
 	for i, k := range keys {
 		windows[i] = byKey[k].window.Milliseconds()
 		hits[i] = byKey[k].sum
+	}
+	if err := p.resetHits(ctx, resets); err != nil {
+		return err
 	}
 	return pgx.BeginTxFunc(ctx, p.writer, readCommitted, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, pgAddHits, keys, windows, hits)
@@ -251,6 +276,9 @@ func (p *Store) writeBatch(batch []commit.Op) error {
 			return fmt.Errorf("postgres: add hits: %d of %d keys returned", seen, len(keys))
 		}
 		if err := refundHits(ctx, tx, keys, byKey); err != nil {
+			return err
+		}
+		if err := peekHits(ctx, tx, peeks); err != nil {
 			return err
 		}
 		if probe {

@@ -28,7 +28,12 @@ type Op struct {
 	Owner  []Statement
 	Delete *Deletion
 	Hit    *Hit
-	Exec   *Statement
+	// Peek reads a shared counter without counting it, and answers
+	// through its Done as a hit does; N and Limit are unused.
+	Peek *Hit
+	// Reset clears a shared counter's window.
+	Reset *Reset
+	Exec  *Statement
 	// Probe is Health's write: a row inserted and deleted again, so that
 	// the transaction must really write (see ProbeSQL).
 	Probe bool
@@ -58,6 +63,10 @@ type Hit struct {
 	Done   func(store.Hit, error)
 	Result store.Hit
 }
+
+// Reset is the clearing of one shared counter: its key's next hit opens a
+// new window.
+type Reset struct{ Key string }
 
 // Deletion is the prune of one key's expired response.
 type Deletion struct {
@@ -161,6 +170,8 @@ func (c *Committer) run() {
 			switch o := batch[i]; {
 			case o.Hit != nil:
 				o.Hit.Done(o.Hit.Result, opErr)
+			case o.Peek != nil:
+				o.Peek.Done(o.Peek.Result, opErr)
 			case o.Done != nil:
 				o.Done(opErr)
 			}

@@ -1,0 +1,88 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/internal/commit"
+)
+
+// resetHits empties the open windows of keys and starts them over, in a
+// transaction of its own that commits before the batch's hits are counted.
+// Its own, so that every porch transaction still takes its row locks in one
+// sorted statement: a reset statement before the hits' upsert in one
+// transaction would lock its keys out of order with the upsert's, and two
+// instances doing that at once could deadlock. Counting the batch's hits
+// after the resets is an order their callers could have seen, since none of
+// them has been answered yet.
+func (p *Store) resetHits(ctx context.Context, keys []string) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	slices.Sort(keys)
+	keys = slices.Compact(keys)
+	return pgx.BeginTxFunc(ctx, p.writer, readCommitted, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, pgResetHits, keys); err != nil {
+			return fmt.Errorf("postgres: reset counters: %w", err)
+		}
+		return nil
+	})
+}
+
+// peekHits reads the counters peeks ask for, in tx after its hits were
+// counted, and fills in each peek's Result. It takes no lock: a read cannot
+// deadlock, and it sees what tx and the transactions before it committed.
+func peekHits(ctx context.Context, tx pgx.Tx, peeks []*commit.Hit) error {
+	if len(peeks) == 0 {
+		return nil
+	}
+	keys := make([]string, 0, len(peeks))
+	byKey := make(map[string][]*commit.Hit, len(peeks))
+	for _, h := range peeks {
+		if byKey[h.Key] == nil {
+			keys = append(keys, h.Key)
+		}
+		byKey[h.Key] = append(byKey[h.Key], h)
+		h.Result = store.Hit{ResetIn: h.Window} // no open window: a new one would last Window
+	}
+	rows, err := tx.Query(ctx, pgPeekHits, keys)
+	if err != nil {
+		return fmt.Errorf("postgres: peek counters: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var key string
+		var count, leftMS int64
+		if err := rows.Scan(&key, &count, &leftMS); err != nil {
+			return fmt.Errorf("postgres: peek counters: %w", err)
+		}
+		for _, h := range byKey[key] {
+			h.Result = store.Hit{Count: count, ResetIn: min(time.Duration(leftMS)*time.Millisecond, h.Window)}
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("postgres: peek counters: %w", err)
+	}
+	return nil
+}
+
+const (
+	// pgResetHits locks the rows in key order, as every porch statement
+	// does, and starts their open windows over, empty, each under its own
+	// length. A closed window is left to the next hit, which opens a new
+	// one as it does for a key without a row.
+	pgResetHits = `UPDATE porch_rate_counters SET
+			window_start = ` + pgNowMS + `, count = 0, expires_at = ` + pgNowMS + ` + window_ms
+		WHERE key IN (
+			SELECT key FROM porch_rate_counters WHERE key = ANY($1::text[]) AND expires_at > ` + pgNowMS + `
+			ORDER BY key FOR UPDATE)`
+	// pgPeekHits reads open windows only: a closed one counts 0, as
+	// pgAddHits would treat it.
+	pgPeekHits = `SELECT key, count, least(expires_at - ` + pgNowMS + `, window_ms)
+		FROM porch_rate_counters WHERE key = ANY($1::text[]) AND expires_at > ` + pgNowMS
+)
