@@ -25,10 +25,10 @@ type Verdict struct {
 	DryRun bool
 }
 
-// ErrNoPrincipal is returned by Allow for an empty principal: counting
-// every caller that lacks one against one shared counter would be a limit
-// nobody chose.
-var ErrNoPrincipal = errors.New("rate: Allow needs a non-empty principal")
+// ErrNoPrincipal is returned by Allow, AllowN, Peek and Reset for an empty
+// principal: counting every caller that lacks one against one shared
+// counter would be a limit nobody chose.
+var ErrNoPrincipal = errors.New("rate: a principal must not be empty")
 
 // Allow counts one request by principal (an API key, a user id) outside an
 // HTTP handler, and returns the verdict once the new count is durable. It
