@@ -57,6 +57,19 @@
 // lim.Allow(ctx, "user42"); it shares its counter with requests whose
 // Options.KeyFunc returns that principal.
 //
+// # Peek and reset
+//
+// lim.Peek(ctx, "user42") reports what Allow would answer for one more
+// request, without counting it. lim.Reset(ctx, "user42") starts the
+// principal's window over, empty, for a full window from now: clear a
+// login counter after a successful login. Both go through the key's actor,
+// like a hit, so a reset is ordered with the hits around it: one answered
+// before Reset was called is cleared, one sent after it returned is
+// counted. Reset returns once the reset is in the store, so a restart
+// (even a kill -9) does not bring the old count back. On SQLite, Peek
+// reports the count the actor decides on, which may include hits still
+// waiting for their write; on PostgreSQL, the count committed.
+//
 // # Keys, weights and dry run
 //
 // Options.KeyFunc names what a request is counted against: a user

@@ -10,7 +10,8 @@ import (
 // Reset empties principal's window and starts it over: its next request
 // counts from 0, with the full limit for a full window from now. Clear a
 // login counter after a successful login with it. A principal with no open
-// window is left alone (its next request opens one), at no cost.
+// window is left alone (its next request opens one); on SQLite that costs
+// no write, so resetting after every successful login is cheap.
 //
 // Reset is exact and durable as counting is. It returns once the reset is
 // in the store, so a restart, even a kill -9 after Reset returned, does not
