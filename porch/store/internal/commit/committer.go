@@ -28,7 +28,10 @@ type Op struct {
 	Owner  []Statement
 	Delete *Deletion
 	Hit    *Hit
-	Exec   *Statement
+	// TakeBack gives back hits of a request that was refused after all
+	// (see store.SharedCounters.TakeBack); it answers through Done.
+	TakeBack *TakeBack
+	Exec     *Statement
 	// Probe is Health's write: a row inserted and deleted again, so that
 	// the transaction must really write (see ProbeSQL).
 	Probe bool
@@ -57,6 +60,14 @@ type Hit struct {
 	Limit  int64 // the hit is counted only if it keeps the count within Limit
 	Done   func(store.Hit, error)
 	Result store.Hit
+}
+
+// TakeBack is n hits to remove from key's count, if its window is still
+// the one that opened at WindowStart (Unix ms on the database's clock).
+type TakeBack struct {
+	Key         string
+	WindowStart int64
+	N           int64
 }
 
 // Deletion is the prune of one key's expired response.
