@@ -51,8 +51,9 @@ import (
 // Limiters simply chained (r.Use(a.Handler); r.Use(b.Handler), or
 // porch.Chain(a, b)) report coherently too, each 429 wholly the refusing
 // limiter's, but a request the second refuses stays counted by the first,
-// and only the outer limiter's policy is announced. Use All for several
-// limits on one route.
+// and an allowed one reports and announces one limiter's policy only (the
+// inner one's under Handler, the outer one's under a chain). Use All for
+// several limits on one route.
 //
 // A Set is safe for concurrent use, and does not own its limiters: Close
 // each of them. The zero value is not usable.
