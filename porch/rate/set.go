@@ -215,6 +215,11 @@ func decide(ms []member) decision {
 	if refused != nil {
 		best = refused
 	}
+	if best == nil {
+		// Every member was a dry run that could not count: served
+		// uncounted and without headers, as one such limiter would be.
+		return decision{err: ErrSkip}
+	}
 	d.lim, d.v = best.l, best.v
 	d.v.DryRun = false // the set writes X-RateLimit-Dry-Run itself
 	return d

@@ -252,6 +252,23 @@ func TestSetSaturatedPoolGivesBack(t *testing.T) {
 	}
 }
 
+// A set of dry-run limiters that cannot count serves the request
+// uncounted and without headers, as one dry-run limiter does.
+func TestSetDryRunServesWhatItCannotCount(t *testing.T) {
+	rg := newRig(t, 5, time.Minute, rigOptions{pool: porch.PoolOptions{Size: 1, Mailbox: 1}, rate: rate.Options{DryRun: true}})
+	blockActors(t, rg.pool)
+	for _, w := range setWirings {
+		t.Run(w.name, func(t *testing.T) {
+			h := &counted{}
+			res, _ := serve(w.wrap(rate.All(rg.lim), h), request("192.0.2.1:1"))
+			if res.StatusCode != http.StatusOK || h.runs.Load() != 1 {
+				t.Fatalf("got status %d, handler run %d times; want 200, once", res.StatusCode, h.runs.Load())
+			}
+			wantHeaders(t, "uncounted", res, nil)
+		})
+	}
+}
+
 // A dry-run limiter in a set never refuses: X-RateLimit-Dry-Run says what
 // it would have done, the other headers come from the enforcing limiter,
 // and RateLimit-Policy lists both. A request the enforcing limiter refuses
