@@ -56,31 +56,51 @@ func (l *Limiter) allow(ctx context.Context, key string, n int64) (Verdict, erro
 
 // send takes the hit to key's actor and waits for its verdict.
 func (l *Limiter) send(ctx context.Context, key string, n int64) (Verdict, error) {
+	c, err := l.post(key, n)
+	if err != nil {
+		return Verdict{}, err
+	}
+	v, _, err := l.await(ctx, c)
+	return v, err
+}
+
+// post hands a hit of weight n to key's actor without waiting, so that a
+// Set can have all its limiters count at once; await collects the verdict.
+func (l *Limiter) post(key string, n int64) (*call, error) {
 	c := l.calls.Get().(*call)
 	c.key, c.n = key, n
 	if err := l.pool.Send(key, c.run); err != nil {
 		l.calls.Put(c) // the job never runs
-		return Verdict{}, err
+		return nil, err
 	}
+	return c, nil
+}
+
+// await waits for the verdict of a call that post handed out, and returns
+// with it when the window the hit was counted in opened (see takeBack).
+func (l *Limiter) await(ctx context.Context, c *call) (Verdict, time.Time, error) {
 	v, err := c.reply.Wait(ctx)
+	start := c.start
 	if err == nil {
 		// A nil error is the actor's answer, never ctx's: the reply has
 		// been sent and received, so nothing else can write to it. After
 		// an error it may still be answered later, so it is left to the
 		// garbage collector.
-		c.key = ""
+		c.key, c.start = "", time.Time{}
 		l.calls.Put(c)
 	}
-	return v, err
+	return v, start, err
 }
 
 // call is one verdict's trip to the key's actor and back. Calls are reused
 // through Limiter.calls, so that a verdict allocates neither its job
-// closure nor its reply channel; the actor copies key and n before it
-// answers, and the caller touches them again only after the answer.
+// closure nor its reply channel; the actor copies key and n, and sets
+// start, before it answers, and the caller touches them again only after
+// the answer.
 type call struct {
 	key   string
 	n     int64
+	start time.Time // the window the hit was counted in: the store's timeline (exclusive) or the database's clock (shared)
 	reply porch.Reply[Verdict]
 	run   func(shard int) // the job, bound once to this call
 }
@@ -90,9 +110,9 @@ func (l *Limiter) newCall() any {
 	c := &call{reply: porch.NewReply[Verdict]()}
 	c.run = func(shard int) {
 		if l.exclusive != nil {
-			l.hit(l.views[shard], c.key, c.n, c.reply)
+			l.hit(l.views[shard], c.key, c.n, &c.start, c.reply)
 		} else {
-			l.hitShared(c.key, c.n, c.reply)
+			l.hitShared(c.key, c.n, &c.start, c.reply)
 		}
 	}
 	return c
@@ -116,8 +136,9 @@ func (l *Limiter) observe(ctx context.Context, v Verdict, err error) {
 // when a committed write already covers it, after the queued write that
 // covers it commits, or after a new write (see nextBound) commits. A hot key
 // (see hot) queues its next write while half its margin is left, so its hits
-// seldom wait for a commit at all.
-func (l *Limiter) hit(v *view, key string, n int64, reply porch.Reply[Verdict]) {
+// seldom wait for a commit at all. It sets *start to the window's start
+// before it answers.
+func (l *Limiter) hit(v *view, key string, n int64, start *time.Time, reply porch.Reply[Verdict]) {
 	now := l.exclusive.Now()
 	v.forget(now, l.window, forgetPerHit)
 	w, ok := v.counts[key]
@@ -125,6 +146,7 @@ func (l *Limiter) hit(v *view, key string, n int64, reply porch.Reply[Verdict]) 
 		w = v.open(key, now) // a closed window is reset on this access
 		l.armForget(v, now)
 	}
+	*start = w.start
 	verdict := Verdict{Limit: l.limit, Remaining: max(l.limit-w.count, 0), ResetAt: l.store.Wall().Add(w.start.Add(l.window).Sub(now))}
 	if w.count+n > l.limit {
 		// Nothing changes, so nothing is written; a refusal never lets a
@@ -158,9 +180,11 @@ func (l *Limiter) hit(v *view, key string, n int64, reply porch.Reply[Verdict]) 
 
 // hitShared runs on key's actor when other processes write the same
 // counters: the database counts, atomically, and the actor only orders this
-// process's hits and lets the committer batch them.
-func (l *Limiter) hitShared(key string, n int64, reply porch.Reply[Verdict]) {
+// process's hits and lets the committer batch them. It sets *start to the
+// window's start before it answers.
+func (l *Limiter) hitShared(key string, n int64, start *time.Time, reply porch.Reply[Verdict]) {
 	err := l.shared.AddHit(key, l.window, n, l.limit, func(h store.Hit, err error) {
+		*start = h.WindowStart
 		v := Verdict{Limit: l.limit, ResetAt: l.store.Wall().Add(h.ResetIn), Allowed: h.Count <= l.limit}
 		counted := h.Count // a refused hit's Count includes its weight, which was not counted
 		if !v.Allowed {

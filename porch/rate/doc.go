@@ -86,6 +86,26 @@
 // request changes nothing, on either store: a lighter request after a
 // refused heavy one is still allowed if it fits.
 //
+// # Several limits on one route
+//
+// A burst limit and an hourly one (or one per user and one per address)
+// are two limiters, each of its own Name, combined with All:
+//
+//	burst, _ := rate.New(pool, st, 100, time.Minute, rate.Options{Name: "burst"})
+//	hourly, _ := rate.New(pool, st, 1000, time.Hour, rate.Options{Name: "hourly"})
+//	r.Use(rate.All(burst, hourly).Handler)
+//
+// The Set counts the request against both at once and answers as one: a
+// 429 is wholly the refusing policy's (Retry-After, X-RateLimit-*,
+// RateLimit and its LimitResponse; when both refuse, the one whose window
+// closes last), an allowed request reports the policy with the least
+// remaining, and RateLimit-Policy lists both: "burst";q=100;w=60,
+// "hourly";q=1000;w=3600. A refused request changes nothing here either:
+// the hits the other limiters counted for it are given back (see Set for
+// the two ways a give-back can come late, both on the safe side). Simply
+// chained limiters do not contradict each other, but the first keeps
+// counting what the second refuses: use All.
+//
 // There is no per-request limit: a Name's limit is a policy that New
 // records and checks across instances, and that RateLimit-Policy announces;
 // a limit that varied per request would make both untrue. Give each tier

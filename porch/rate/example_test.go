@@ -47,6 +47,54 @@ func ExampleNew() {
 	// 429 "default";r=0;t=30 Retry-After: 30
 }
 
+// A route with a burst limit and an hourly one. Every answer comes from one
+// policy: the one with the least left, or the one that refused, and
+// RateLimit-Policy announces both.
+func ExampleAll() {
+	pool, st, clock, done := exampleStore()
+	defer done()
+
+	burst, err := rate.New(pool, st, 2, time.Minute, rate.Options{Name: "burst"})
+	if err != nil {
+		panic(err)
+	}
+	hourly, err := rate.New(pool, st, 3, time.Hour, rate.Options{Name: "hourly"})
+	if err != nil {
+		panic(err)
+	}
+	h := rate.All(burst, hourly).Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+
+	send := func() {
+		req := httptest.NewRequest(http.MethodGet, "/", nil)
+		req.RemoteAddr = "192.0.2.1:4711"
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		fmt.Print(rec.Code, " ", rec.Header().Get("RateLimit"))
+		if ra := rec.Header().Get("Retry-After"); ra != "" {
+			fmt.Print(" Retry-After: ", ra)
+		}
+		fmt.Println()
+	}
+	send()
+	send()
+	send() // the burst is spent
+	clock.Advance(time.Minute)
+	send()
+	send() // the hour is spent: the burst's hit is given back
+	req := httptest.NewRequest(http.MethodGet, "/", nil)
+	req.RemoteAddr = "192.0.2.1:4711"
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	fmt.Println(rec.Header().Get("RateLimit-Policy"))
+	// Output:
+	// 200 "burst";r=1;t=60
+	// 200 "burst";r=0;t=60
+	// 429 "burst";r=0;t=60 Retry-After: 60
+	// 200 "hourly";r=0;t=3540
+	// 429 "hourly";r=0;t=3540 Retry-After: 3540
+	// "burst";q=2;w=60, "hourly";q=3;w=3600
+}
+
 // A shop that answers a refusal with a page of its own, a failure on its
 // pages with a short text, and a failure on its API with the default
 // problem under its own URI.

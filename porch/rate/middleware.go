@@ -39,8 +39,14 @@ func (l *Limiter) Before(r *http.Request) (*http.Request, *porch.Response) {
 
 // After puts the rate-limit headers on the final response. It implements
 // porch.Middleware.
+//
+// A 429 with Retry-After that this limiter did not make (a limiter after it
+// in the chain refused, or the handler did) is left as it is: its
+// Retry-After is another policy's, and this one's X-RateLimit-* beside it
+// would contradict it. Use All to count one request against several
+// limits.
 func (l *Limiter) After(r *http.Request, res *porch.Response, _ porch.Completion) {
-	if v, ok := r.Context().Value(verdictKey{l}).(Verdict); ok {
+	if v, ok := r.Context().Value(verdictKey{l}).(Verdict); ok && !refusedByOther(res, v.Allowed || v.DryRun) {
 		if res.Header == nil {
 			res.Header = make(http.Header)
 		}

@@ -53,6 +53,10 @@ type Hit struct {
 	// ResetIn is the time left in the window when the hit was counted,
 	// measured on the database's clock.
 	ResetIn time.Duration
+	// WindowStart is when the window the hit was counted in opened, on the
+	// database's clock. It names that window to [SharedCounters.TakeBack],
+	// so that a hit taken back late never comes out of a newer window.
+	WindowStart time.Time
 }
 
 // Response is a stored idempotent response: what the handler answered for the
@@ -190,6 +194,14 @@ type SharedCounters interface {
 	// are counted after it: none of them has been answered, so either
 	// order is one their callers could have seen.
 	ResetHit(key string, done func(error)) error
+	// TakeBack removes n that AddHit counted for key from the window that
+	// opened at windowStart (the Hit's WindowStart), never below zero: a
+	// rate.Set gives back the hits of a request another of its limiters
+	// refused. If that window has closed, nothing changes. A take-back
+	// queued before a hit of the same process is applied before it; one
+	// that fails (done gets the error) leaves the count high, which is the
+	// safe side for a limiter.
+	TakeBack(key string, windowStart time.Time, n int64, done func(error)) error
 	// ClaimPolicy records that a limiter counts under p until release, in
 	// every instance; it fails with ErrPolicyConflict while a limiter of
 	// p.Name counts under another policy, here or in a running instance.

@@ -159,6 +159,13 @@ func (p *Store) ResetHit(key string, done func(error)) error {
 	return p.c.Enqueue(commit.Op{Reset: &commit.Reset{Key: key}, Done: done})
 }
 
+// TakeBack queues the removal of n hits from key's window that opened at
+// windowStart; done runs once it has committed (see
+// store.SharedCounters.TakeBack).
+func (p *Store) TakeBack(key string, windowStart time.Time, n int64, done func(error)) error {
+	return p.c.Enqueue(commit.Op{TakeBack: &commit.TakeBack{Key: key, WindowStart: windowStart.UnixMilli(), N: n}, Done: done})
+}
+
 // Stats reports the committer's counters.
 func (p *Store) Stats() store.Stats { return p.c.Stats() }
 
@@ -209,6 +216,7 @@ func (p *Store) writeBatch(batch []commit.Op) error {
 	if p.opt.CommitDelay > 0 {
 		time.Sleep(p.opt.CommitDelay) // fault injection: a slow database
 	}
+	p.takeBacks(ctx, batch)
 	byKey := make(map[string]*keyHits)
 	probe := false
 	var peeks []*commit.Hit
@@ -255,8 +263,8 @@ func (p *Store) writeBatch(batch []commit.Op) error {
 		seen := 0
 		for rows.Next() {
 			var key string
-			var count, leftMS int64
-			if err := rows.Scan(&key, &count, &leftMS); err != nil {
+			var count, leftMS, startMS int64
+			if err := rows.Scan(&key, &count, &leftMS, &startMS); err != nil {
 				rows.Close()
 				return fmt.Errorf("postgres: add hits: %w", err)
 			}
@@ -265,7 +273,7 @@ func (p *Store) writeBatch(batch []commit.Op) error {
 				rows.Close()
 				return fmt.Errorf("postgres: add hits: unexpected key %q returned", key)
 			}
-			kh.settle(count, time.Duration(leftMS)*time.Millisecond)
+			kh.settle(count, time.Duration(leftMS)*time.Millisecond, time.UnixMilli(startMS))
 			seen++
 		}
 		rows.Close()

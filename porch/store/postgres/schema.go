@@ -74,12 +74,25 @@ const (
 			expires_at   = CASE WHEN c.expires_at <= excluded.window_start THEN excluded.expires_at
 				WHEN c.window_ms = excluded.window_ms THEN c.expires_at
 				ELSE least(c.expires_at, excluded.expires_at) END
-		RETURNING c.key, c.count, least(c.expires_at - ` + pgNowMS + `, c.window_ms)`
+		RETURNING c.key, c.count, least(c.expires_at - ` + pgNowMS + `, c.window_ms), c.window_start`
 	// pgRefundHits takes the weights of refused hits back out of counts
 	// pgAddHits added them to, in the same transaction, which still holds
 	// the rows' locks.
 	pgRefundHits = `UPDATE porch_rate_counters AS c SET count = c.count - t.refused
 		FROM unnest($1::text[], $2::bigint[]) AS t (key, refused) WHERE c.key = t.key`
+	// pgTakeBack gives back hits of requests refused after all (one
+	// (key, window_start) per row, weights summed), only from the window
+	// they were counted in and never below zero. The rows are locked in key
+	// order first, as pgAddHits locks them, so that two instances'
+	// transactions cannot wait on each other in a cycle.
+	pgTakeBack = `WITH t AS (
+			SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[]) AS t (key, window_start, n)),
+		locked AS (
+			SELECT c.key FROM porch_rate_counters AS c JOIN t USING (key)
+			WHERE c.window_start = t.window_start AND c.expires_at > ` + pgNowMS + `
+			ORDER BY c.key FOR UPDATE OF c)
+		UPDATE porch_rate_counters AS c SET count = greatest(c.count - t.n, 0)
+		FROM t, locked WHERE c.key = t.key AND c.key = locked.key AND c.window_start = t.window_start`
 	// The prunes run after the batch's upserts and skip locked rows, so they
 	// never wait on another instance's transaction: no deadlock cycle can
 	// pass through them. ORDER BY expires_at makes the planner walk the

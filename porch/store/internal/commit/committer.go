@@ -33,7 +33,10 @@ type Op struct {
 	Peek *Hit
 	// Reset clears a shared counter's window.
 	Reset *Reset
-	Exec  *Statement
+	// TakeBack gives back hits of a request that was refused after all
+	// (see store.SharedCounters.TakeBack); it answers through Done.
+	TakeBack *TakeBack
+	Exec     *Statement
 	// Probe is Health's write: a row inserted and deleted again, so that
 	// the transaction must really write (see ProbeSQL).
 	Probe bool
@@ -67,6 +70,14 @@ type Hit struct {
 // Reset is the clearing of one shared counter: its key's next hit opens a
 // new window.
 type Reset struct{ Key string }
+
+// TakeBack is n hits to remove from key's count, if its window is still
+// the one that opened at WindowStart (Unix ms on the database's clock).
+type TakeBack struct {
+	Key         string
+	WindowStart int64
+	N           int64
+}
 
 // Deletion is the prune of one key's expired response.
 type Deletion struct {

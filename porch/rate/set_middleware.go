@@ -1,0 +1,87 @@
+package rate
+
+import (
+	"context"
+	"errors"
+	"net/http"
+
+	"github.com/writeonce/porch-go/porch"
+)
+
+// Before counts the request against every limiter of the set. A refusal
+// short-circuits with the refusing limiter's 429; a failure with its 503,
+// 500 or 413. It implements porch.Middleware.
+func (s *Set) Before(r *http.Request) (*http.Request, *porch.Response) {
+	d := s.count(r)
+	if errors.Is(d.err, ErrSkip) {
+		return r, nil
+	}
+	if d.err != nil {
+		return r, d.lim.failure(r, d.err)
+	}
+	r = r.WithContext(context.WithValue(r.Context(), setKey{s}, d))
+	if !d.v.Allowed {
+		return r, s.refusal(r, d)
+	}
+	return r, nil
+}
+
+// After puts the set's rate-limit headers on the final response, unless
+// another middleware or the handler refused it (see Limiter.After). It
+// implements porch.Middleware.
+func (s *Set) After(r *http.Request, res *porch.Response, _ porch.Completion) {
+	d, ok := r.Context().Value(setKey{s}).(decision)
+	if !ok || refusedByOther(res, d.v.Allowed) {
+		return
+	}
+	if res.Header == nil {
+		res.Header = make(http.Header)
+	}
+	s.setHeaders(res.Header, d)
+}
+
+// Handler is the set as plain chi middleware. Unlike a porch chain it does
+// not buffer the response: headers are set before next runs.
+func (s *Set) Handler(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		d := s.count(r)
+		switch {
+		case errors.Is(d.err, ErrSkip):
+			next.ServeHTTP(w, r)
+		case d.err != nil:
+			d.lim.failure(r, d.err).Write(w)
+		case !d.v.Allowed:
+			s.refusal(r, d).Write(w)
+		default:
+			s.setHeaders(w.Header(), d)
+			next.ServeHTTP(w, r)
+		}
+	})
+}
+
+// refusal is the refusing limiter's 429 (or its Options.LimitResponse),
+// announcing every policy of the set.
+func (s *Set) refusal(r *http.Request, d decision) *porch.Response {
+	res := d.lim.refusal(r, d.v)
+	s.setHeaders(res.Header, d)
+	return res
+}
+
+// setHeaders writes the reported limiter's headers (see Set), the set's
+// RateLimit-Policy and, when a dry-run limiter counted, X-RateLimit-Dry-Run.
+func (s *Set) setHeaders(h http.Header, d decision) {
+	d.lim.setHeaders(h, d.v)
+	h[hdrPolicy] = s.policyValue
+	if d.dry != nil {
+		h[hdrDryRun] = d.dry
+	}
+}
+
+// refusedByOther reports whether res is a 429 with Retry-After that a
+// middleware, a limiter or the handler other than the one about to report
+// made, for a request that one allowed: its headers then belong to the
+// refusal, and another policy's beside them would contradict its
+// Retry-After.
+func refusedByOther(res *porch.Response, allowed bool) bool {
+	return allowed && res.Status == http.StatusTooManyRequests && res.Header.Get("Retry-After") != ""
+}
