@@ -114,6 +114,16 @@ func (m *Keys) begin(ctx context.Context, key string) (f *flight, leads bool, er
 func (m *Keys) lead(r *http.Request, f *flight, digest []byte) (*http.Request, *porch.Response) {
 	hold, row, err := m.load(r.Context(), f.key)
 	if hold != nil {
+		// The chain runs no After for a Before that panics: an observer
+		// panicking here would leave the key reserved and its flight led
+		// by nobody, so every retry would wait for an owner that is gone.
+		defer func() {
+			if v := recover(); v != nil {
+				hold.Release()
+				m.finish(f, released())
+				panic(v)
+			}
+		}()
 		m.observe(r, porch.IdemExecuted)
 		return m.own(r, f, digest, hold), nil
 	}

@@ -1,9 +1,11 @@
 package idem_test
 
 import (
+	"context"
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -112,5 +114,38 @@ func TestLoggerGetsStoreFailures(t *testing.T) {
 	}
 	if got := buf.String(); !strings.Contains(got, "porch: could not decide or store") || !strings.Contains(got, "boom") {
 		t.Errorf("got log %q, want the store failure", got)
+	}
+}
+
+// panicOnce is an observer whose first IdemExecuted panics, as a buggy
+// metrics adapter might.
+type panicOnce struct {
+	porchtest.Observer
+	panicked atomic.Bool
+}
+
+func (p *panicOnce) IdemOutcome(ctx context.Context, o porch.IdemOutcome) {
+	if o == porch.IdemExecuted && p.panicked.CompareAndSwap(false, true) {
+		panic("observer bug")
+	}
+	p.Observer.IdemOutcome(ctx, o)
+}
+
+// An observer that panics once the request has reserved its key must not
+// leave the key reserved: the chain turns the panic into a 500 without
+// running this middleware's After, so Before must hand the key back itself,
+// or every retry of the key waits for an owner that is gone (and, on
+// PostgreSQL, a key connection is held for good).
+func TestObserverPanicHandsTheKeyBack(t *testing.T) {
+	o := &orders{}
+	e := newEnv(t, envConfig{opt: idem.Options{MaxWait: 2 * time.Second, Observer: &panicOnce{}}}, o)
+	if got := e.do(t, http.MethodPost, "/orders", "one", "k"); got.status != http.StatusInternalServerError {
+		t.Fatalf("the request whose observer panicked: got %s, want 500", got)
+	}
+	if got := e.do(t, http.MethodPost, "/orders", "one", "k"); got.status != http.StatusCreated || got.replayed() {
+		t.Fatalf("its retry: got %s (replayed %v), want the handler's 201", got, got.replayed())
+	}
+	if n := o.calls.Load(); n != 1 {
+		t.Errorf("handler ran %d times, want once", n)
 	}
 }
