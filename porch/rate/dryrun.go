@@ -2,12 +2,12 @@ package rate
 
 import (
 	"errors"
-	"log/slog"
 	"net/http"
 	"sync"
 	"time"
 
 	"github.com/writeonce/porch-go/porch"
+	"github.com/writeonce/porch-go/porch/internal/logctx"
 )
 
 // dryRunLogEvery is how often a dry-run limiter logs a would-be refusal: the
@@ -21,7 +21,7 @@ const dryRunLogEvery = porch.DefaultErrorLogEvery
 func (l *Limiter) dryRun(r *http.Request, key string, n int64, v Verdict, err error) (Verdict, error) {
 	if err != nil {
 		if !errors.Is(err, ErrSkip) {
-			porch.LogError(r.Context(), "rate: dry run: could not count a request; serving it", "limiter", l.opt.Name, "err", err)
+			l.errs.Error(r.Context(), "rate: dry run: could not count a request; serving it", "limiter", l.opt.Name, "err", err)
 		}
 		return Verdict{}, ErrSkip
 	}
@@ -32,7 +32,7 @@ func (l *Limiter) dryRun(r *http.Request, key string, n int64, v Verdict, err er
 			if suppressed > 0 {
 				args = append(args, "suppressed", suppressed)
 			}
-			slog.InfoContext(r.Context(), "rate: dry run: would have refused a request", args...)
+			logctx.Logger(r.Context(), l.opt.Logger).InfoContext(r.Context(), "rate: dry run: would have refused a request", args...)
 		}
 	}
 	return v, nil

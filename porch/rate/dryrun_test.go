@@ -13,10 +13,8 @@ import (
 )
 
 func TestDryRun(t *testing.T) {
-	var logs bytes.Buffer
-	old := slog.Default()
-	slog.SetDefault(slog.New(slog.NewTextHandler(&logs, nil)))
-	t.Cleanup(func() { slog.SetDefault(old) })
+	var logs bytes.Buffer // Options.Logger, written on the requests' goroutine
+	logger := slog.New(slog.NewTextHandler(&logs, nil))
 
 	steps := []struct {
 		wantDryRun, wantRemaining string
@@ -29,7 +27,7 @@ func TestDryRun(t *testing.T) {
 	for _, w := range wirings {
 		t.Run(w.name, func(t *testing.T) {
 			logs.Reset()
-			rg := newRig(t, 2, time.Minute, rigOptions{rate: rate.Options{DryRun: true}})
+			rg := newRig(t, 2, time.Minute, rigOptions{rate: rate.Options{DryRun: true, Logger: logger}})
 			h := &counted{}
 			handler := w.wrap(rg.lim, h)
 			for i, s := range steps {

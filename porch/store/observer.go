@@ -7,7 +7,8 @@ import "time"
 // takes it; nil observes nothing. CommitBatch is called on the committer's
 // goroutine after each batch and before its writers are answered, so it
 // must be cheap and must not block; it is never called concurrently for
-// one store.
+// one store. A panic in it is recovered (and the first one logged), so a
+// broken adapter costs metrics, never the writes.
 type Observer interface {
 	CommitBatch(b Batch)
 }

@@ -10,6 +10,7 @@ package commit
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -108,6 +109,7 @@ type Committer struct {
 	done   chan struct{}
 
 	commits, writes, failed atomic.Int64
+	observerPanics          atomic.Int64
 }
 
 // New starts a committer that hands batches of at most maxBatch writes to w
@@ -198,8 +200,21 @@ func (c *Committer) write(batch []Op) error {
 	}
 	start := c.clock.Monotonic()
 	err := c.writer(batch)
-	c.observer.CommitBatch(store.Batch{Writes: len(batch), Took: c.clock.Monotonic() - start, Err: err})
+	c.observe(store.Batch{Writes: len(batch), Took: c.clock.Monotonic() - start, Err: err})
 	return err
+}
+
+// observe tells the observer of b. A panicking observer is a broken metrics
+// adapter, not a reason to stop committing: on this goroutine a panic would
+// kill the process, and with it every write in flight. The first panic is
+// logged; the batch's writers are answered as if nothing happened.
+func (c *Committer) observe(b store.Batch) {
+	defer func() {
+		if p := recover(); p != nil && c.observerPanics.Add(1) == 1 {
+			slog.Error("store: the Observer panicked in CommitBatch; later panics are not logged", "panic", p)
+		}
+	}()
+	c.observer.CommitBatch(b)
 }
 
 // close stops accepting writes, commits what is queued and waits for it.

@@ -54,3 +54,25 @@ func TestCommitterTellsTheObserverEachBatch(t *testing.T) {
 		}
 	}
 }
+
+// panicObserver panics on every batch.
+type panicObserver struct{}
+
+func (panicObserver) CommitBatch(store.Batch) { panic("metrics adapter bug") }
+
+// An observer that panics does not stop the committer: each write is still
+// answered with its batch's outcome (once, the panic killed the process).
+func TestCommitterSurvivesAPanickingObserver(t *testing.T) {
+	writer := func(batch []Op) error { return nil }
+	c := New(writer, porchtest.NewFakeClock(time.Unix(0, 0)), 16, 3, panicObserver{})
+	for i := range 3 {
+		done := make(chan error, 1)
+		if err := c.Enqueue(Op{Done: func(err error) { done <- err }}); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-done; err != nil {
+			t.Fatalf("write %d: got %v, want committed", i, err)
+		}
+	}
+	c.close()
+}
