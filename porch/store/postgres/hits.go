@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -10,6 +11,63 @@ import (
 	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/internal/commit"
 )
+
+// keyHits is one key's share of a batch.
+type keyHits struct {
+	key    string
+	window time.Duration
+	ops    []*commit.Hit // in arrival order
+	sum    int64         // the weights of ops
+	// refused is the weight of the ops settle refused, to take back out.
+	refused int64
+	seen    bool // pgAddHits returned the key's row
+}
+
+// batchHits is a batch's hits grouped by key, as pgAddHits takes them:
+// keys sorted, so that two instances' batches lock rows in the same order
+// and cannot deadlock, each key once, with the sum of its hits' weights.
+type batchHits struct {
+	byKey   map[string]*keyHits
+	keys    []string
+	windows []int64 // ms, per key
+	hits    []int64 // per key
+	probe   bool    // the batch carries Health's probe
+	peeks   []*commit.Hit
+	resets  []string
+}
+
+func groupHits(batch []commit.Op) batchHits {
+	b := batchHits{byKey: make(map[string]*keyHits)}
+	for _, o := range batch {
+		b.probe = b.probe || o.Probe
+		if o.Peek != nil {
+			b.peeks = append(b.peeks, o.Peek)
+		}
+		if o.Reset != nil {
+			b.resets = append(b.resets, o.Reset.Key)
+		}
+		h := o.Hit
+		if h == nil {
+			continue
+		}
+		kh := b.byKey[h.Key]
+		if kh == nil {
+			kh = &keyHits{key: h.Key, window: h.Window}
+			b.byKey[h.Key] = kh
+			b.keys = append(b.keys, h.Key)
+		}
+		kh.ops = append(kh.ops, h)
+		kh.sum += h.N
+	}
+	slices.Sort(b.keys)
+	b.windows = make([]int64, len(b.keys))
+	b.hits = make([]int64, len(b.keys))
+	for i, k := range b.keys {
+		b.windows[i] = b.byKey[k].window.Milliseconds()
+		b.hits[i] = b.byKey[k].sum
+	}
+	return b
+}
 
 // settle decides kh's hits, in arrival order, from count, the key's count
 // after pgAddHits added all of them: a hit is counted if it keeps the
@@ -30,22 +88,41 @@ func (kh *keyHits) settle(count int64, resetIn time.Duration, windowStart time.T
 	}
 }
 
-// refundHits takes the refused hits' weights back out of the counts, in
-// one statement for the batch, run only when some hit was refused.
-func refundHits(ctx context.Context, tx pgx.Tx, keys []string, byKey map[string]*keyHits) error {
-	var refundKeys []string
-	var refunds []int64
-	for _, k := range keys {
-		if r := byKey[k].refused; r > 0 {
-			refundKeys = append(refundKeys, k)
-			refunds = append(refunds, r)
+// refunds returns the keys some of whose hits settle refused, and the
+// weights to take back out of their counts, for pgRefundHits.
+func (b *batchHits) refunds() (keys []string, refused []int64) {
+	for _, k := range b.keys {
+		if r := b.byKey[k].refused; r > 0 {
+			keys = append(keys, k)
+			refused = append(refused, r)
 		}
 	}
-	if len(refundKeys) == 0 {
-		return nil
+	return keys, refused
+}
+
+// scanAddHits settles every key from pgAddHits' rows.
+func (b *batchHits) scanAddHits(rows pgx.Rows) error {
+	defer rows.Close()
+	seen := 0
+	for rows.Next() {
+		var key string
+		var count, leftMS, startMS int64
+		if err := rows.Scan(&key, &count, &leftMS, &startMS); err != nil {
+			return fmt.Errorf("postgres: add hits: %w", err)
+		}
+		kh := b.byKey[key]
+		if kh == nil || kh.seen {
+			return fmt.Errorf("postgres: add hits: unexpected key %q returned", key)
+		}
+		kh.seen = true
+		kh.settle(count, time.Duration(leftMS)*time.Millisecond, time.UnixMilli(startMS))
+		seen++
 	}
-	if _, err := tx.Exec(ctx, pgRefundHits, refundKeys, refunds); err != nil {
-		return fmt.Errorf("postgres: refund refused hits: %w", err)
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("postgres: add hits: %w", err)
+	}
+	if seen != len(b.keys) {
+		return fmt.Errorf("postgres: add hits: %d of %d keys returned", seen, len(b.keys))
 	}
 	return nil
 }
@@ -85,4 +162,120 @@ func (p *Store) takeBacks(ctx context.Context, batch []commit.Op) {
 			batch[i].Failed = err
 		}
 	}
+}
+
+// pgBegin is readCommitted's BEGIN, queued in a pipeline instead of spent
+// on a round trip of its own.
+const pgBegin = `BEGIN ISOLATION LEVEL READ COMMITTED`
+
+// countHits counts b in one transaction on conn, in two round trips
+// instead of one per statement: the first pipelines BEGIN, the add-hits
+// upsert, Health's probe (if the batch carries it) and the bounded prunes;
+// the second, once the upsert's counts have settled every hit, pipelines
+// the refund of refused hits (if any) with COMMIT. It is still one
+// transaction that takes its row locks in key order, then the probe row's;
+// the refund touches only rows it already holds, and the prunes skip
+// locked rows, so running them before the refund changes nothing. If a
+// statement fails, the server skips the rest of its pipeline, COMMIT
+// included, and leaves the transaction open and aborted: conn must then
+// not go back to the pool as it is (pgxpool closes a connection released
+// inside a transaction, which rolls it back).
+func (p *Store) countHits(ctx context.Context, conn *pgx.Conn, b *batchHits) error {
+	first := &pgx.Batch{}
+	first.Queue(pgBegin)
+	first.Queue(pgAddHits, b.keys, b.windows, b.hits)
+	if b.probe {
+		for _, q := range commit.ProbeSQL {
+			first.Queue(q)
+		}
+	}
+	if p.opt.PruneRows > 0 {
+		first.Queue(pgPruneCounters, p.opt.PruneRows)
+		first.Queue(pgPruneResponses, p.opt.PruneRows)
+	}
+	if err := p.sendFirst(ctx, conn, first, b); err != nil {
+		return err
+	}
+	// Peeks read what the batch's hits left, in its transaction: a round
+	// trip of their own, only in a batch that carries one.
+	if err := peekHits(ctx, conn, b.peeks); err != nil {
+		return err
+	}
+	second := &pgx.Batch{}
+	if keys, refused := b.refunds(); len(keys) > 0 {
+		second.Queue(pgRefundHits, keys, refused)
+	}
+	second.Queue("COMMIT")
+	br := conn.SendBatch(ctx, second)
+	defer br.Close()
+	if len(second.QueuedQueries) > 1 {
+		if _, err := br.Exec(); err != nil {
+			return fmt.Errorf("postgres: refund refused hits: %w", err)
+		}
+	}
+	tag, err := br.Exec()
+	if err != nil {
+		return fmt.Errorf("postgres: commit hits: %w", err)
+	}
+	if tag.String() != "COMMIT" {
+		// COMMIT of an aborted transaction answers ROLLBACK, not an error.
+		return fmt.Errorf("postgres: commit hits: %w", pgx.ErrTxCommitRollback)
+	}
+	return br.Close()
+}
+
+// sendFirst runs countHits' first pipeline and settles b from it.
+func (p *Store) sendFirst(ctx context.Context, conn *pgx.Conn, first *pgx.Batch, b *batchHits) error {
+	br := conn.SendBatch(ctx, first)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return fmt.Errorf("postgres: begin: %w", err)
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return fmt.Errorf("postgres: add hits: %w", err)
+	}
+	if err := b.scanAddHits(rows); err != nil {
+		return err
+	}
+	if b.probe {
+		for range commit.ProbeSQL {
+			if _, err := br.Exec(); err != nil {
+				return fmt.Errorf("postgres: health probe: %w", err)
+			}
+		}
+	}
+	if p.opt.PruneRows > 0 {
+		if _, err := br.Exec(); err != nil {
+			return fmt.Errorf("postgres: prune counters: %w", err)
+		}
+		if _, err := br.Exec(); err != nil {
+			return fmt.Errorf("postgres: prune responses: %w", err)
+		}
+	}
+	return br.Close()
+}
+
+// writeBatch counts a batch of hits in one transaction (see countHits),
+// on one of the committer's connections. The batch's take-backs and then
+// its resets commit first, each in a transaction of their own (see
+// takeBacks and resetHits), so a hit queued after either counts after it.
+func (p *Store) writeBatch(batch []commit.Op) error {
+	ctx := context.Background()
+	if p.opt.CommitDelay > 0 {
+		time.Sleep(p.opt.CommitDelay) // fault injection: a slow database
+	}
+	p.takeBacks(ctx, batch)
+	b := groupHits(batch)
+	if err := p.resetHits(ctx, b.resets); err != nil {
+		return err
+	}
+	conn, err := p.writer.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("postgres: commit batch: %w", err)
+	}
+	// Released inside a transaction (a statement failed), the connection
+	// is closed, which rolls the transaction back.
+	defer conn.Release()
+	return p.countHits(ctx, conn.Conn(), &b)
 }

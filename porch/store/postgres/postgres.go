@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -194,118 +193,6 @@ func (p *Store) Close(ctx context.Context) error {
 	}
 }
 
-// keyHits is one key's share of a batch.
-type keyHits struct {
-	key    string
-	window time.Duration
-	ops    []*commit.Hit // in arrival order
-	sum    int64         // the weights of ops
-	// refused is the weight of the ops settle refused, to take back out.
-	refused int64
-}
-
-// writeBatch counts a batch of hits in one transaction: one upsert over every
-// key in the batch (keys sorted, so that two instances' batches lock rows in
-// the same order and cannot deadlock), adding every hit's weight; then, for
-// the keys where some hit would have passed its limit, one update that
-// takes those hits back out (see settleHits); then the peeks' read, and the
-// bounded prunes. The batch's resets commit first, in a transaction of
-// their own (see resetHits).
-func (p *Store) writeBatch(batch []commit.Op) error {
-	ctx := context.Background()
-	if p.opt.CommitDelay > 0 {
-		time.Sleep(p.opt.CommitDelay) // fault injection: a slow database
-	}
-	p.takeBacks(ctx, batch)
-	byKey := make(map[string]*keyHits)
-	probe := false
-	var peeks []*commit.Hit
-	var resets []string
-	for _, o := range batch {
-		probe = probe || o.Probe
-		if o.Peek != nil {
-			peeks = append(peeks, o.Peek)
-		}
-		if o.Reset != nil {
-			resets = append(resets, o.Reset.Key)
-		}
-		h := o.Hit
-		if h == nil {
-			continue
-		}
-		kh := byKey[h.Key]
-		if kh == nil {
-			kh = &keyHits{key: h.Key, window: h.Window}
-			byKey[h.Key] = kh
-		}
-		kh.ops = append(kh.ops, h)
-		kh.sum += h.N
-	}
-	keys := make([]string, 0, len(byKey))
-	for k := range byKey {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	windows := make([]int64, len(keys))
-	hits := make([]int64, len(keys))
-	for i, k := range keys {
-		windows[i] = byKey[k].window.Milliseconds()
-		hits[i] = byKey[k].sum
-	}
-	if err := p.resetHits(ctx, resets); err != nil {
-		return err
-	}
-	return pgx.BeginTxFunc(ctx, p.writer, readCommitted, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, pgAddHits, keys, windows, hits)
-		if err != nil {
-			return fmt.Errorf("postgres: add hits: %w", err)
-		}
-		seen := 0
-		for rows.Next() {
-			var key string
-			var count, leftMS, startMS int64
-			if err := rows.Scan(&key, &count, &leftMS, &startMS); err != nil {
-				rows.Close()
-				return fmt.Errorf("postgres: add hits: %w", err)
-			}
-			kh := byKey[key]
-			if kh == nil {
-				rows.Close()
-				return fmt.Errorf("postgres: add hits: unexpected key %q returned", key)
-			}
-			kh.settle(count, time.Duration(leftMS)*time.Millisecond, time.UnixMilli(startMS))
-			seen++
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("postgres: add hits: %w", err)
-		}
-		if seen != len(keys) {
-			return fmt.Errorf("postgres: add hits: %d of %d keys returned", seen, len(keys))
-		}
-		if err := refundHits(ctx, tx, keys, byKey); err != nil {
-			return err
-		}
-		if err := peekHits(ctx, tx, peeks); err != nil {
-			return err
-		}
-		if probe {
-			if err := writeProbe(ctx, tx); err != nil {
-				return err
-			}
-		}
-		if p.opt.PruneRows > 0 {
-			if _, err := tx.Exec(ctx, pgPruneCounters, p.opt.PruneRows); err != nil {
-				return fmt.Errorf("postgres: prune counters: %w", err)
-			}
-			if _, err := tx.Exec(ctx, pgPruneResponses, p.opt.PruneRows); err != nil {
-				return fmt.Errorf("postgres: prune responses: %w", err)
-			}
-		}
-		return nil
-	})
-}
-
 // Reserve begins the owner's transaction on a connection of its own and
 // takes key's transaction-scoped advisory lock in it, waiting under ctx
 // while an owner on any instance holds it. The lock, the owner's writes and
@@ -324,13 +211,8 @@ func (p *Store) Reserve(ctx context.Context, key string) (store.Reservation, err
 		<-p.slots
 		return nil, fmt.Errorf("postgres: reserve: %w", err)
 	}
-	tx, err := conn.BeginTx(ctx, readCommitted)
+	tx, err := lockKey(ctx, conn.Conn(), key)
 	if err != nil {
-		discard(conn)
-		<-p.slots
-		return nil, fmt.Errorf("postgres: reserve: %w", err)
-	}
-	if _, err := tx.Exec(ctx, pgLockKey, key); err != nil {
 		// A lock granted just as ctx ended must not stay on a pooled
 		// connection: close it, which ends the transaction and its lock.
 		discard(conn)
@@ -338,6 +220,28 @@ func (p *Store) Reserve(ctx context.Context, key string) (store.Reservation, err
 		return nil, fmt.Errorf("postgres: reserve: %w", err)
 	}
 	return &reservation{p: p, conn: conn, tx: tx, key: key}, nil
+}
+
+// lockKey begins the owner's transaction on conn and takes key's lock in
+// it, BEGIN and the lock pipelined in one round trip: the lock is still
+// taken inside the transaction, which the server has begun before it runs
+// the lock statement.
+func lockKey(ctx context.Context, conn *pgx.Conn, key string) (pgx.Tx, error) {
+	b := &pgx.Batch{}
+	b.BeginTx(readCommitted)
+	b.Queue(pgLockKey, key)
+	br := conn.SendBatch(ctx, b)
+	_, err := br.Exec()
+	if err == nil {
+		_, err = br.Exec()
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, err
+	}
+	return br.Tx(), nil
 }
 
 // discard closes a connection instead of returning it to the pool.
@@ -442,15 +346,31 @@ func (r *reservation) Save(ctx context.Context, res store.Response, ttl time.Dur
 	}
 	ctx, cancel := context.WithTimeout(ctx, pgSaveTimeout)
 	defer cancel()
-	if _, err := r.tx.Exec(ctx, pgSaveResponse, r.key, res.Digest, res.Status, res.ContentType, res.Body,
-		ttl.Milliseconds(), header.Encode(res.Header)); err != nil {
+	b := &pgx.Batch{}
+	b.Queue(pgSaveResponse, r.key, res.Digest, res.Status, res.ContentType, res.Body,
+		ttl.Milliseconds(), header.Encode(res.Header))
+	b.Queue("COMMIT")
+	if r.p.opt.PruneRows > 0 {
+		// After COMMIT, in a transaction of its own: its failure cannot
+		// take the stored response with it.
+		b.Queue(pgPruneResponses, r.p.opt.PruneRows)
+	}
+	br := r.conn.SendBatch(ctx, b)
+	if _, err := br.Exec(); err != nil {
+		// The server skipped the rest of the pipeline, COMMIT included.
+		br.Close()
 		r.end(false)
 		return fmt.Errorf("postgres: save response: %w", err)
 	}
-	if err := r.tx.Commit(ctx); err != nil {
+	tag, err := br.Exec()
+	if err == nil && tag.String() != "COMMIT" {
+		err = pgx.ErrTxCommitRollback // COMMIT of an aborted transaction answers ROLLBACK
+	}
+	if err != nil {
 		// A deferred constraint fails here, and is the owner's; if the
 		// connection died during COMMIT the outcome is unknown, and the next
 		// owner reads the table and learns it.
+		br.Close()
 		r.end(false)
 		if ownersFault(ctx, err) {
 			return fmt.Errorf("%w: %w", store.ErrWriteFailed, err)
@@ -458,10 +378,11 @@ func (r *reservation) Save(ctx context.Context, res store.Response, ttl time.Dur
 		return fmt.Errorf("postgres: commit response: %w", err)
 	}
 	if r.p.opt.PruneRows > 0 {
-		if _, err := r.conn.Exec(ctx, pgPruneResponses, r.p.opt.PruneRows); err != nil {
+		if _, err := br.Exec(); err != nil {
 			commit.Log(r.p.opt.Logger).Warn("postgres: prune responses", "err", err) // the next save prunes again
 		}
 	}
+	br.Close() //nolint:errcheck // committed; the only statement left to fail was the prune, logged
 	r.end(true)
 	return nil
 }

@@ -353,3 +353,45 @@ func TestPostgresAbandonedReserveLeavesNoWaiter(t *testing.T) {
 		time.Sleep(20 * time.Millisecond) // the server's lock table can only be polled
 	}
 }
+
+// A constraint checked at COMMIT fails the owner's Save with
+// store.ErrWriteFailed, though COMMIT is pipelined with the response's
+// write: nothing of the owner's is stored, and the key is free again.
+func TestPostgresDeferredViolationFailsSave(t *testing.T) {
+	s := openPostgres(t, pgtest.DSN(t))
+	ctx := context.Background()
+	if _, err := s.Pool().Exec(ctx, `CREATE TABLE orders (id int PRIMARY KEY,
+		parent int REFERENCES orders (id) DEFERRABLE INITIALLY DEFERRED)`); err != nil {
+		t.Fatalf("create table: %v", err)
+	}
+	const key = "idem:deferred"
+	hold, err := s.Reserve(ctx, key)
+	if err != nil {
+		t.Fatalf("Reserve: %v", err)
+	}
+	if _, ok, err := hold.Load(ctx); err != nil || ok {
+		t.Fatalf("Load: ok %v, err %v; want a miss", ok, err)
+	}
+	if err := hold.Exec(ctx, `INSERT INTO orders (id, parent) VALUES (1, 2)`); err != nil {
+		t.Fatalf("Exec: %v (the reference is only checked at COMMIT)", err)
+	}
+	err = hold.Save(ctx, store.Response{Digest: []byte("d"), Status: 201, Body: []byte("x")}, time.Hour)
+	if !errors.Is(err, store.ErrWriteFailed) {
+		t.Fatalf("Save: got %v, want store.ErrWriteFailed", err)
+	}
+	var orders int
+	if err := s.Pool().QueryRow(ctx, `SELECT count(*) FROM orders`).Scan(&orders); err != nil {
+		t.Fatal(err)
+	}
+	if orders != 0 {
+		t.Errorf("orders: got %d rows, want 0 (the owner's write rolled back)", orders)
+	}
+	next, err := s.Reserve(ctx, key)
+	if err != nil {
+		t.Fatalf("Reserve after the failed Save: %v", err)
+	}
+	defer next.Release()
+	if _, ok, err := next.Load(ctx); err != nil || ok {
+		t.Errorf("Load after the failed Save: ok %v, err %v; want a miss", ok, err)
+	}
+}

@@ -37,7 +37,9 @@ func (p *Store) resetHits(ctx context.Context, keys []string) error {
 // peekHits reads the counters peeks ask for, in tx after its hits were
 // counted, and fills in each peek's Result. It takes no lock: a read cannot
 // deadlock, and it sees what tx and the transactions before it committed.
-func peekHits(ctx context.Context, tx pgx.Tx, peeks []*commit.Hit) error {
+func peekHits(ctx context.Context, tx interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}, peeks []*commit.Hit) error {
 	if len(peeks) == 0 {
 		return nil
 	}

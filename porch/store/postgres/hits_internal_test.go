@@ -1,0 +1,80 @@
+package postgres
+
+import (
+	"context"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/writeonce/porch-go/internal/pgtest"
+	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/internal/commit"
+)
+
+// One batch may carry several hits of one key, among other keys, with
+// different weights and limits: each is decided in arrival order against
+// the running count, a refused one changes nothing (a lighter hit after it
+// may still pass), and each hit gets its own answer back.
+func TestWriteBatchSettlesDuplicateKeys(t *testing.T) {
+	ctx := context.Background()
+	p, err := Open(ctx, pgtest.DSN(t), store.Options{})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { p.Close(context.Background()) })
+
+	type hit struct {
+		key      string
+		n, limit int64
+		want     int64 // Result.Count
+	}
+	batches := []struct {
+		name string
+		hits []hit
+		want map[string]int64 // the stored counts after the batch
+	}{
+		{"first", []hit{
+			{"rate:a", 3, 5, 3},
+			{"rate:b", 1, 1, 1},
+			{"rate:a", 3, 5, 6}, // refused: 6 > 5
+			{"rate:c", 2, 1, 2}, // refused on a fresh key: its row stays at 0
+			{"rate:a", 2, 5, 5}, // fits after the refused one
+			{"rate:b", 1, 1, 2}, // refused
+			{"rate:a", 1, 5, 6}, // refused
+			{"rate:a", 1, math.MaxInt64, 6},
+		}, map[string]int64{"rate:a": 6, "rate:b": 1, "rate:c": 0}},
+		{"second", []hit{
+			{"rate:a", 1, 6, 7}, // refused
+			{"rate:c", 1, 1, 1},
+			{"rate:a", 1, 7, 7},
+			{"rate:a", 1, 7, 8}, // refused
+		}, map[string]int64{"rate:a": 7, "rate:b": 1, "rate:c": 1}},
+	}
+	for _, bc := range batches {
+		ops := make([]commit.Op, len(bc.hits))
+		for i, h := range bc.hits {
+			ops[i] = commit.Op{Hit: &commit.Hit{Key: h.key, Window: time.Hour, N: h.n, Limit: h.limit}}
+		}
+		if err := p.writeBatch(ops); err != nil {
+			t.Fatalf("%s batch: writeBatch: %v", bc.name, err)
+		}
+		for i, h := range bc.hits {
+			got := ops[i].Hit.Result
+			if got.Count != h.want {
+				t.Errorf("%s batch, hit %d (%s, n %d, limit %d): Count = %d, want %d", bc.name, i, h.key, h.n, h.limit, got.Count, h.want)
+			}
+			if got.ResetIn <= 0 || got.ResetIn > time.Hour {
+				t.Errorf("%s batch, hit %d: ResetIn = %v, want within (0, 1h]", bc.name, i, got.ResetIn)
+			}
+		}
+		for key, want := range bc.want {
+			var got int64
+			if err := p.pool.QueryRow(ctx, `SELECT count FROM porch_rate_counters WHERE key = $1`, key).Scan(&got); err != nil {
+				t.Fatalf("%s batch: read %s: %v", bc.name, key, err)
+			}
+			if got != want {
+				t.Errorf("%s batch: stored count of %s = %d, want %d", bc.name, key, got, want)
+			}
+		}
+	}
+}
