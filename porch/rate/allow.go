@@ -80,16 +80,19 @@ func (l *Limiter) post(key string, n int64) (*call, error) {
 // with it when the window the hit was counted in opened (see takeBack).
 func (l *Limiter) await(ctx context.Context, c *call) (Verdict, time.Time, error) {
 	v, err := c.reply.Wait(ctx)
-	start := c.start
-	if err == nil {
-		// A nil error is the actor's answer, never ctx's: the reply has
-		// been sent and received, so nothing else can write to it. After
-		// an error it may still be answered later, so it is left to the
-		// garbage collector.
-		c.key, c.start = "", time.Time{}
-		l.calls.Put(c)
+	if err != nil {
+		// It may be ctx's error, with the job still queued or running: the
+		// actor may yet write c.start, so it is neither read here nor
+		// reused, but left to the garbage collector. The zero start is
+		// never used, since a hit without a verdict is not given back.
+		return v, time.Time{}, err
 	}
-	return v, start, err
+	// A nil error is the actor's answer, never ctx's: the reply has been
+	// sent and received, so nothing else can write to the call.
+	start := c.start
+	c.key, c.start = "", time.Time{}
+	l.calls.Put(c)
+	return v, start, nil
 }
 
 // call is one verdict's trip to the key's actor and back. Calls are reused

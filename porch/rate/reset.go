@@ -2,6 +2,7 @@ package rate
 
 import (
 	"context"
+	"time"
 
 	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/store"
@@ -71,13 +72,23 @@ func (l *Limiter) resetView(v *view, key string, answer func(error)) {
 		answer(nil) // no open window, here or in the store
 		return
 	}
-	w = v.open(key, now)
+	// The new window must not start where the old one did: a take-back
+	// (see Set) finds its window by the start alone, and one for a hit
+	// this reset clears must not come out of a hit counted after it. Only
+	// a clock that has not moved since the window opened (a fake or a
+	// coarse one) needs the nanosecond, which closes the window that much
+	// later: the safe side.
+	start := now
+	if !start.After(w.start) {
+		start = w.start.Add(time.Nanosecond)
+	}
+	w = v.open(key, start)
 	l.armForget(v, now)
 	bw := new(boundWrite)
 	bw.wait(answer)
 	w.pending = bw // pendingAt 0: the new window's count, written
 	v.counts[key] = w
-	c := store.Counter{Key: key, WindowStart: now, Window: l.window}
+	c := store.Counter{Key: key, WindowStart: start, Window: l.window}
 	if err := l.exclusive.SaveCounter(c, bw.settle); err != nil {
 		bw.settle(err)
 	}

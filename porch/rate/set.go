@@ -221,6 +221,13 @@ func decide(ms []member) decision {
 		return decision{err: ErrSkip}
 	}
 	d.lim, d.v = best.l, best.v
+	if best.l.opt.DryRun {
+		// Only dry-run limiters counted (the set has no other, or every
+		// enforcing one skipped the request): they never refuse, so the
+		// request is served with the headers of the one reported, and
+		// X-RateLimit-Dry-Run says whether any would have refused.
+		d.v.Allowed = true
+	}
 	d.v.DryRun = false // the set writes X-RateLimit-Dry-Run itself
 	return d
 }

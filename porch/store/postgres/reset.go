@@ -78,8 +78,17 @@ const (
 	// does, and starts their open windows over, empty, each under its own
 	// length. A closed window is left to the next hit, which opens a new
 	// one as it does for a key without a row.
+	//
+	// The new window starts at least a millisecond after the one it
+	// replaces: a window is told apart by its start alone (see pgTakeBack),
+	// and a reset within the millisecond its window opened would otherwise
+	// restart it at the same start, so that a late take-back of a hit the
+	// reset cleared would come out of a hit served after it. The window
+	// then closes up to a millisecond later than one opened now would: the
+	// safe side.
 	pgResetHits = `UPDATE porch_rate_counters SET
-			window_start = ` + pgNowMS + `, count = 0, expires_at = ` + pgNowMS + ` + window_ms
+			window_start = greatest(` + pgNowMS + `, window_start + 1), count = 0,
+			expires_at = greatest(` + pgNowMS + `, window_start + 1) + window_ms
 		WHERE key IN (
 			SELECT key FROM porch_rate_counters WHERE key = ANY($1::text[]) AND expires_at > ` + pgNowMS + `
 			ORDER BY key FOR UPDATE)`
