@@ -2,13 +2,13 @@ package idem
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
 	"slices"
 	"strconv"
-	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -67,7 +67,13 @@ func FingerprintJSON(body []byte) ([]byte, error) {
 // U+FFFD, so different bodies would read the same), an object with a
 // duplicate member name (readers disagree on which one wins), a number
 // whose exponent does not fit in 32 bits, and nesting deeper than 10000.
-// It reads the body once, and no text is copied once per nesting level.
+// It allocates a small multiple of the body's size, whatever its shape:
+// the canonical form (at most three times the body, for a string of \n
+// escapes, written \u000a), 8 bytes for each member of an object of two
+// members or more and 16 for the object (those it must sort), and stacks
+// as deep as the nesting. A body such as [0,0,…] or [{},{},…] costs its
+// form and no more. Its time is linear in the body's size, but for
+// sorting names, at any depth.
 //
 // It is the strict [Options.Fingerprint]: a body it refuses is answered 400
 // (…/idempotency-body-invalid) before anything is reserved. FingerprintJSON
@@ -76,254 +82,524 @@ func CanonicalJSON(body []byte) ([]byte, error) {
 	if !utf8.Valid(body) {
 		return nil, fmt.Errorf("%w: the body is not valid UTF-8", errNotCanonical)
 	}
-	// The parser below trusts the grammar json.Valid has checked, and
+	// The reader below trusts the grammar json.Valid has checked, and
 	// checks only what json.Valid lets through.
 	if !json.Valid(body) {
 		return nil, fmt.Errorf("%w: the body is not one JSON value", errNotCanonical)
 	}
-	p := parser{b: body}
-	v, err := p.value(0)
-	if err != nil {
+	if uint64(len(body)) <= math.MaxUint32 {
+		return canonical[uint32](body)
+	}
+	return canonical[uint64](body)
+}
+
+// The canonical form is written in three passes over the body, none of
+// which builds a node per value: what they keep is counted in bytes per
+// member of an object that must be sorted, not per value.
+//
+//  1. measure counts those objects and members, so that what the second
+//     pass keeps is allocated once, at its size (a slice grown by append
+//     allocates up to five times its final size in all);
+//  2. read checks what json.Valid lets through, adds up the form's size,
+//     and sorts the members of each object of two members or more,
+//     keeping them as spans of the body;
+//  3. write copies the body's tokens to the form in their order, but for
+//     such an object, whose members it writes in sorted order, each
+//     member's value read from where it is in the body.
+//
+// Arrays, objects of one member or none, and scalars are written as they
+// are read: nothing about them is kept.
+
+// offset is an offset into the body, or an index into what read keeps: 32
+// bits for any body under 4 GiB, which halves what is kept.
+type offset interface{ ~uint32 | ~uint64 }
+
+// member is a member of an object: its name's text in the body, quotes
+// excluded, escapes not decoded.
+type member[T offset] struct{ name, end T }
+
+// object is an object of two members or more.
+type object[T offset] struct {
+	start, end T // its text in the body, braces included
+	lo, hi     T // its members, sorted, in canon.members
+}
+
+// canon is what read keeps of a body for write.
+type canon[T offset] struct {
+	b []byte
+	// members holds, in members[:kept], the members of each of objects in
+	// turn, sorted; and in members[pending:], those of the objects being
+	// read, innermost first. Together they never hold more than the body's
+	// members, and measure counts how many exactly.
+	members       []member[T]
+	kept, pending int
+	objects       []object[T] // sorted by start once read is done
+	size          int         // of the canonical form
+}
+
+func canonical[T offset](b []byte) ([]byte, error) {
+	s := measure[T](b)
+	c := canon[T]{
+		b:       b,
+		members: make([]member[T], s.members),
+		pending: s.members,
+		objects: make([]object[T], 0, s.objects),
+	}
+	if err := c.read(s.depth); err != nil {
 		return nil, err
 	}
-	out := make([]byte, 0, len(body))
-	return v.appendTo(out), nil
+	// read closes objects innermost first; write looks them up by start.
+	slices.SortFunc(c.objects, func(x, y object[T]) int { return cmp.Compare(x.start, y.start) })
+	return c.write(make([]byte, 0, c.size), min(s.depth, s.objects)), nil
 }
 
-// jvalue is a parsed JSON value. The values are parsed whole before any is
-// written, so that sorting an object's members moves values, not their
-// text: a body of nested objects would otherwise be copied once per level.
-// Text already canonical (most strings and integers) is not copied at all:
-// it is a slice of the body.
-type jvalue struct {
-	text    []byte    // a scalar's canonical text; nil for a container
-	object  bool      // with members; an array otherwise
-	members []jmember // an object's, sorted by name
-	elems   []jvalue  // an array's, in order
+// shape is what measure counts of a body.
+type shape struct {
+	objects int // of two members or more
+	members int // the most canon.members holds at once
+	depth   int // the most objects open at once
 }
 
-type jmember struct {
-	name []byte // decoded
-	v    jvalue
-}
-
-func (v *jvalue) appendTo(out []byte) []byte {
-	switch {
-	case v.text != nil:
-		return append(out, v.text...)
-	case v.object:
-		out = append(out, '{')
-		for i := range v.members {
-			if i > 0 {
-				out = append(out, ',')
-			}
-			out = appendString(out, v.members[i].name)
-			out = append(out, ':')
-			out = v.members[i].v.appendTo(out)
-		}
-		return append(out, '}')
-	}
-	out = append(out, '[')
-	for i := range v.elems {
-		if i > 0 {
-			out = append(out, ',')
-		}
-		out = v.elems[i].appendTo(out)
-	}
-	return append(out, ']')
-}
-
-// parser reads a body json.Valid has accepted, so it checks only what
-// json.Valid lets through: lone surrogates, duplicate names, exponents.
-type parser struct {
-	b []byte
-	i int
-	// The elements and members of the containers being read, innermost
-	// last: each container copies its own out once it is complete, so it
-	// is allocated once, at its size.
-	elems   []jvalue
-	members []jmember
-}
-
-func (p *parser) space() {
-	for p.i < len(p.b) && strings.IndexByte(" \t\n\r", p.b[p.i]) >= 0 {
-		p.i++
-	}
-}
-
-func (p *parser) value(depth int) (jvalue, error) {
-	if depth > maxJSONDepth {
-		return jvalue{}, fmt.Errorf("%w: nested deeper than %d", errNotCanonical, maxJSONDepth)
-	}
-	p.space()
-	switch p.b[p.i] {
-	case '{':
-		return p.object(depth)
-	case '[':
-		return p.array(depth)
-	case '"':
-		start := p.i
-		s, escaped, err := p.str()
-		if !escaped {
-			return jvalue{text: p.b[start:p.i]}, err // as it came, quotes and all
-		}
-		return jvalue{text: appendString(nil, s)}, err
-	case 't':
-		return p.literal("true"), nil
-	case 'f':
-		return p.literal("false"), nil
-	case 'n':
-		return p.literal("null"), nil
-	}
-	start := p.i
-	for p.i < len(p.b) && strings.IndexByte("+-.0123456789eE", p.b[p.i]) >= 0 {
-		p.i++
-	}
-	n, err := canonicalNumber(p.b[start:p.i])
-	return jvalue{text: n}, err
-}
-
-func (p *parser) literal(lit string) jvalue {
-	v := jvalue{text: p.b[p.i : p.i+len(lit)]}
-	p.i += len(lit)
-	return v
-}
-
-func (p *parser) array(depth int) (jvalue, error) {
-	mark := len(p.elems)
-	p.i++ // '['
-	for p.space(); p.b[p.i] != ']'; p.space() {
-		e, err := p.value(depth + 1)
-		if err != nil {
-			return jvalue{}, err
-		}
-		p.elems = append(p.elems, e)
-		p.space()
-		if p.b[p.i] == ',' {
-			p.i++
-		}
-	}
-	p.i++                                                     // ']'
-	v := jvalue{elems: append([]jvalue{}, p.elems[mark:]...)} // not nil: [] is a container
-	p.elems = p.elems[:mark]
-	return v, nil
-}
-
-func (p *parser) object(depth int) (jvalue, error) {
-	mark := len(p.members)
-	p.i++ // '{'
-	for p.space(); p.b[p.i] != '}'; p.space() {
-		name, _, err := p.str()
-		if err != nil {
-			return jvalue{}, err
-		}
-		p.space()
-		p.i++ // ':'
-		m, err := p.value(depth + 1)
-		if err != nil {
-			return jvalue{}, err
-		}
-		p.members = append(p.members, jmember{name, m})
-		p.space()
-		if p.b[p.i] == ',' {
-			p.i++
-		}
-	}
-	p.i++ // '}'
-	v := jvalue{object: true, members: slices.Clone(p.members[mark:])}
-	p.members = p.members[:mark]
-	slices.SortFunc(v.members, func(a, b jmember) int { return bytes.Compare(a.name, b.name) })
-	for i := 1; i < len(v.members); i++ {
-		if bytes.Equal(v.members[i].name, v.members[i-1].name) {
-			return jvalue{}, fmt.Errorf("%w: duplicate member %q", errNotCanonical, v.members[i].name)
-		}
-	}
-	return v, nil
-}
-
-// str decodes the string whose opening quote is at p.i, and reports whether
-// it held an escape. Without one (the common case) s is a slice of the body.
-func (p *parser) str() (s []byte, escaped bool, err error) {
-	p.i++
-	start := p.i
-	for p.b[p.i] != '"' && p.b[p.i] != '\\' {
-		p.i++
-	}
-	if p.b[p.i] == '"' {
-		p.i++
-		return p.b[start : p.i-1], false, nil
-	}
-	s = append([]byte(nil), p.b[start:p.i]...)
-	for {
-		switch c := p.b[p.i]; c {
+// measure counts what read keeps of b.
+func measure[T offset](b []byte) shape {
+	var s shape
+	// Each open object's members so far, innermost last; grown by
+	// doubling, as a slice grown by append grows by a quarter once large.
+	open := make([]T, 0, 16)
+	kept, pending := 0, 0
+	for i := 0; i < len(b); i++ {
+		switch b[i] {
 		case '"':
-			p.i++
-			return s, true, nil
-		case '\\':
-			if s, err = p.escape(s); err != nil {
-				return nil, true, err
+			i = stringEnd(b, i) - 1
+		case '{':
+			if len(open) == cap(open) {
+				open = append(make([]T, 0, 2*cap(open)), open...)
 			}
-		default:
-			s = append(s, c)
-			p.i++
+			open = append(open, 0)
+			s.depth = max(s.depth, len(open))
+		case ':':
+			open[len(open)-1]++
+			pending++
+			s.members = max(s.members, kept+pending)
+		case '}':
+			n := int(open[len(open)-1])
+			open = open[:len(open)-1]
+			pending -= n
+			if n >= 2 {
+				s.objects++
+				kept += n
+			}
 		}
 	}
+	return s
+}
+
+// read reads the body as json.Valid has accepted it, checking what
+// json.Valid lets through (lone surrogates, duplicate names, exponents) in
+// the order of the body, and keeps the members of each object of two
+// members or more, sorted. depth is the most objects open at once.
+func (c *canon[T]) read(depth int) error {
+	b := c.b
+	type frame struct{ start, mark T } // an open object: its '{', c.pending after its members
+	open := make([]frame, 0, depth)
+	nest := 0 // containers open
+	for i := 0; i < len(b); {
+		switch b[i] {
+		case ' ', '\t', '\n', '\r':
+			i++
+			continue
+		case '{', '[':
+			// json.Valid refuses deeper nesting already.
+			if nest >= maxJSONDepth {
+				return fmt.Errorf("%w: nested deeper than %d", errNotCanonical, maxJSONDepth)
+			}
+			nest++
+			if b[i] == '{' {
+				open = append(open, frame{T(i), T(c.pending)})
+			}
+		case ']':
+			nest--
+		case '}':
+			nest--
+			f := open[len(open)-1]
+			open = open[:len(open)-1]
+			if err := c.close(f.start, T(i+1), int(f.mark)); err != nil {
+				return err
+			}
+		case ',', ':':
+		case '"':
+			end := stringEnd(b, i)
+			n, err := stringSize(b[i+1 : end-1])
+			if err != nil {
+				return err
+			}
+			c.size += n
+			if j := skipSpace(b, end); j < len(b) && b[j] == ':' {
+				c.pending--
+				c.members[c.pending] = member[T]{T(i + 1), T(end - 1)}
+			}
+			i = end
+			continue
+		case 't', 'n':
+			c.size += 4
+			i += 4
+			continue
+		case 'f':
+			c.size += 5
+			i += 5
+			continue
+		default:
+			end := numberEnd(b, i)
+			n, err := parseNumber(b[i:end])
+			if err != nil {
+				return err
+			}
+			c.size += n.size()
+			i = end
+			continue
+		}
+		c.size++ // the punctuation at i
+		i++
+	}
+	return nil
+}
+
+// close closes the object at b[start:end] whose members are
+// members[pending:mark], last first: one of two members or more has them
+// sorted, checked for duplicates, and kept.
+func (c *canon[T]) close(start, end T, mark int) error {
+	ms := c.members[c.pending:mark]
+	c.pending = mark
+	if len(ms) < 2 {
+		return nil
+	}
+	b := c.b
+	slices.SortFunc(ms, func(x, y member[T]) int { return compareNames(b[x.name:x.end], b[y.name:y.end]) })
+	for k := 1; k < len(ms); k++ {
+		if name := b[ms[k].name:ms[k].end]; compareNames(b[ms[k-1].name:ms[k-1].end], name) == 0 {
+			return fmt.Errorf("%w: duplicate member %q", errNotCanonical, appendDecoded(nil, name))
+		}
+	}
+	// The pending members are after the kept ones: copy moves them down.
+	lo := c.kept
+	c.kept += copy(c.members[c.kept:], ms)
+	c.objects = append(c.objects, object[T]{start, end, T(lo), T(c.kept)})
+	return nil
+}
+
+// write appends the canonical form of the body to out; depth is the most
+// objects of two members or more open at once, or more.
+func (c *canon[T]) write(out []byte, depth int) []byte {
+	b := c.b
+	// An object being written whose members are sorted: the member being
+	// written, and the level the object is at.
+	type frame struct{ obj, next, level T }
+	open := make([]frame, 0, depth)
+	// level counts the containers open that are written as they are read,
+	// since the body or the member value being written began: when it is
+	// back to 0, that value is written.
+	level := 0
+	last := -1 // the sorted object written last
+	for i := 0; ; {
+		switch ch := b[i]; ch {
+		case ' ', '\t', '\n', '\r':
+			i++
+			continue
+		case '[':
+			out = append(out, ch)
+			i++
+			level++
+			continue
+		case ',', ':':
+			out = append(out, ch)
+			i++
+			continue
+		case ']', '}':
+			out = append(out, ch)
+			i++
+			level--
+		case '{':
+			// Sorted objects come in the order of the body but where a
+			// member's value is written out of it: try the next first.
+			k, sorted := last+1, last+1 < len(c.objects) && c.objects[last+1].start == T(i)
+			if !sorted {
+				k, sorted = slices.BinarySearchFunc(c.objects, T(i), func(o object[T], start T) int { return cmp.Compare(o.start, start) })
+			}
+			if !sorted {
+				out = append(out, ch)
+				i++
+				level++
+				continue
+			}
+			last = k
+			open = append(open, frame{obj: T(k), level: T(level)})
+			out = append(out, ch)
+			out, i = c.member(out, c.members[c.objects[k].lo])
+			level = 0
+			continue
+		case '"':
+			end := stringEnd(b, i)
+			out = appendString(out, b[i+1:end-1])
+			i = end
+		case 't', 'n':
+			out = append(out, b[i:i+4]...)
+			i += 4
+		case 'f':
+			out = append(out, b[i:i+5]...)
+			i += 5
+		default:
+			end := numberEnd(b, i)
+			n, _ := parseNumber(b[i:end]) // read checked it
+			out = n.appendTo(out)
+			i = end
+		}
+		if level > 0 {
+			continue
+		}
+		// A value is written: the body, or the value of a member of the
+		// innermost sorted object.
+		for {
+			if len(open) == 0 {
+				return out
+			}
+			f := &open[len(open)-1]
+			o := &c.objects[f.obj]
+			if f.next++; o.lo+f.next < o.hi {
+				out = append(out, ',')
+				out, i = c.member(out, c.members[o.lo+f.next])
+				level = 0
+				break
+			}
+			out = append(out, '}')
+			i, level = int(o.end), int(f.level)
+			open = open[:len(open)-1]
+			if level > 0 {
+				break
+			}
+		}
+	}
+}
+
+// member appends m's name and colon to out, and returns where m's value
+// begins in the body.
+func (c *canon[T]) member(out []byte, m member[T]) ([]byte, int) {
+	out = appendString(out, c.b[m.name:m.end])
+	out = append(out, ':')
+	i := skipSpace(c.b, int(m.end)+1) // past the closing quote
+	return out, i + 1                 // past the colon
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// stringEnd returns the end of the string whose opening quote is at b[i],
+// closing quote included.
+func stringEnd(b []byte, i int) int {
+	i++
+	q := -1 // the next quote at i or after, escaped or not
+	for {
+		if q < i {
+			q = i + bytes.IndexByte(b[i:], '"')
+		}
+		k := bytes.IndexByte(b[i:q], '\\')
+		if k < 0 {
+			return q + 1
+		}
+		i += k + 2 // past the backslash and the byte it escapes
+	}
+}
+
+// numberEnd returns the end of the number that begins at b[i].
+func numberEnd(b []byte, i int) int {
+	for i < len(b) && (b[i] >= '0' && b[i] <= '9' || b[i] == '-' || b[i] == '+' || b[i] == '.' || b[i] == 'e' || b[i] == 'E') {
+		i++
+	}
+	return i
 }
 
 // unescaped maps the byte after a backslash to what it stands for, but u.
 var unescaped = [256]byte{'"': '"', '\\': '\\', '/': '/', 'b': '\b', 'f': '\f', 'n': '\n', 'r': '\r', 't': '\t'}
 
-// escape decodes the escape at p.i onto s.
-func (p *parser) escape(s []byte) ([]byte, error) {
-	c := p.b[p.i+1]
-	p.i += 2
+// unescape decodes the escape at s[j] (s is a string's text between its
+// quotes), and returns what it stands for and where it ends. A surrogate
+// pair is one escape; a lone surrogate is an error.
+func unescape(s []byte, j int) (rune, int, error) {
+	c := s[j+1]
 	if c != 'u' {
-		return append(s, unescaped[c]), nil
+		return rune(unescaped[c]), j + 2, nil
 	}
-	r := p.hex4()
+	r := hex4(s[j+2:])
+	j += 6
 	if utf16.IsSurrogate(r) {
 		var r2 rune = -1
-		if p.i+6 <= len(p.b) && p.b[p.i] == '\\' && p.b[p.i+1] == 'u' {
-			p.i += 2
-			r2 = p.hex4()
+		if j+6 <= len(s) && s[j] == '\\' && s[j+1] == 'u' {
+			r2 = hex4(s[j+2:])
+			j += 6
 		}
 		if r = utf16.DecodeRune(r, r2); r == utf8.RuneError {
-			return nil, fmt.Errorf("%w: a lone surrogate escape", errNotCanonical)
+			return 0, 0, fmt.Errorf("%w: a lone surrogate escape", errNotCanonical)
 		}
 	}
-	return utf8.AppendRune(s, r), nil
+	return r, j, nil
 }
 
-// hex4 reads the four hex digits of a \u escape.
-func (p *parser) hex4() rune {
-	n, _ := strconv.ParseUint(string(p.b[p.i:p.i+4]), 16, 32) // json.Valid checked them
-	p.i += 4
-	return rune(n)
+// hex4 reads the four hex digits of a \u escape, which json.Valid checked.
+func hex4(h []byte) rune {
+	var r rune
+	for _, c := range h[:4] {
+		switch {
+		case c <= '9':
+			c -= '0'
+		case c <= 'F':
+			c -= 'A' - 10
+		default:
+			c -= 'a' - 10
+		}
+		r = r<<4 | rune(c)
+	}
+	return r
 }
 
-// appendString appends s quoted, escaping only what JSON requires.
+// stringSize returns the size of the canonical form of the string whose
+// text between the quotes is s, and checks its escapes.
+func stringSize(s []byte) (int, error) {
+	if bytes.IndexByte(s, '\\') < 0 {
+		return len(s) + 2, nil // canonical as it is
+	}
+	n := 2
+	for j := 0; j < len(s); {
+		if s[j] != '\\' {
+			n++
+			j++
+			continue
+		}
+		r, next, err := unescape(s, j)
+		if err != nil {
+			return 0, err
+		}
+		switch {
+		case r == '"' || r == '\\':
+			n += 2
+		case r < 0x20:
+			n += len(`\u0000`)
+		default:
+			n += utf8.RuneLen(r)
+		}
+		j = next
+	}
+	return n, nil
+}
+
+// appendString appends the canonical form of the string whose text between
+// the quotes is s (which read checked): quoted, escaping only what JSON
+// requires, \" and \\, and \u00XX for control characters.
 func appendString(out, s []byte) []byte {
 	out = append(out, '"')
-	for _, c := range s {
-		switch {
-		case c == '"' || c == '\\':
-			out = append(out, '\\', c)
-		case c < 0x20:
-			out = fmt.Appendf(out, `\u%04x`, c)
-		default:
-			out = append(out, c)
+	for {
+		k := bytes.IndexByte(s, '\\')
+		if k < 0 {
+			out = append(out, s...)
+			return append(out, '"')
 		}
+		out = append(out, s[:k]...)
+		r, next, _ := unescape(s, k)
+		switch {
+		case r == '"' || r == '\\':
+			out = append(out, '\\', byte(r))
+		case r < 0x20:
+			out = append(out, '\\', 'u', '0', '0', hexDigits[r>>4], hexDigits[r&0xf])
+		default:
+			out = utf8.AppendRune(out, r)
+		}
+		s = s[next:]
 	}
-	return append(out, '"')
 }
 
-// canonicalNumber returns the JSON number text n (which json.Valid has
-// checked) as its significant digits and a power of ten: "1.50" is 15e-1.
-// An integer without trailing zeros is canonical already, and returned as
-// it is.
-func canonicalNumber(n []byte) ([]byte, error) {
+const hexDigits = "0123456789abcdef"
+
+// appendDecoded appends the string whose text between the quotes is s
+// (which read checked) decoded.
+func appendDecoded(out, s []byte) []byte {
+	d := decoder{s: s}
+	for c, ok := d.next(); ok; c, ok = d.next() {
+		out = append(out, c)
+	}
+	return out
+}
+
+// compareNames compares the names whose texts between the quotes are x and
+// y (which read checked) by the bytes of their decoded UTF-8.
+func compareNames(x, y []byte) int {
+	if bytes.IndexByte(x, '\\') < 0 && bytes.IndexByte(y, '\\') < 0 {
+		return bytes.Compare(x, y)
+	}
+	dx, dy := decoder{s: x}, decoder{s: y}
+	for {
+		cx, okx := dx.next()
+		cy, oky := dy.next()
+		switch {
+		case !okx || !oky:
+			return cmp.Compare(b2i(okx), b2i(oky))
+		case cx != cy:
+			return cmp.Compare(cx, cy)
+		}
+	}
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// decoder yields the bytes of the decoded text of a string, one at a time.
+type decoder struct {
+	s       []byte // what is left of the text
+	buf     [utf8.UTFMax]byte
+	at, end int // what is left of the last escape's UTF-8, in buf
+}
+
+func (d *decoder) next() (byte, bool) {
+	if d.at < d.end {
+		d.at++
+		return d.buf[d.at-1], true
+	}
+	if len(d.s) == 0 {
+		return 0, false
+	}
+	if c := d.s[0]; c != '\\' {
+		d.s = d.s[1:]
+		return c, true
+	}
+	r, next, _ := unescape(d.s, 0)
+	d.s = d.s[next:]
+	d.at, d.end = 1, utf8.EncodeRune(d.buf[:], r)
+	return d.buf[0], true
+}
+
+// number is a JSON number in canonical form: text that is canonical as it
+// is, or a sign, significant digits (digits, then more) and an exponent.
+type number struct {
+	text         []byte
+	neg          bool
+	digits, more []byte
+	exp          int64
+}
+
+// zero is the canonical form of every zero, -0 among them.
+var zero = []byte("0")
+
+// parseNumber returns the canonical form of the JSON number text n (which
+// json.Valid has checked): its significant digits and a power of ten, so
+// "1.50" is 15e-1. An integer without trailing zeros is canonical already.
+func parseNumber(n []byte) (number, error) {
 	if bytes.IndexAny(n, ".eE") < 0 && n[len(n)-1] != '0' {
-		return n, nil
+		return number{text: n}, nil
 	}
 	neg := n[0] == '-'
 	if neg {
@@ -335,30 +611,78 @@ func canonicalNumber(n []byte) ([]byte, error) {
 	}
 	var exp int64
 	if expText != nil {
-		e, err := strconv.ParseInt(string(expText), 10, 32)
-		if err != nil {
-			return nil, fmt.Errorf("%w: the exponent of %s does not fit in 32 bits", errNotCanonical, n)
+		var ok bool
+		if exp, ok = parseExponent(expText); !ok {
+			return number{}, fmt.Errorf("%w: the exponent of %s does not fit in 32 bits", errNotCanonical, n)
 		}
-		exp = e
 	}
 	whole, frac, _ := bytes.Cut(mant, []byte("."))
-	digits := bytes.TrimLeft(append(slices.Clip(whole), frac...), "0")
+	// The significant digits are those of whole then frac, without
+	// leading or trailing zeros.
+	digits, more := bytes.TrimLeft(whole, "0"), frac
 	if len(digits) == 0 {
-		return []byte("0"), nil // every zero, -0 among them
+		more = bytes.TrimLeft(frac, "0")
 	}
-	trimmed := bytes.TrimRight(digits, "0")
-	exp += int64(len(digits)-len(trimmed)) - int64(len(frac))
+	if len(digits) == 0 && len(more) == 0 {
+		return number{text: zero}, nil
+	}
+	trailing := len(more)
+	more = bytes.TrimRight(more, "0")
+	trailing -= len(more)
+	if len(more) == 0 {
+		trailing += len(digits)
+		digits = bytes.TrimRight(digits, "0")
+		trailing -= len(digits)
+	}
+	exp += int64(trailing) - int64(len(frac))
 	if exp < math.MinInt32 || exp > math.MaxInt32 {
-		return nil, fmt.Errorf("%w: the exponent of %s does not fit in 32 bits", errNotCanonical, n)
+		return number{}, fmt.Errorf("%w: the exponent of %s does not fit in 32 bits", errNotCanonical, n)
 	}
-	var out []byte
+	return number{neg: neg, digits: digits, more: more, exp: exp}, nil
+}
+
+// parseExponent parses the digits of an exponent, signed or not, as
+// strconv.ParseInt(…, 10, 32) would, but without allocating for a long one.
+func parseExponent(e []byte) (int64, bool) {
+	neg := e[0] == '-'
+	if e[0] == '-' || e[0] == '+' {
+		e = e[1:]
+	}
+	var v int64
+	for _, c := range e {
+		if v = v*10 + int64(c-'0'); v > -math.MinInt32 {
+			return 0, false
+		}
+	}
 	if neg {
+		v = -v
+	}
+	return v, v >= math.MinInt32 && v <= math.MaxInt32
+}
+
+func (n *number) size() int {
+	if n.text != nil {
+		return len(n.text)
+	}
+	var buf [24]byte
+	size := b2i(n.neg) + len(n.digits) + len(n.more)
+	if n.exp != 0 {
+		size += 1 + len(strconv.AppendInt(buf[:0], n.exp, 10))
+	}
+	return size
+}
+
+func (n *number) appendTo(out []byte) []byte {
+	if n.text != nil {
+		return append(out, n.text...)
+	}
+	if n.neg {
 		out = append(out, '-')
 	}
-	out = append(out, trimmed...)
-	if exp != 0 {
+	out = append(append(out, n.digits...), n.more...)
+	if n.exp != 0 {
 		out = append(out, 'e')
-		out = strconv.AppendInt(out, exp, 10)
+		out = strconv.AppendInt(out, n.exp, 10)
 	}
-	return out, nil
+	return out
 }

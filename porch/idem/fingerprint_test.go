@@ -3,8 +3,10 @@ package idem_test
 import (
 	"bytes"
 	"encoding/json"
+	"math"
 	"net/http"
 	"reflect"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -163,6 +165,35 @@ func TestFingerprint(t *testing.T) {
 			}
 			if got := o.calls.Load(); got != 1 {
 				t.Errorf("handler calls: got %d, want 1", got)
+			}
+		})
+	}
+}
+
+// TestCanonicalJSONMemory checks that a body of any shape costs a small
+// multiple of its size: a parser with a node per value, as there was,
+// allocated 250 times the size of [0,0,…], so that a few requests within
+// MaxBody could exhaust memory before the handler ran. What is allowed
+// over 8 times the size is for stacks as deep as the nesting, which
+// json.Valid has of its own: a few hundred KiB at the deepest it allows.
+func TestCanonicalJSONMemory(t *testing.T) {
+	for _, bc := range hostileBodies() {
+		t.Run(bc.name, func(t *testing.T) {
+			body := []byte(bc.body)
+			limit := 8*uint64(len(body)) + 512<<10
+			allocated := uint64(math.MaxUint64)
+			for range 3 { // the least, as another goroutine may allocate meanwhile
+				var before, after runtime.MemStats
+				runtime.ReadMemStats(&before)
+				if _, err := idem.CanonicalJSON(body); err != nil {
+					t.Fatal(err)
+				}
+				runtime.ReadMemStats(&after)
+				allocated = min(allocated, after.TotalAlloc-before.TotalAlloc)
+			}
+			t.Logf("%d bytes allocated for a body of %d (%.1f times)", allocated, len(body), float64(allocated)/float64(len(body)))
+			if allocated > limit {
+				t.Errorf("%d bytes allocated for a body of %d, want at most %d", allocated, len(body), limit)
 			}
 		})
 	}
