@@ -48,13 +48,15 @@ const (
 // naming a row that does not exist, or the cleaner would drop the row that
 // does.
 type journal struct {
-	latest  map[string]int64 // key → seq of its newest row, as committed
-	peak    int              // len(latest) at its largest since it was last rebuilt
-	next    int64            // the seq the next row gets
-	head    int64            // no row has a lower seq
-	rows    int              // rows in the journal
-	cleanAt int              // each commit cleans a slice while rows ≥ cleanAt
-	minRows int              // journalMinRows; a test may lower it before the first write
+	latest    map[string]int64 // key → seq of its newest row, as committed
+	peak      int              // len(latest) at its largest since it was last rebuilt
+	next      int64            // the seq the next row gets
+	head      int64            // no row has a lower seq
+	rows      int              // rows in the journal
+	cleanAt   int              // each commit cleans a slice while rows ≥ cleanAt
+	minRows   int              // journalMinRows; a test may lower it before the first write
+	sweeping  bool             // the last slice cleaned was nearly all garbage: take a full one
+	recheckAt int64            // while cleaning waits for the journal to double, clean anyway from this time (Unix ms) on; 0: no such time
 
 	stage                    map[string]int64 // this transaction's changes to latest; -1 removes
 	txNext, txHead           int64
@@ -210,19 +212,30 @@ func (j *journal) append(ctx context.Context, key string, start, window, count, 
 // keeps pace with the appends. A slice that is mostly live (a growing set
 // of keys) is moved at a cost, so cleaning then waits until the journal has
 // doubled; one that is mostly garbage keeps it going with every commit.
+//
+// After a slice that was nearly all garbage, the next may run to
+// journalSliceMax whatever this commit appended: dropping dead rows is a
+// read and one range delete, no appends. Otherwise a burst of keys that
+// then expired (a million clients seen once) would be swept at 64 rows per
+// commit of the trickle that follows, and its rows and their entries in
+// latest would outlive their windows by hours.
 func (s *Store) cleanJournal(ctx context.Context) error {
 	j := &s.jr
-	if j.txRows < j.txCleanAt {
+	now := s.Now().UnixMilli()
+	if j.txRows < j.txCleanAt && (j.recheckAt == 0 || now < j.recheckAt) {
 		return nil
 	}
-	if err := j.readHead(ctx, min(2*j.added+64, journalSliceMax)); err != nil {
+	n := min(2*j.added+64, journalSliceMax)
+	if j.sweeping {
+		n = journalSliceMax
+	}
+	if err := j.readHead(ctx, n); err != nil {
 		return fmt.Errorf("sqlite: clean journal: %w", err)
 	}
 	if len(j.slice) == 0 {
 		return nil
 	}
-	now := s.Now().UnixMilli()
-	kept := 0
+	kept, firstExpiry := 0, int64(0)
 	for i := range j.slice {
 		r := &j.slice[i]
 		switch {
@@ -233,6 +246,9 @@ func (s *Store) cleanJournal(ctx context.Context) error {
 			if err := j.append(ctx, r.key, r.start, r.window, r.count, r.expires); err != nil {
 				return fmt.Errorf("sqlite: clean journal: %w", err)
 			}
+			if kept == 0 || r.expires < firstExpiry {
+				firstExpiry = r.expires
+			}
 			kept++
 		}
 	}
@@ -242,10 +258,19 @@ func (s *Store) cleanJournal(ctx context.Context) error {
 	}
 	j.txHead = last + 1
 	j.txRows -= len(j.slice)
+	// A hint for the next commit's slice, not bookkeeping: if this
+	// transaction rolls back, a wrong guess costs one slice's size.
+	j.sweeping = 8*kept <= len(j.slice)
 	if 2*kept > len(j.slice) {
+		// Mostly live: wait for the journal to double, or for the first
+		// of these windows to close, whichever comes first. Without the
+		// second, a journal that stops growing (a burst of clients, then
+		// quiet) would keep its dead rows, and latest their keys, for good.
 		j.txCleanAt = max(j.minRows, 2*j.txRows)
+		j.recheckAt = firstExpiry
 	} else {
 		j.txCleanAt = j.minRows
+		j.recheckAt = 0
 	}
 	return nil
 }

@@ -330,3 +330,29 @@ func TestJournalFailedBatchKeepsBookkeeping(t *testing.T) {
 		t.Errorf("a after the failed batch and cleaning: got count %d, want 1", got)
 	}
 }
+
+// A burst of keys seen once, whose windows then close, is swept by the few
+// commits of the trickle that follows: once a slice of the head turns out
+// dead, the next is a full one. (At 66 rows a commit, 5,000 expired rows
+// and their entries in latest outlived their windows by 75 commits.)
+func TestJournalSweepsAnExpiredBurst(t *testing.T) {
+	const burst, trickle = 5000, 8
+	clock := porchtest.NewFakeClock(journalWall)
+	s := openJournalStore(t, filepath.Join(t.TempDir(), "porch.db"), clock, 64)
+	defer s.Close(context.Background())
+	cs := make([]store.Counter, burst)
+	for i := range cs {
+		cs[i] = store.Counter{Key: fmt.Sprintf("once%d", i), WindowStart: s.Now(), Window: time.Minute, Count: 1}
+	}
+	saveBatch(t, s, cs...)
+	clock.Advance(2 * time.Minute) // every burst window has closed
+	for i := range trickle {
+		save(t, s, store.Counter{Key: "steady", WindowStart: s.Now(), Window: time.Hour, Count: int64(i + 1)})
+	}
+	if rows := tableCount(t, s, `SELECT count(*) FROM porch_rate_journal`); rows > burst/10 {
+		t.Errorf("after %d commits of one write: %d journal rows left of a burst of %d expired ones, want at most %d", trickle, rows, burst, burst/10)
+	}
+	if got := len(s.jr.latest); got > burst/10 {
+		t.Errorf("after %d commits: %d keys still in latest, want at most %d", trickle, got, burst/10)
+	}
+}
