@@ -303,8 +303,21 @@ func (r *reservation) Exec(ctx context.Context, query string, args ...any) error
 		r.failed = err
 		return err
 	}
+	if r.conn.Conn().PgConn().TxStatus() != 'T' {
+		// The statement ended the owner's transaction (a COMMIT or ROLLBACK
+		// in the handler's SQL), and the key's lock with it: what it wrote
+		// before is committed or gone on its own, and nothing after it may
+		// be reported as committed together with the response.
+		r.failed = errTxEnded
+		return r.failed
+	}
 	return nil
 }
+
+// errTxEnded is an owner's statement that ended its transaction. It is not
+// store.ErrWriteFailed: a COMMIT among the handler's statements has made
+// some of its writes durable without the response.
+var errTxEnded = errors.New("postgres: owner's write: the statement ended the owner's transaction")
 
 // ownersFault tells a statement the server refused for what it says (a
 // constraint, a syntax error, bad data) from a connection or server that
@@ -340,6 +353,13 @@ func (r *reservation) Save(ctx context.Context, res store.Response, ttl time.Dur
 	if r.failed != nil {
 		r.end(false)
 		return r.failed
+	}
+	if r.conn.Conn().PgConn().TxStatus() != 'T' {
+		// Not in the owner's transaction (ended or aborted by a statement
+		// that did not go through Exec): a pipelined COMMIT would answer
+		// COMMIT, or ROLLBACK, without committing the owner's writes.
+		r.end(false)
+		return fmt.Errorf("postgres: save response: %w", errTxEnded)
 	}
 	if res.Body == nil {
 		res.Body = []byte{} // NOT NULL: an empty body is a value
