@@ -401,10 +401,12 @@ func TestReviewReserveGrantedAsItGivesUp(t *testing.T) {
 			got <- err
 		}()
 		time.Sleep(20 * time.Millisecond)
-		go held.Release()
+		released := make(chan struct{})
+		go func() { held.Release(); close(released) }()
 		time.Sleep(time.Duration(i%5) * 100 * time.Microsecond)
 		cancel()
 		<-got
+		<-released
 		start := time.Now()
 		r, err := c.Reserve(ctx, "idem:g")
 		if err != nil {
