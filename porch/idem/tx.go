@@ -28,6 +28,11 @@ var ErrNoOwner = errors.New("idem: the request does not own an idempotency key")
 // a 500 problem instead of the handler's answer. A 5xx answer or a panic
 // discards the writes as well. args must not be changed after the call.
 //
+// query is one statement and must not control the transaction: SQLite
+// refuses BEGIN, COMMIT, ROLLBACK and savepoints; PostgreSQL fails the
+// request when a statement ended the owner's transaction, but cannot undo
+// what a COMMIT among them made durable.
+//
 // Side effects outside the database (a payment provider's API) cannot join
 // the transaction; pass [OperationID] to them as their idempotency key.
 func Exec(ctx context.Context, query string, args ...any) error {
