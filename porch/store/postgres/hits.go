@@ -153,13 +153,12 @@ func (p *Store) takeBacks(ctx context.Context, batch []commit.Op) {
 		keys, starts, ns = append(keys, w.key), append(starts, w.start), append(ns, n)
 	}
 	_, err := p.writer.Exec(ctx, pgTakeBack, keys, starts, ns)
-	if err == nil {
-		return
+	if err != nil {
+		err = fmt.Errorf("postgres: take back hits: %w", err)
 	}
-	err = fmt.Errorf("postgres: take back hits: %w", err)
 	for i := range batch {
 		if batch[i].TakeBack != nil {
-			batch[i].Failed = err
+			batch[i].Settled, batch[i].Failed = true, err
 		}
 	}
 }
@@ -267,8 +266,13 @@ func (p *Store) writeBatch(batch []commit.Op) error {
 	}
 	p.takeBacks(ctx, batch)
 	b := groupHits(batch)
-	if err := p.resetHits(ctx, b.resets); err != nil {
-		return err
+	// A failed reset fails only its callers: the hits then count in the
+	// window it did not clear, which is what they would have done before it.
+	resetErr := p.resetHits(ctx, b.resets)
+	for i := range batch {
+		if batch[i].Reset != nil {
+			batch[i].Settled, batch[i].Failed = true, resetErr
+		}
 	}
 	conn, err := p.writer.Acquire(ctx)
 	if err != nil {

@@ -78,3 +78,45 @@ func TestWriteBatchSettlesDuplicateKeys(t *testing.T) {
 		}
 	}
 }
+
+// A reset and a take-back commit in transactions of their own before the
+// batch's hits: when the hits then fail, the reset's and the take-back's
+// callers hear that they committed, not the hits' error (once, a Reset
+// that had cleared the count was reported failed, and a caller retrying it
+// cleared the hits counted since).
+func TestWriteBatchSettlesResetsApartFromHits(t *testing.T) {
+	ctx := context.Background()
+	p, err := Open(ctx, pgtest.DSN(t), store.Options{})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { p.Close(context.Background()) })
+	if err := p.writeBatch([]commit.Op{{Hit: &commit.Hit{Key: "rate:a", Window: time.Hour, N: 3, Limit: 5}}}); err != nil {
+		t.Fatalf("first batch: %v", err)
+	}
+	if _, err := p.writer.Exec(ctx, `CREATE FUNCTION porch_test_refuse() RETURNS trigger LANGUAGE plpgsql AS
+		$$ BEGIN RAISE EXCEPTION 'refused'; END $$;
+		CREATE TRIGGER refuse BEFORE INSERT ON porch_rate_counters FOR EACH ROW EXECUTE FUNCTION porch_test_refuse()`); err != nil {
+		t.Fatal(err)
+	}
+	batch := []commit.Op{
+		{Reset: &commit.Reset{Key: "rate:a"}},
+		{TakeBack: &commit.TakeBack{Key: "rate:zz", WindowStart: 0, N: 1}},
+		{Hit: &commit.Hit{Key: "rate:b", Window: time.Hour, N: 1, Limit: 5}},
+	}
+	if err := p.writeBatch(batch); err == nil {
+		t.Fatal("the hits' insert was refused by a trigger: want the batch to fail")
+	}
+	for _, i := range []int{0, 1} {
+		if !batch[i].Settled || batch[i].Failed != nil {
+			t.Errorf("op %d: got Settled %v, Failed %v; want settled, committed", i, batch[i].Settled, batch[i].Failed)
+		}
+	}
+	var count int64
+	if err := p.writer.QueryRow(ctx, `SELECT count FROM porch_rate_counters WHERE key = 'rate:a'`).Scan(&count); err != nil {
+		t.Fatal(err)
+	}
+	if count != 0 {
+		t.Errorf("rate:a after the reset: got count %d, want 0", count)
+	}
+}

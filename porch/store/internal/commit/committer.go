@@ -48,6 +48,12 @@ type Op struct {
 	// Dropped is set by a batch writer that left this write out of the
 	// batch (its statement aborted the whole transaction); Failed says why.
 	Dropped bool
+	// Settled is set by a batch writer that committed (or failed) this
+	// write in a transaction of its own: Failed, nil or not, is its
+	// outcome whatever becomes of the rest of the batch. Without it, a
+	// reset that had committed would be reported failed with the batch's
+	// hits, and its caller would retry it over hits counted since.
+	Settled bool
 }
 
 // Statement is an application's statement run in the committer's
@@ -177,7 +183,7 @@ func (c *Committer) run() {
 		}
 		for i := range batch {
 			opErr := err
-			if opErr == nil {
+			if opErr == nil || batch[i].Settled {
 				opErr = batch[i].Failed
 			}
 			switch o := batch[i]; {

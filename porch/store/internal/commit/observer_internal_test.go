@@ -76,3 +76,45 @@ func TestCommitterSurvivesAPanickingObserver(t *testing.T) {
 	}
 	c.close()
 }
+
+// A write its batch writer settled apart (committed in a transaction of
+// its own) is answered with its own outcome even when the rest of the
+// batch failed.
+func TestCommitterAnswersSettledWritesWithTheirOwnOutcome(t *testing.T) {
+	errBatch := errors.New("the batch's hits failed")
+	ownErr := errors.New("its own transaction failed")
+	w := &gatedWriter{entered: make(chan struct{}), release: make(chan struct{})}
+	calls := 0
+	writer := func(batch []Op) error {
+		calls++ // the committer goroutine only
+		if calls == 1 {
+			return w.writeBatch(batch) // holds the committer while the three queue
+		}
+		if len(batch) != 3 {
+			t.Errorf("got a batch of %d, want the 3 queued behind the first", len(batch))
+			return errBatch
+		}
+		batch[0].Settled = true                          // committed apart
+		batch[1].Settled, batch[1].Failed = true, ownErr // failed apart
+		return errBatch
+	}
+	c := New(writer, porchtest.NewFakeClock(time.Unix(0, 0)), 16, 3, nil)
+	if err := c.Enqueue(Op{}); err != nil {
+		t.Fatal(err)
+	}
+	<-w.entered
+	got := make([]chan error, 3)
+	for i := range got {
+		got[i] = make(chan error, 1)
+		if err := c.Enqueue(Op{Done: func(err error) { got[i] <- err }}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(w.release)
+	for i, want := range []error{nil, ownErr, errBatch} {
+		if err := <-got[i]; err != want {
+			t.Errorf("write %d: got %v, want %v", i, err, want)
+		}
+	}
+	c.close()
+}
