@@ -7,11 +7,17 @@ import (
 )
 
 // setHeaders writes the X-RateLimit-* triple and the IETF draft-10 RateLimit
-// and RateLimit-Policy fields. X-RateLimit-Reset is a Unix timestamp on the
+// and RateLimit-Policy fields, and Retry-After on a refusal. X-RateLimit-Reset is a Unix timestamp on the
 // wall clock, because a client has no access to this process's timeline.
 func (l *Limiter) setHeaders(h http.Header, v Verdict) {
 	left := max(v.ResetAt.Sub(l.store.Wall()), 0)
 	secs := int64((left + time.Second - 1) / time.Second)
+	refused := !v.Allowed && !v.DryRun
+	if refused {
+		// A refused client must wait at least a second, and RateLimit's t
+		// must say what Retry-After says: both from this one reading.
+		secs = max(secs, 1)
+	}
 	resetUnix := v.ResetAt.Unix()
 	if v.ResetAt.Nanosecond() > 0 {
 		resetUnix++ // round up: the window is not over before this second
@@ -43,6 +49,9 @@ func (l *Limiter) setHeaders(h http.Header, v Verdict) {
 	if v.DryRun {
 		h[hdrDryRun] = dryRunValue(v)
 	}
+	if refused {
+		h[hdrRetryAfter] = []string{strconv.FormatInt(secs, 10)}
+	}
 }
 
 // dryRunValue is X-RateLimit-Dry-Run's value: what enforcing would have
@@ -61,10 +70,11 @@ var (
 
 // Canonical header keys, as http.CanonicalHeaderKey spells them.
 var (
-	hdrLimit     = http.CanonicalHeaderKey("X-RateLimit-Limit")
-	hdrRemaining = http.CanonicalHeaderKey("X-RateLimit-Remaining")
-	hdrReset     = http.CanonicalHeaderKey("X-RateLimit-Reset")
-	hdrPolicy    = http.CanonicalHeaderKey("RateLimit-Policy")
-	hdrRateLimit = http.CanonicalHeaderKey("RateLimit")
-	hdrDryRun    = http.CanonicalHeaderKey("X-RateLimit-Dry-Run")
+	hdrLimit      = http.CanonicalHeaderKey("X-RateLimit-Limit")
+	hdrRemaining  = http.CanonicalHeaderKey("X-RateLimit-Remaining")
+	hdrReset      = http.CanonicalHeaderKey("X-RateLimit-Reset")
+	hdrPolicy     = http.CanonicalHeaderKey("RateLimit-Policy")
+	hdrRateLimit  = http.CanonicalHeaderKey("RateLimit")
+	hdrDryRun     = http.CanonicalHeaderKey("X-RateLimit-Dry-Run")
+	hdrRetryAfter = http.CanonicalHeaderKey("Retry-After")
 )

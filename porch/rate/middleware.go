@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
 
 	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/internal/problemtype"
@@ -100,8 +99,7 @@ func (l *Limiter) refusal(r *http.Request, v Verdict) *porch.Response {
 	if res.Header == nil {
 		res.Header = make(http.Header)
 	}
-	l.setHeaders(res.Header, v)
-	res.Header.Set("Retry-After", strconv.Itoa(porch.RetryAfterSeconds(v.ResetAt.Sub(l.store.Wall()))))
+	l.setHeaders(res.Header, v) // Retry-After included
 	return res
 }
 
