@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/mattn/go-sqlite3"
@@ -63,13 +64,11 @@ func (s *Store) writeBatchOnce(batch []commit.Op) (err error) {
 			s.wconn.ExecContext(ctx, "ROLLBACK") //nolint:errcheck // the batch already failed
 		}
 	}()
-	if s.opt.PruneRows > 0 {
-		// No counters prune: while the store runs porch_rate_counters is
-		// empty, and the journal's cleaning drops expired counts.
-		now := s.Now().UnixMilli()
-		if _, err := s.stmts.pruneResponses.ExecContext(ctx, now, s.opt.PruneRows); err != nil {
-			return fmt.Errorf("sqlite: prune responses: %w", err)
-		}
+	// No counters prune: while the store runs porch_rate_counters is
+	// empty, and the journal's cleaning drops expired counts.
+	due, err := s.pruneResponses(ctx)
+	if err != nil {
+		return err
 	}
 	clear(s.seen)
 	for i := range batch {
@@ -92,6 +91,7 @@ func (s *Store) writeBatchOnce(batch []commit.Op) (err error) {
 		return fmt.Errorf("sqlite: commit batch: %w", err)
 	}
 	s.jr.commit()
+	s.responsesDue = min(due, s.responsesDue) // a response saved in this batch may be due sooner
 	if s.commits++; s.commits%checkpointEvery == 0 {
 		s.ckpt.poke()
 	}
@@ -167,7 +167,38 @@ func (s *Store) upsertResponse(ctx context.Context, r *store.Response) error {
 		r.Created.UnixMilli(), r.Expires.UnixMilli(), header.Encode(r.Header)); err != nil {
 		return fmt.Errorf("sqlite: save response: %w", err)
 	}
+	// Sooner only, and before the batch commits: a batch that rolls back
+	// then costs one prune that finds nothing.
+	s.responsesDue = min(s.responsesDue, r.Expires.UnixMilli())
 	return nil
+}
+
+// pruneResponses deletes at most PruneRows expired responses, if any can
+// have expired, and returns when the next prune is due: the earliest expiry
+// left, read after the prune in the batch's own transaction. The committer
+// is the only writer of porch_idem_responses, so between prunes it knows
+// that time without asking (responsesDue, lowered by each save). Without
+// this a limiter-only server paid a DELETE on an empty table in every
+// commit: 15% of its CPU at 16 connections.
+//
+// The due time it returns takes effect only if the batch commits: rolled
+// back, the prune's rows are back, and the next batch prunes again.
+func (s *Store) pruneResponses(ctx context.Context) (due int64, err error) {
+	now := s.Now().UnixMilli()
+	if s.opt.PruneRows <= 0 || now < s.responsesDue {
+		return s.responsesDue, nil
+	}
+	res, err := s.stmts.pruneResponses.ExecContext(ctx, now, s.opt.PruneRows)
+	if err != nil {
+		return 0, fmt.Errorf("sqlite: prune responses: %w", err)
+	}
+	if n, err := res.RowsAffected(); err == nil && n >= int64(s.opt.PruneRows) {
+		return now, nil // more may be expired: prune again next commit
+	}
+	if err := s.wconn.QueryRowContext(ctx, sqlResponsesDue, int64(math.MaxInt64)).Scan(&due); err != nil {
+		return 0, fmt.Errorf("sqlite: prune responses: %w", err)
+	}
+	return due, nil
 }
 
 // applyOwner runs an idempotency owner's statements, then stores its

@@ -274,10 +274,18 @@ func TestCommitPrunesBoundedly(t *testing.T) {
 			clock := fakeClock()
 			s := openSQLite(t, dbPath(t), store.Options{Clock: clock, PruneRows: tt.pruneRows})
 			// Stored responses, which the prune clears (counters are the
-			// journal's cleaning's; see journal_internal_test.go).
+			// journal's cleaning's; see journal_internal_test.go). Saved
+			// through the store, which learns from each save when the
+			// next prune is due.
+			ctx := context.Background()
 			for i := range expired {
-				now := s.Now().UnixMilli()
-				execSQL(t, s.DB(), fmt.Sprintf(`INSERT INTO porch_idem_responses (key, digest, status, content_type, body, created_at, expires_at) VALUES ('old-%d', x'00', 200, '', x'', %d, %d)`, i, now, now+60000))
+				hold, err := s.Reserve(ctx, fmt.Sprintf("old-%d", i))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := hold.Save(ctx, store.Response{Digest: []byte{0}, Status: 200}, time.Minute); err != nil {
+					t.Fatal(err)
+				}
 			}
 			clock.Advance(2 * time.Minute) // every old-* response has expired
 

@@ -61,7 +61,10 @@ const (
 			created_at   = excluded.created_at,
 			expires_at   = excluded.expires_at`
 	sqlDeleteExpiredResponse = `DELETE FROM porch_idem_responses WHERE key = ? AND expires_at <= ?`
-	sqlPruneResponses        = `DELETE FROM porch_idem_responses WHERE key IN
+	// sqlResponsesDue is the earliest expiry of a stored response, or $1
+	// when there is none; the expires_at index answers it.
+	sqlResponsesDue   = `SELECT coalesce(min(expires_at), ?) FROM porch_idem_responses`
+	sqlPruneResponses = `DELETE FROM porch_idem_responses WHERE key IN
 		(SELECT key FROM porch_idem_responses WHERE expires_at <= ? LIMIT ?)`
 	sqlLoadCounters = `SELECT key, window_start, window_ms, count FROM porch_rate_current WHERE expires_at > ?`
 	sqlLoadResponse = `SELECT digest, status, content_type, body, created_at, expires_at, headers

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
 	"net/url"
 	"sync"
 	"time"
@@ -46,6 +47,10 @@ type Store struct {
 	appStatement bool
 	claims       policy.Claims // the rate policies this process counts under
 	jr           journal       // the hit journal's bookkeeping; see journal.go
+	// responsesDue is when (store ms) a stored response may first have
+	// expired, so that a commit before it skips the responses prune; see
+	// pruneResponses. Only the committer touches it, after open.
+	responsesDue int64
 }
 
 type preparedStmts struct {
@@ -151,6 +156,9 @@ func (s *Store) init(ctx context.Context) error {
 		if *p.dst, err = conn.PrepareContext(ctx, p.sql); err != nil {
 			return fmt.Errorf("sqlite: prepare: %w", err)
 		}
+	}
+	if err := s.wconn.QueryRowContext(ctx, sqlResponsesDue, int64(math.MaxInt64)).Scan(&s.responsesDue); err != nil {
+		return fmt.Errorf("sqlite: read responses: %w", err)
 	}
 	return s.openJournal(ctx)
 }
