@@ -70,6 +70,7 @@ func (s *Store) writeBatchOnce(batch []commit.Op) (err error) {
 	if err != nil {
 		return err
 	}
+	s.savedDue = math.MaxInt64
 	clear(s.seen)
 	for i := range batch {
 		if c := batch[i].Counter; c != nil {
@@ -91,7 +92,7 @@ func (s *Store) writeBatchOnce(batch []commit.Op) (err error) {
 		return fmt.Errorf("sqlite: commit batch: %w", err)
 	}
 	s.jr.commit()
-	s.responsesDue = min(due, s.responsesDue) // a response saved in this batch may be due sooner
+	s.responsesDue = min(due, s.savedDue) // a response saved in this batch may be due sooner
 	if s.commits++; s.commits%checkpointEvery == 0 {
 		s.ckpt.poke()
 	}
@@ -167,9 +168,7 @@ func (s *Store) upsertResponse(ctx context.Context, r *store.Response) error {
 		r.Created.UnixMilli(), r.Expires.UnixMilli(), header.Encode(r.Header)); err != nil {
 		return fmt.Errorf("sqlite: save response: %w", err)
 	}
-	// Sooner only, and before the batch commits: a batch that rolls back
-	// then costs one prune that finds nothing.
-	s.responsesDue = min(s.responsesDue, r.Expires.UnixMilli())
+	s.savedDue = min(s.savedDue, r.Expires.UnixMilli()) // due from this batch's commit on
 	return nil
 }
 
@@ -177,7 +176,8 @@ func (s *Store) upsertResponse(ctx context.Context, r *store.Response) error {
 // have expired, and returns when the next prune is due: the earliest expiry
 // left, read after the prune in the batch's own transaction. The committer
 // is the only writer of porch_idem_responses, so between prunes it knows
-// that time without asking (responsesDue, lowered by each save). Without
+// that time without asking (responsesDue, lowered by each save that
+// commits). Without
 // this a limiter-only server paid a DELETE on an empty table in every
 // commit: 15% of its CPU at 16 connections.
 //

@@ -51,6 +51,7 @@ type Store struct {
 	// expired, so that a commit before it skips the responses prune; see
 	// pruneResponses. Only the committer touches it, after open.
 	responsesDue int64
+	savedDue     int64 // the earliest expiry saved by the batch being written
 }
 
 type preparedStmts struct {
