@@ -2,14 +2,8 @@ package rate
 
 import (
 	"context"
-	"path/filepath"
 	"testing"
 	"time"
-
-	"github.com/writeonce/porch-go/porch"
-	"github.com/writeonce/porch-go/porch/porchtest"
-	"github.com/writeonce/porch-go/porch/store"
-	"github.com/writeonce/porch-go/porch/store/sqlite"
 )
 
 // A take-back that reaches the actor after a reset must not come out of
@@ -18,18 +12,8 @@ import (
 // reset window must not share the old window's start, which is all a
 // take-back is matched on.
 func TestTakeBackAfterResetAtTheSameInstant(t *testing.T) {
-	clock := porchtest.NewFakeClock(t0)
-	st, err := sqlite.Open(filepath.Join(t.TempDir(), "porch.db"), store.Options{Clock: clock})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close(context.Background()) })
-	pool := porch.NewPool(porch.PoolOptions{Size: 1})
-	t.Cleanup(func() { pool.Close(context.Background()) })
-	l, err := New(pool, st, 2, time.Minute, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	rg := newInternalRig(t, 1, 2, time.Minute)
+	l := rg.l
 	ctx := context.Background()
 	key := l.principalKey("ann")
 	c, err := l.post(key, 1) // a set's hit, to be given back

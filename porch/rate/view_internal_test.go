@@ -3,16 +3,12 @@ package rate
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"reflect"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/writeonce/porch-go/porch"
-	"github.com/writeonce/porch-go/porch/porchtest"
-	"github.com/writeonce/porch-go/porch/store"
-	"github.com/writeonce/porch-go/porch/store/sqlite"
 )
 
 var t0 = time.Date(2026, 8, 29, 12, 0, 0, 0, time.UTC)
@@ -95,25 +91,15 @@ func TestViewMemoryFollowsLiveKeys(t *testing.T) {
 // TestLimiterForgetsClosedWindows checks the view through the limiter: after
 // the windows close, hits on any key let the old keys go.
 func TestLimiterForgetsClosedWindows(t *testing.T) {
-	clock := porchtest.NewFakeClock(t0)
-	st, err := sqlite.Open(filepath.Join(t.TempDir(), "porch.db"), store.Options{Clock: clock})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close(context.Background()) })
-	pool := porch.NewPool(porch.PoolOptions{Size: 1})
-	t.Cleanup(func() { pool.Close(context.Background()) })
-	l, err := New(pool, st, 5, time.Minute, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	rg := newInternalRig(t, 1, 5, time.Minute)
+	l := rg.l
 	ctx := context.Background()
 	for i := range 10 {
 		if _, err := l.allow(ctx, fmt.Sprintf("old-%d", i), 1); err != nil {
 			t.Fatal(err)
 		}
 	}
-	clock.Advance(time.Minute)
+	rg.clock.Advance(time.Minute)
 	for range 3 { // 3 hits × forgetPerHit >= 10
 		if _, err := l.allow(ctx, "new", 1); err != nil {
 			t.Fatal(err)
@@ -121,7 +107,7 @@ func TestLimiterForgetsClosedWindows(t *testing.T) {
 	}
 	// Read the view on its actor, the only goroutine that may touch it.
 	reply := porch.NewReply[[]string]()
-	if err := pool.Send("new", func(shard int) { reply.Send(keys(l.views[shard]), nil) }); err != nil {
+	if err := rg.pool.Send("new", func(shard int) { reply.Send(keys(l.views[shard]), nil) }); err != nil {
 		t.Fatal(err)
 	}
 	got, err := reply.Wait(ctx)
@@ -136,21 +122,11 @@ func TestLimiterForgetsClosedWindows(t *testing.T) {
 // An actor that gets no more hits still lets its closed windows go: its
 // timer hands it a forget job once the oldest window closes.
 func TestIdleActorForgets(t *testing.T) {
-	clock := porchtest.NewFakeClock(t0)
-	st, err := sqlite.Open(filepath.Join(t.TempDir(), "porch.db"), store.Options{Clock: clock})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close(context.Background()) })
-	pool := porch.NewPool(porch.PoolOptions{Size: 2})
-	t.Cleanup(func() { pool.Close(context.Background()) })
 	// A window of 20ms: the timer's wait is computed on the fake clock, so
 	// it fires after 20ms of real time and finds the fake clock not yet
 	// moved, re-arms, and fires again until the test advances it.
-	l, err := New(pool, st, 5, 20*time.Millisecond, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	rg := newInternalRig(t, 2, 5, 20*time.Millisecond)
+	l := rg.l
 	t.Cleanup(func() { l.Close(context.Background()) })
 	ctx := context.Background()
 	for i := range 50 {
@@ -158,13 +134,13 @@ func TestIdleActorForgets(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	clock.Advance(20 * time.Millisecond)
+	rg.clock.Advance(20 * time.Millisecond)
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		left := 0
 		for shard, v := range l.views {
 			reply := porch.NewReply[int]()
-			if err := pool.SendShard(shard, false, func(int) { reply.Send(len(v.counts), nil) }); err != nil {
+			if err := rg.pool.SendShard(shard, false, func(int) { reply.Send(len(v.counts), nil) }); err != nil {
 				t.Fatal(err)
 			}
 			n, err := reply.Wait(ctx)
