@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -195,4 +196,32 @@ func blockActors(t *testing.T, pool *porch.Pool) (release func()) {
 	}
 	t.Cleanup(release)
 	return release
+}
+
+// getAtOnce sends n GETs to url in parallel, released together, and counts
+// their statuses.
+func getAtOnce(t *testing.T, client *http.Client, url string, n int) map[int]int64 {
+	t.Helper()
+	start := make(chan struct{})
+	var mu sync.Mutex
+	got := map[int]int64{}
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			<-start
+			res, err := client.Get(url)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+			mu.Lock()
+			got[res.StatusCode]++
+			mu.Unlock()
+		})
+	}
+	close(start)
+	wg.Wait()
+	return got
 }

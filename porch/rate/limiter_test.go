@@ -220,28 +220,7 @@ func TestExactOverHTTP(t *testing.T) {
 			srv := httptest.NewServer(w.wrap(rg.lim, h))
 			t.Cleanup(srv.Close)
 
-			start := make(chan struct{})
-			var statuses sync.Map // status -> *atomic.Int64
-			var wg sync.WaitGroup
-			for range clients {
-				wg.Go(func() {
-					<-start
-					res, err := srv.Client().Get(srv.URL)
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					io.Copy(io.Discard, res.Body)
-					res.Body.Close()
-					n, _ := statuses.LoadOrStore(res.StatusCode, new(atomic.Int64))
-					n.(*atomic.Int64).Add(1)
-				})
-			}
-			close(start)
-			wg.Wait()
-
-			got := map[int]int64{}
-			statuses.Range(func(k, v any) bool { got[k.(int)] = v.(*atomic.Int64).Load(); return true })
+			got := getAtOnce(t, srv.Client(), srv.URL, clients)
 			if got[http.StatusOK] != limit || got[http.StatusTooManyRequests] != clients-limit || len(got) != 2 {
 				t.Errorf("got statuses %v, want %d × 200 and %d × 429", got, limit, clients-limit)
 			}

@@ -2,13 +2,10 @@ package rate_test
 
 import (
 	"context"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -87,27 +84,7 @@ func TestSetPostgresExactUnderParallelism(t *testing.T) {
 	h := &counted{}
 	srv := httptest.NewServer(set.Handler(h))
 	t.Cleanup(srv.Close)
-	start := make(chan struct{})
-	var served atomic.Int64
-	var wg sync.WaitGroup
-	for range clients {
-		wg.Go(func() {
-			<-start
-			res, err := srv.Client().Get(srv.URL)
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			io.Copy(io.Discard, res.Body)
-			res.Body.Close()
-			if res.StatusCode == http.StatusOK {
-				served.Add(1)
-			}
-		})
-	}
-	close(start)
-	wg.Wait()
-	n := served.Load()
+	n := getAtOnce(t, srv.Client(), srv.URL, clients)[http.StatusOK]
 	if n < 1 || n > burst {
 		t.Fatalf("served %d, want 1..%d", n, burst)
 	}

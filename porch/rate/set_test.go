@@ -3,13 +3,10 @@ package rate_test
 import (
 	"context"
 	"errors"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -354,31 +351,13 @@ func TestSetExactUnderParallelism(t *testing.T) {
 			h := &counted{}
 			srv := httptest.NewServer(w.wrap(set, h))
 			t.Cleanup(srv.Close)
-			start := make(chan struct{})
-			var served atomic.Int64
-			var wg sync.WaitGroup
-			for range clients {
-				wg.Go(func() {
-					<-start
-					res, err := srv.Client().Get(srv.URL)
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					io.Copy(io.Discard, res.Body)
-					res.Body.Close()
-					switch res.StatusCode {
-					case http.StatusOK:
-						served.Add(1)
-					case http.StatusTooManyRequests:
-					default:
-						t.Errorf("got status %d, want 200 or 429", res.StatusCode)
-					}
-				})
+			got := getAtOnce(t, srv.Client(), srv.URL, clients)
+			for status, count := range got {
+				if status != http.StatusOK && status != http.StatusTooManyRequests {
+					t.Errorf("got status %d (%d times), want 200 or 429", status, count)
+				}
 			}
-			close(start)
-			wg.Wait()
-			n := served.Load()
+			n := got[http.StatusOK]
 			if n < 1 || n > burst || n != h.runs.Load() {
 				t.Fatalf("served %d (handler ran %d), want 1..%d", n, h.runs.Load(), burst)
 			}
