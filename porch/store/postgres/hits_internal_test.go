@@ -1,7 +1,6 @@
 package postgres
 
 import (
-	"context"
 	"math"
 	"testing"
 	"time"
@@ -16,12 +15,7 @@ import (
 // the running count, a refused one changes nothing (a lighter hit after it
 // may still pass), and each hit gets its own answer back.
 func TestWriteBatchSettlesDuplicateKeys(t *testing.T) {
-	ctx := context.Background()
-	p, err := Open(ctx, pgtest.DSN(t), store.Options{})
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
-	t.Cleanup(func() { p.Close(context.Background()) })
+	p := openInternal(t, pgtest.DSN(t), store.Options{})
 
 	type hit struct {
 		key      string
@@ -68,11 +62,7 @@ func TestWriteBatchSettlesDuplicateKeys(t *testing.T) {
 			}
 		}
 		for key, want := range bc.want {
-			var got int64
-			if err := p.pool.QueryRow(ctx, `SELECT count FROM porch_rate_counters WHERE key = $1`, key).Scan(&got); err != nil {
-				t.Fatalf("%s batch: read %s: %v", bc.name, key, err)
-			}
-			if got != want {
+			if got := count(t, p, `SELECT count FROM porch_rate_counters WHERE key = $1`, key); got != want {
 				t.Errorf("%s batch: stored count of %s = %d, want %d", bc.name, key, got, want)
 			}
 		}
@@ -85,20 +75,13 @@ func TestWriteBatchSettlesDuplicateKeys(t *testing.T) {
 // that had cleared the count was reported failed, and a caller retrying it
 // cleared the hits counted since).
 func TestWriteBatchSettlesResetsApartFromHits(t *testing.T) {
-	ctx := context.Background()
-	p, err := Open(ctx, pgtest.DSN(t), store.Options{})
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
-	t.Cleanup(func() { p.Close(context.Background()) })
+	p := openInternal(t, pgtest.DSN(t), store.Options{})
 	if err := p.writeBatch([]commit.Op{{Hit: &commit.Hit{Key: "rate:a", Window: time.Hour, N: 3, Limit: 5}}}); err != nil {
 		t.Fatalf("first batch: %v", err)
 	}
-	if _, err := p.writer.Exec(ctx, `CREATE FUNCTION porch_test_refuse() RETURNS trigger LANGUAGE plpgsql AS
+	mustExec(t, p, `CREATE FUNCTION porch_test_refuse() RETURNS trigger LANGUAGE plpgsql AS
 		$$ BEGIN RAISE EXCEPTION 'refused'; END $$;
-		CREATE TRIGGER refuse BEFORE INSERT ON porch_rate_counters FOR EACH ROW EXECUTE FUNCTION porch_test_refuse()`); err != nil {
-		t.Fatal(err)
-	}
+		CREATE TRIGGER refuse BEFORE INSERT ON porch_rate_counters FOR EACH ROW EXECUTE FUNCTION porch_test_refuse()`)
 	batch := []commit.Op{
 		{Reset: &commit.Reset{Key: "rate:a"}},
 		{TakeBack: &commit.TakeBack{Key: "rate:zz", WindowStart: 0, N: 1}},
@@ -112,11 +95,7 @@ func TestWriteBatchSettlesResetsApartFromHits(t *testing.T) {
 			t.Errorf("op %d: got Settled %v, Failed %v; want settled, committed", i, batch[i].Settled, batch[i].Failed)
 		}
 	}
-	var count int64
-	if err := p.writer.QueryRow(ctx, `SELECT count FROM porch_rate_counters WHERE key = 'rate:a'`).Scan(&count); err != nil {
-		t.Fatal(err)
-	}
-	if count != 0 {
-		t.Errorf("rate:a after the reset: got count %d, want 0", count)
+	if n := count(t, p, `SELECT count FROM porch_rate_counters WHERE key = 'rate:a'`); n != 0 {
+		t.Errorf("rate:a after the reset: got count %d, want 0", n)
 	}
 }
