@@ -2,10 +2,12 @@
 // their own.
 //
 // The server is, in order: the DSN in PORCH_TEST_POSTGRES (CI sets it to the
-// machine's service); else a disposable postgres container started with
+// machine's service); else a local server at LocalDSN, when one answers
+// within LocalTimeout; else a disposable postgres container started with
 // ory/dockertest when a Docker engine answers; else the test is skipped with
-// a one-line reason. Set PORCH_REQUIRE_POSTGRES=1 to turn that skip into a
-// failure, as CI does, so a missing server cannot pass silently.
+// a one-line reason that names PORCH_TEST_POSTGRES. Set
+// PORCH_REQUIRE_POSTGRES=1 to turn that skip into a failure, as CI does, so a
+// missing server cannot pass silently.
 package pgtest
 
 import (
@@ -23,8 +25,22 @@ import (
 	"github.com/writeonce/porch-go/internal/pgschema"
 )
 
-// EnvDSN names the variable holding the server's DSN.
-const EnvDSN = "PORCH_TEST_POSTGRES"
+const (
+	// EnvDSN names the variable holding the server's DSN.
+	EnvDSN = "PORCH_TEST_POSTGRES"
+	// EnvRequire names the variable that turns a missing server into a
+	// failure instead of a skip.
+	EnvRequire = "PORCH_REQUIRE_POSTGRES"
+	// LocalDSN is the server a developer's machine (and CI) conventionally
+	// runs: tried when EnvDSN is unset, so that a plain go test ./... runs
+	// the PostgreSQL tests wherever one is listening instead of skipping
+	// them unnoticed.
+	LocalDSN = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+	// LocalTimeout bounds the try of LocalDSN: short, since most machines
+	// without a server refuse at once, and a filtered port must not stall
+	// every run by the full connect timeout before dockertest is tried.
+	LocalTimeout = 2 * time.Second
+)
 
 var (
 	serverOnce sync.Once
@@ -39,10 +55,8 @@ func DSN(tb testing.TB) string {
 	tb.Helper()
 	serverOnce.Do(func() { serverDSN, serverErr = server() })
 	if serverErr != nil {
-		if os.Getenv("PORCH_REQUIRE_POSTGRES") != "" {
-			tb.Fatalf("postgres required but unavailable: %v", serverErr)
-		}
-		tb.Skipf("no postgres: %v", serverErr)
+		unavailable(tb, serverErr, os.Getenv(EnvRequire) != "")
+		return ""
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -63,24 +77,74 @@ func DSN(tb testing.TB) string {
 // form as dsn is written.
 func WithParam(dsn, key, value string) string { return pgschema.WithParam(dsn, key, value) }
 
+// unavailable fails tb when a server is required, else skips it. The
+// reason (from finder.find) names EnvDSN, the one variable that runs the
+// test, since the skip is all a reader of go test -v sees.
+func unavailable(tb testing.TB, err error, required bool) {
+	tb.Helper()
+	if required {
+		tb.Fatalf("postgres required (%s is set) but unavailable: %v", EnvRequire, err)
+		return
+	}
+	tb.Skipf("no postgres: %v", err)
+}
+
 // server finds or starts a PostgreSQL server and returns its DSN.
 func server() (string, error) {
-	if dsn := os.Getenv(EnvDSN); dsn != "" {
+	return finder{getenv: os.Getenv, ping: ping, container: container}.find()
+}
+
+// finder is the order in which server looks for a PostgreSQL, with what it
+// touches injected so that the order is testable without a server.
+type finder struct {
+	getenv    func(string) string
+	ping      func(ctx context.Context, dsn string) error
+	container func() (string, error)
+}
+
+// find returns the first server that answers, in the package's order. A
+// set EnvDSN that does not answer is an error, not a fall-through: the
+// user named that server, and testing another would hide the mistake.
+func (f finder) find() (string, error) {
+	if dsn := f.getenv(EnvDSN); dsn != "" {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		conn, err := pgx.Connect(ctx, dsn)
-		if err != nil {
+		if err := f.ping(ctx, dsn); err != nil {
 			return "", fmt.Errorf("%s is set but does not answer: %w", EnvDSN, err)
 		}
-		conn.Close(ctx)
 		return dsn, nil
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), LocalTimeout)
+	defer cancel()
+	localErr := f.ping(ctx, LocalDSN)
+	if localErr == nil {
+		return LocalDSN, nil
+	}
+	dsn, err := f.container()
+	if err != nil {
+		return "", fmt.Errorf("set %s to a server's DSN to run these tests (none at %s: %v; %v)",
+			EnvDSN, LocalDSN, localErr, err)
+	}
+	return dsn, nil
+}
+
+// ping connects to dsn once.
+func ping(ctx context.Context, dsn string) error {
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	return conn.Close(ctx)
+}
+
+// container starts a disposable postgres container and returns its DSN.
+func container() (string, error) {
 	pool, err := dockertest.NewPool("")
 	if err != nil {
-		return "", fmt.Errorf("%s unset and no Docker engine: %w", EnvDSN, err)
+		return "", fmt.Errorf("no Docker engine: %w", err)
 	}
 	if err := pool.Client.Ping(); err != nil {
-		return "", fmt.Errorf("%s unset and no Docker engine answers: %w", EnvDSN, err)
+		return "", fmt.Errorf("no Docker engine answers: %w", err)
 	}
 	res, err := pool.RunWithOptions(&dockertest.RunOptions{
 		Repository: "postgres", Tag: "16",
@@ -95,11 +159,7 @@ func server() (string, error) {
 	err = pool.Retry(func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		conn, err := pgx.Connect(ctx, dsn)
-		if err != nil {
-			return err
-		}
-		return conn.Close(ctx)
+		return ping(ctx, dsn)
 	})
 	if err != nil {
 		return "", fmt.Errorf("postgres container did not come up: %w", err)
