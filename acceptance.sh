@@ -2,9 +2,11 @@
 # The acceptance gate: builds the storefront, starts real storefront processes
 # on 127.0.0.1 and checks the rate limiter's and the idempotency keys'
 # contracts over real HTTP and in the tables: SQLite, and PostgreSQL shared by
-# two instances (PORCH_TEST_POSTGRES, else a dockertest container, else those
-# legs skip; PORCH_REQUIRE_POSTGRES=1 makes a skip a failure, as .ci/run
-# does), then the chaos legs (acceptance/chaos_test.go).
+# two instances (PORCH_TEST_POSTGRES, else a server at
+# postgres://postgres@127.0.0.1:5432/test, else a dockertest container, else
+# those legs skip; PORCH_REQUIRE_POSTGRES=1 makes a skip a failure, as .ci/run
+# does), then the chaos legs (acceptance/chaos_test.go). The last line says
+# which legs were skipped: a PASS above it covers only the legs that ran.
 #
 # Arguments go to go test (e.g. -run Kill9); arguments after -- go to the
 # gate itself: -duration D and -seed N for the chaos legs, e.g.
@@ -20,4 +22,27 @@ while (($#)); do
 	gotest+=("$1")
 	shift
 done
-exec go test -tags acceptance -count=1 -v "${gotest[@]}" ./acceptance/ -args "$@"
+
+# The filter passes go test's output through as it comes (fflush: the legs
+# take minutes, and a reader watches them) and counts the --- SKIP lines, top
+# level and subtests alike; pgtest's skip reason says "no postgres".
+summarize() {
+	awk '
+		{ print; fflush() }
+		/no postgres:/ { nopg = 1 }
+		/^ *--- SKIP: / { n++; names = names " " $3 }
+		END {
+			if (n == 0) { print "acceptance: no legs skipped"; exit }
+			why = nopg ? " (no PostgreSQL: set PORCH_TEST_POSTGRES=<dsn>, or PORCH_REQUIRE_POSTGRES=1 to fail instead)" : ""
+			printf "acceptance: %d legs skipped%s:%s\n", n, why, names
+		}'
+}
+# The gate's status is go test's, as when it was exec'd, not the filter's.
+set +e
+go test -tags acceptance -count=1 -v "${gotest[@]}" ./acceptance/ -args "$@" | summarize
+status=("${PIPESTATUS[@]}")
+set -e
+if ((status[0] == 0 && status[1] != 0)); then
+	exit "${status[1]}"
+fi
+exit "${status[0]}"
