@@ -3,9 +3,11 @@
 // contracts of issues 2 (rate limiting), 3 (idempotency keys) and 4 (several
 // instances on PostgreSQL) with real HTTP and by reading the tables the
 // processes write: the SQLite file, or the PostgreSQL schema two instances
-// share (internal/pgtest gives each leg a fresh one; PORCH_TEST_POSTGRES
-// names the server, and PORCH_REQUIRE_POSTGRES=1 fails rather than skips
-// those legs when there is none).
+// share (internal/pgtest gives each leg a fresh one, on the server
+// PORCH_TEST_POSTGRES names, else a local one on 127.0.0.1:5432, else a
+// Docker container; PORCH_REQUIRE_POSTGRES=1 fails rather than skips those
+// legs when there is none, and acceptance.sh's last line names the legs it
+// skipped).
 //
 // Its tests carry the build tag "acceptance", so go test ./... does not run
 // them. Run the gate from the repository root:

@@ -14,9 +14,10 @@ import (
 )
 
 // The legs of issue 4: two storefront processes on two ports share one
-// PostgreSQL schema (pgtest.DSN: PORCH_TEST_POSTGRES, else a dockertest
-// container, else a skip, which PORCH_REQUIRE_POSTGRES=1 turns into a
-// failure), as two replicas behind a load balancer would.
+// PostgreSQL schema (pgtest.DSN: PORCH_TEST_POSTGRES, else a local server at
+// pgtest.LocalDSN, else a dockertest container, else a skip, which
+// PORCH_REQUIRE_POSTGRES=1 turns into a failure), as two replicas behind a
+// load balancer would.
 
 // legDSN is a fresh schema's DSN with each instance's pool bounded to 8
 // connections. Several instances share one server, so its max_connections
