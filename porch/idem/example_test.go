@@ -23,8 +23,18 @@ import (
 // response without running the handler again, and a key reused for another
 // request is refused.
 func Example() {
-	pool, st, done := exampleStore()
-	defer done()
+	dir, err := os.MkdirTemp("", "idem-example")
+	if err != nil {
+		panic(err)
+	}
+	defer os.RemoveAll(dir)
+	st, err := sqlite.Open(filepath.Join(dir, "shop.db"), store.Options{})
+	if err != nil {
+		panic(err)
+	}
+	defer st.Close(context.Background())
+	pool := porch.NewPool(porch.PoolOptions{})
+	defer pool.Close(context.Background()) // before the store: its last jobs may write
 
 	keys := idem.New(pool, st, idem.Options{RequireKey: true})
 	orders := 0
@@ -67,24 +77,4 @@ func Example() {
 	// 422 https://porch.dev/problems/idempotency-key-reused replayed=false
 	// 400 https://porch.dev/problems/idempotency-key-required replayed=false
 	// orders: 1
-}
-
-// exampleStore opens a SQLite store in a temporary directory and starts a
-// pool; done closes the pool, then the store (the pool's last jobs may
-// write), and removes the directory.
-func exampleStore() (pool *porch.Pool, st *sqlite.Store, done func()) {
-	dir, err := os.MkdirTemp("", "idem-example")
-	if err != nil {
-		panic(err)
-	}
-	st, err = sqlite.Open(filepath.Join(dir, "shop.db"), store.Options{})
-	if err != nil {
-		panic(err)
-	}
-	pool = porch.NewPool(porch.PoolOptions{})
-	return pool, st, func() {
-		pool.Close(context.Background())
-		st.Close(context.Background())
-		os.RemoveAll(dir)
-	}
 }

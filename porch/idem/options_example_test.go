@@ -1,21 +1,36 @@
 package idem_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/idem"
+	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/sqlite"
 )
 
 // A JSON API that replays Location with its 201, takes a retry its client
 // re-encoded as the same request, and names its problems under its own URI.
 func ExampleOptions() {
-	pool, st, done := exampleStore()
-	defer done()
+	dir, err := os.MkdirTemp("", "idem-example")
+	if err != nil {
+		panic(err)
+	}
+	defer os.RemoveAll(dir)
+	st, err := sqlite.Open(filepath.Join(dir, "shop.db"), store.Options{})
+	if err != nil {
+		panic(err)
+	}
+	defer st.Close(context.Background())
+	pool := porch.NewPool(porch.PoolOptions{})
+	defer pool.Close(context.Background()) // before the store: its last jobs may write
 
 	keys := idem.New(pool, st, idem.Options{
 		KeepHeaders: []string{"Location"},
