@@ -14,43 +14,29 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/writeonce/porch-go/porch"
-	"github.com/writeonce/porch-go/porch/porchtest"
 	"github.com/writeonce/porch-go/porch/rate"
 	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/sqlite"
 )
 
-// exampleLimiter is a limiter on a throwaway SQLite file and a fake clock;
-// done closes everything.
-func exampleLimiter(limit int, opt rate.Options) (lim *rate.Limiter, done func()) {
-	dir, err := os.MkdirTemp("", "porch-example")
-	if err != nil {
-		panic(err)
-	}
-	clock := porchtest.NewFakeClock(time.Date(2026, 8, 29, 12, 0, 0, 0, time.UTC))
-	st, err := sqlite.Open(filepath.Join(dir, "app.db"), store.Options{Clock: clock})
-	if err != nil {
-		panic(err)
-	}
-	pool := porch.NewPool(porch.PoolOptions{})
-	lim, err = rate.New(pool, st, limit, time.Minute, opt)
-	if err != nil {
-		panic(err)
-	}
-	return lim, func() {
-		lim.Close(context.Background())
-		pool.Close(context.Background())
-		st.Close(context.Background())
-		os.RemoveAll(dir)
-	}
-}
-
 // Count each user per route, and exempt health checks. The user id comes
 // from a header an authentication middleware has verified; a request
 // without one is counted by its client address.
 func ExampleKeys() {
+	dir, err := os.MkdirTemp("", "porch-example")
+	if err != nil {
+		panic(err)
+	}
+	defer os.RemoveAll(dir)
+	st, err := sqlite.Open(filepath.Join(dir, "app.db"), store.Options{})
+	if err != nil {
+		panic(err)
+	}
+	defer st.Close(context.Background())
+	pool := porch.NewPool(porch.PoolOptions{})
+	defer pool.Close(context.Background()) // before the store: its last jobs may write
 	userRoute := rate.Keys(rate.KeyByHeader("X-User-Id"), rate.KeyByRoute)
-	lim, done := exampleLimiter(1, rate.Options{
+	lim, err := rate.New(pool, st, 1, time.Minute, rate.Options{
 		KeyFunc: func(r *http.Request) (string, error) {
 			if r.URL.Path == "/healthz" {
 				return "", rate.ErrSkip
@@ -58,7 +44,10 @@ func ExampleKeys() {
 			return userRoute(r)
 		},
 	})
-	defer done()
+	if err != nil {
+		panic(err)
+	}
+	defer lim.Close(context.Background()) // first: it writes its exact counts through the pool
 	ok := func(w http.ResponseWriter, r *http.Request) {}
 	r := chi.NewRouter()
 	// With, not Use: chi knows the route pattern only once it has routed.
@@ -94,7 +83,19 @@ func ExampleKeys() {
 // A request may cost more than one: here an export costs what its X-Items
 // header says, within a limit of 100 items a minute.
 func ExampleOptions_weight() {
-	lim, done := exampleLimiter(100, rate.Options{
+	dir, err := os.MkdirTemp("", "porch-example")
+	if err != nil {
+		panic(err)
+	}
+	defer os.RemoveAll(dir)
+	st, err := sqlite.Open(filepath.Join(dir, "app.db"), store.Options{})
+	if err != nil {
+		panic(err)
+	}
+	defer st.Close(context.Background())
+	pool := porch.NewPool(porch.PoolOptions{})
+	defer pool.Close(context.Background()) // before the store: its last jobs may write
+	lim, err := rate.New(pool, st, 100, time.Minute, rate.Options{
 		Weight: func(r *http.Request) int {
 			n, err := strconv.Atoi(r.Header.Get("X-Items"))
 			if err != nil {
@@ -103,7 +104,10 @@ func ExampleOptions_weight() {
 			return n
 		},
 	})
-	defer done()
+	if err != nil {
+		panic(err)
+	}
+	defer lim.Close(context.Background()) // first: it writes its exact counts through the pool
 	h := lim.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 	for _, items := range []string{"60", "50", "40", "101"} {
 		req := httptest.NewRequest(http.MethodGet, "/export", nil)
@@ -122,8 +126,23 @@ func ExampleOptions_weight() {
 
 // Outside a handler, count a job of weight n against a principal.
 func ExampleLimiter_AllowN() {
-	lim, done := exampleLimiter(10, rate.Options{})
-	defer done()
+	dir, err := os.MkdirTemp("", "porch-example")
+	if err != nil {
+		panic(err)
+	}
+	defer os.RemoveAll(dir)
+	st, err := sqlite.Open(filepath.Join(dir, "app.db"), store.Options{})
+	if err != nil {
+		panic(err)
+	}
+	defer st.Close(context.Background())
+	pool := porch.NewPool(porch.PoolOptions{})
+	defer pool.Close(context.Background()) // before the store: its last jobs may write
+	lim, err := rate.New(pool, st, 10, time.Minute, rate.Options{})
+	if err != nil {
+		panic(err)
+	}
+	defer lim.Close(context.Background()) // first: it writes its exact counts through the pool
 	for _, n := range []int{4, 4, 3, 2} {
 		v, err := lim.AllowN(context.Background(), "tenant-7", n)
 		if err != nil {
@@ -141,8 +160,23 @@ func ExampleLimiter_AllowN() {
 // Roll a new limit out in dry run: every request is served, and the headers
 // say what enforcing would have answered.
 func ExampleOptions_dryRun() {
-	lim, done := exampleLimiter(1, rate.Options{DryRun: true})
-	defer done()
+	dir, err := os.MkdirTemp("", "porch-example")
+	if err != nil {
+		panic(err)
+	}
+	defer os.RemoveAll(dir)
+	st, err := sqlite.Open(filepath.Join(dir, "app.db"), store.Options{})
+	if err != nil {
+		panic(err)
+	}
+	defer st.Close(context.Background())
+	pool := porch.NewPool(porch.PoolOptions{})
+	defer pool.Close(context.Background()) // before the store: its last jobs may write
+	lim, err := rate.New(pool, st, 1, time.Minute, rate.Options{DryRun: true})
+	if err != nil {
+		panic(err)
+	}
+	defer lim.Close(context.Background()) // first: it writes its exact counts through the pool
 	h := lim.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 	for range 2 {
 		req := httptest.NewRequest(http.MethodGet, "/", nil)

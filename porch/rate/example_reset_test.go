@@ -3,21 +3,37 @@ package rate_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"time"
 
+	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/rate"
+	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/sqlite"
 )
 
 // A login form allows 3 failed attempts per user per 15 minutes. A failed
 // attempt is counted; a successful login clears the user's failures, so
 // that the next time they mistype they have all 3 again.
 func ExampleLimiter_Reset() {
-	pool, st, _, done := exampleStore()
-	defer done()
+	dir, err := os.MkdirTemp("", "porch-example")
+	if err != nil {
+		panic(err)
+	}
+	defer os.RemoveAll(dir)
+	st, err := sqlite.Open(filepath.Join(dir, "app.db"), store.Options{})
+	if err != nil {
+		panic(err)
+	}
+	defer st.Close(context.Background())
+	pool := porch.NewPool(porch.PoolOptions{})
+	defer pool.Close(context.Background()) // before the store: its last jobs may write
 	failures, err := rate.New(pool, st, 3, 15*time.Minute, rate.Options{Name: "login-failures"})
 	if err != nil {
 		panic(err)
 	}
+	defer failures.Close(context.Background()) // first: it writes its exact counts through the pool
 	ctx := context.Background()
 
 	login := func(user, password string) string {
@@ -52,12 +68,23 @@ func ExampleLimiter_Reset() {
 }
 
 func ExampleLimiter_Peek() {
-	pool, st, _, done := exampleStore()
-	defer done()
+	dir, err := os.MkdirTemp("", "porch-example")
+	if err != nil {
+		panic(err)
+	}
+	defer os.RemoveAll(dir)
+	st, err := sqlite.Open(filepath.Join(dir, "app.db"), store.Options{})
+	if err != nil {
+		panic(err)
+	}
+	defer st.Close(context.Background())
+	pool := porch.NewPool(porch.PoolOptions{})
+	defer pool.Close(context.Background()) // before the store: its last jobs may write
 	lim, err := rate.New(pool, st, 10, time.Minute, rate.Options{})
 	if err != nil {
 		panic(err)
 	}
+	defer lim.Close(context.Background()) // first: it writes its exact counts through the pool
 	ctx := context.Background()
 	for range 4 {
 		lim.Allow(ctx, "user42")

@@ -20,13 +20,25 @@ import (
 )
 
 func ExampleNew() {
-	pool, st, clock, done := exampleStore()
-	defer done()
+	dir, err := os.MkdirTemp("", "porch-example")
+	if err != nil {
+		panic(err)
+	}
+	defer os.RemoveAll(dir)
+	clock := porchtest.NewFakeClock(time.Date(2026, 8, 29, 12, 0, 0, 0, time.UTC))
+	st, err := sqlite.Open(filepath.Join(dir, "app.db"), store.Options{Clock: clock})
+	if err != nil {
+		panic(err)
+	}
+	defer st.Close(context.Background())
+	pool := porch.NewPool(porch.PoolOptions{})
+	defer pool.Close(context.Background()) // before the store: its last jobs may write
 
 	lim, err := rate.New(pool, st, 2, time.Minute, rate.Options{})
 	if err != nil {
 		panic(err)
 	}
+	defer lim.Close(context.Background()) // first: it writes its exact counts through the pool
 	h := lim.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 
 	for range 3 {
@@ -51,17 +63,30 @@ func ExampleNew() {
 // policy: the one with the least left, or the one that refused, and
 // RateLimit-Policy announces both.
 func ExampleAll() {
-	pool, st, clock, done := exampleStore()
-	defer done()
+	dir, err := os.MkdirTemp("", "porch-example")
+	if err != nil {
+		panic(err)
+	}
+	defer os.RemoveAll(dir)
+	clock := porchtest.NewFakeClock(time.Date(2026, 8, 29, 12, 0, 0, 0, time.UTC))
+	st, err := sqlite.Open(filepath.Join(dir, "app.db"), store.Options{Clock: clock})
+	if err != nil {
+		panic(err)
+	}
+	defer st.Close(context.Background())
+	pool := porch.NewPool(porch.PoolOptions{})
+	defer pool.Close(context.Background()) // before the store: its last jobs may write
 
 	burst, err := rate.New(pool, st, 2, time.Minute, rate.Options{Name: "burst"})
 	if err != nil {
 		panic(err)
 	}
+	defer burst.Close(context.Background()) // first: it writes its exact counts through the pool
 	hourly, err := rate.New(pool, st, 3, time.Hour, rate.Options{Name: "hourly"})
 	if err != nil {
 		panic(err)
 	}
+	defer hourly.Close(context.Background())
 	h := rate.All(burst, hourly).Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 
 	send := func() {
@@ -99,8 +124,18 @@ func ExampleAll() {
 // pages with a short text, and a failure on its API with the default
 // problem under its own URI.
 func ExampleOptions() {
-	pool, st, _, done := exampleStore()
-	defer done()
+	dir, err := os.MkdirTemp("", "porch-example")
+	if err != nil {
+		panic(err)
+	}
+	defer os.RemoveAll(dir)
+	st, err := sqlite.Open(filepath.Join(dir, "app.db"), store.Options{})
+	if err != nil {
+		panic(err)
+	}
+	defer st.Close(context.Background())
+	pool := porch.NewPool(porch.PoolOptions{})
+	defer pool.Close(context.Background()) // before the store: its last jobs may write
 
 	lim, err := rate.New(pool, st, 1, time.Minute, rate.Options{
 		LimitResponse: func(r *http.Request, v rate.Verdict) *porch.Response {
@@ -120,6 +155,7 @@ func ExampleOptions() {
 	if err != nil {
 		panic(err)
 	}
+	defer lim.Close(context.Background()) // first: it writes its exact counts through the pool
 	h := lim.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "ordered")
 	}))
@@ -145,25 +181,4 @@ func ExampleOptions() {
 	// 429 Retry-After="60" <p>One order a minute, please.</p>
 	// 503 Retry-After="1" Busy, try again.
 	// 503 Retry-After="1" https://shop.example/problems/rate-unavailable
-}
-
-// exampleStore opens a SQLite store on a fake clock in a temporary
-// directory and starts a pool; done closes the pool, then the store, and
-// removes the directory.
-func exampleStore() (pool *porch.Pool, st *sqlite.Store, clock *porchtest.FakeClock, done func()) {
-	dir, err := os.MkdirTemp("", "porch-example")
-	if err != nil {
-		panic(err)
-	}
-	clock = porchtest.NewFakeClock(time.Date(2026, 8, 29, 12, 0, 0, 0, time.UTC))
-	st, err = sqlite.Open(filepath.Join(dir, "app.db"), store.Options{Clock: clock})
-	if err != nil {
-		panic(err)
-	}
-	pool = porch.NewPool(porch.PoolOptions{})
-	return pool, st, clock, func() {
-		pool.Close(context.Background())
-		st.Close(context.Background())
-		os.RemoveAll(dir)
-	}
 }
