@@ -40,7 +40,7 @@ func TestFakeClockZeroValueStartsAtEpoch(t *testing.T) {
 }
 
 func ExampleFakeClock() {
-	c := porchtest.NewFakeClock(t0)
+	c := porchtest.NewFakeClock(time.Date(2026, 8, 29, 12, 0, 0, 0, time.UTC))
 
 	c.Advance(time.Minute) // a minute passes
 	c.Jump(-time.Hour)     // an operator sets the wall clock back
