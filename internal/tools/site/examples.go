@@ -24,6 +24,9 @@ type examplePackage struct {
 	doc      string // package comment, as go/doc parsed it
 	parse    *doc.Package
 	examples []example
+	// topLevel holds the names declared at the top level of any of the
+	// directory's files, test files and both packages included.
+	topLevel map[string]bool
 }
 
 // out is the package's page in the site: examples-porch-rate.html.
@@ -38,6 +41,12 @@ type example struct {
 	code   string // its source, without the output comment
 	output string // the // Output: text; empty when the example is only compiled
 	file   string // the repository-relative file it is in
+	// wholeFile is set when go doc shows the whole file as the example (one
+	// example, other declarations, no tests): its code is then the file,
+	// and the example may use the file's own declarations.
+	wholeFile bool
+	fn        *ast.FuncDecl
+	ast       *ast.File // the file fn is in
 }
 
 // examplePackages finds every package under root whose test files hold
@@ -96,12 +105,14 @@ func loadExamples(dir string) (*examplePackage, error) {
 	if err != nil {
 		return nil, err
 	}
-	pkg := &examplePackage{dir: dir, path: importPath, name: dp.Name, doc: dp.Doc, parse: dp}
+	pkg := &examplePackage{dir: dir, path: importPath, name: dp.Name, doc: dp.Doc, parse: dp,
+		topLevel: topLevelNames(append(files, tests...))}
 	for _, ex := range exs {
-		e := example{name: "Example" + ex.Name, doc: ex.Doc, output: ex.Output}
+		_, whole := ex.Code.(*ast.File)
+		e := example{name: "Example" + ex.Name, doc: ex.Doc, output: ex.Output, wholeFile: whole}
 		for _, f := range tests {
-			if code, ok := exampleSource(fset, f, sources[f], e.name); ok {
-				e.code = code
+			if fn, code, ok := exampleSource(fset, f, sources[f], e.name, whole); ok {
+				e.code, e.fn, e.ast = code, fn, f
 				e.file = filepath.ToSlash(fset.File(f.Pos()).Name())
 				break
 			}
@@ -112,10 +123,12 @@ func loadExamples(dir string) (*examplePackage, error) {
 	return pkg, nil
 }
 
-// exampleSource returns the source of the function name in f, as written,
+// exampleSource returns the function name in f and its source, as written,
 // without its doc comment and without the trailing output comment, which
-// the page shows on its own.
-func exampleSource(fset *token.FileSet, f *ast.File, src []byte, name string) (string, bool) {
+// the page shows on its own. For a whole-file example the source is the
+// file's, around that function, since the function alone uses declarations
+// a reader would not have.
+func exampleSource(fset *token.FileSet, f *ast.File, src []byte, name string, wholeFile bool) (*ast.FuncDecl, string, bool) {
 	for _, d := range f.Decls {
 		fn, ok := d.(*ast.FuncDecl)
 		if !ok || fn.Recv != nil || fn.Name.Name != name {
@@ -137,9 +150,82 @@ func exampleSource(fset *token.FileSet, f *ast.File, src []byte, name string) (s
 				break
 			}
 		}
-		return strings.Join(lines, "\n"), true
+		code := strings.Join(lines, "\n")
+		if wholeFile {
+			before := start
+			if fn.Doc != nil {
+				before = fset.Position(fn.Doc.Pos()).Offset
+			}
+			code = string(src[:before]) + code + string(src[end:])
+		}
+		return fn, code, true
 	}
-	return "", false
+	return nil, "", false
+}
+
+// topLevelNames returns the names the files declare at the top level.
+func topLevelNames(files []*ast.File) map[string]bool {
+	names := map[string]bool{}
+	for _, f := range files {
+		for _, d := range f.Decls {
+			switch d := d.(type) {
+			case *ast.FuncDecl:
+				if d.Recv == nil {
+					names[d.Name.Name] = true
+				}
+			case *ast.GenDecl:
+				for _, s := range d.Specs {
+					switch s := s.(type) {
+					case *ast.TypeSpec:
+						names[s.Name.Name] = true
+					case *ast.ValueSpec:
+						for _, n := range s.Names {
+							names[n.Name] = true
+						}
+					}
+				}
+			}
+		}
+	}
+	return names
+}
+
+// unexported returns the unexported top-level names of the example's
+// package that its code uses, which a reader who copies it out of the
+// package does not have (a whole-file example may use its own file's: the
+// page shows them). It relies on the parser's object resolution: a local
+// resolves to its own declaration, a name of this file to the file's
+// scope, and a name of another file stays unresolved.
+func (p *examplePackage) unexported(e example) []string {
+	var found []string
+	var visit func(n ast.Node) bool
+	visit = func(n ast.Node) bool {
+		switch n := n.(type) {
+		case *ast.SelectorExpr: // x.f: f is a field or method, not a top-level name
+			ast.Inspect(n.X, visit)
+			return false
+		case *ast.KeyValueExpr: // T{f: v}: f may be a field of T
+			if _, ok := n.Key.(*ast.Ident); ok {
+				ast.Inspect(n.Value, visit)
+				return false
+			}
+		case *ast.Ident:
+			if token.IsExported(n.Name) || n.Name == "_" || !p.topLevel[n.Name] {
+				return false
+			}
+			ofFile := n.Obj != nil && e.ast.Scope.Lookup(n.Name) == n.Obj
+			if n.Obj != nil && !ofFile {
+				return false // a local that shadows the top-level name
+			}
+			if ofFile && e.wholeFile {
+				return false
+			}
+			found = append(found, n.Name)
+		}
+		return true
+	}
+	ast.Inspect(e.fn.Body, visit)
+	return found
 }
 
 // docHTML renders a Go doc comment (package or example) as HTML, its doc
