@@ -142,6 +142,11 @@ type Reservation interface {
 	// Save. Either way a failed statement makes Save fail with
 	// ErrWriteFailed and nothing of the owner's is stored. args must not be
 	// changed after the call.
+	//
+	// SQLite runs the statements on the committer's shared connection: it
+	// refuses anything but row writes to the application's tables (no
+	// schema change, temporary or not, no PRAGMA or ATTACH, no write to
+	// porch_* or sqlite_* tables).
 	Exec(ctx context.Context, query string, args ...any) error
 	// Save stores r for ttl together with the owner's writes, and returns
 	// once they are durable. It ends the reservation.
