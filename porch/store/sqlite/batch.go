@@ -143,7 +143,11 @@ func (s *Store) apply(ctx context.Context, batch []commit.Op, i int) error {
 			return fmt.Errorf("sqlite: delete response: %w", err)
 		}
 	case o.Exec != nil:
-		execErr, txErr := s.inSavepoint(ctx, func() error { return s.execApp(ctx, o.Exec) })
+		execErr, txErr := s.inSavepoint(ctx, func() error {
+			bctx, cancel := s.budget(ctx)
+			defer cancel()
+			return s.execApp(bctx, o.Exec)
+		})
 		if errors.Is(txErr, errTxGone) {
 			if ownersFault(execErr) {
 				return &appAborted{index: i, err: execErr}
@@ -206,9 +210,15 @@ func (s *Store) pruneResponses(ctx context.Context) (due int64, err error) {
 // response: inside one savepoint, so that they commit together or not at
 // all. A statement that fails on its own terms (a constraint, a bad query)
 // is store.ErrWriteFailed; anything else (a full disk) is the store failing.
+//
+// The owner's statements share one budget (store.Options.ExecBudget), so
+// that one owner holds the committer, and every write queued behind it, for
+// at most that long however many statements it ran.
 func (s *Store) applyOwner(ctx context.Context, o commit.Op) error {
+	bctx, cancel := s.budget(ctx)
+	defer cancel()
 	for _, e := range o.Owner {
-		if err := s.execApp(ctx, &e); err != nil {
+		if err := s.execApp(bctx, &e); err != nil {
 			if ownersFault(err) {
 				return fmt.Errorf("%w: %w", store.ErrWriteFailed, err)
 			}
@@ -223,6 +233,9 @@ func (s *Store) applyOwner(ctx context.Context, o commit.Op) error {
 // not carry out (a full disk, an I/O error), which is not the owner's fault
 // and may pass on a retry.
 func ownersFault(err error) bool {
+	if errors.Is(err, store.ErrExecBudget) {
+		return true // it ran too long; another statement need not
+	}
 	var se sqlite3.Error
 	if !errors.As(err, &se) {
 		return true // the driver refused it before SQLite saw it: bad arguments
@@ -237,6 +250,15 @@ func ownersFault(err error) bool {
 // execApp runs an application's statement on the writer, with everything
 // but row reads and writes of the application's own tables refused (see
 // authorize). A refusal names its reason, wrapped with ErrRefused.
+//
+// ctx is the statement's budget (see budget): when it ends the driver
+// interrupts the statement, which SQLite undoes whole — only the statement,
+// or the batch's whole transaction, which inSavepoint reports as errTxGone
+// and writeBatch writes again without it. No half-written row can stay:
+// a statement the interrupt reached is undone by SQLite, one that had
+// finished before it landed is reported done (the driver returns its own
+// result), and any error, budget or not, rolls the caller's savepoint back
+// with every statement of it.
 func (s *Store) execApp(ctx context.Context, e *commit.Statement) error {
 	s.appStatement, s.refusal = true, ""
 	defer func() { s.appStatement = false }()
@@ -246,8 +268,26 @@ func (s *Store) execApp(ctx context.Context, e *commit.Statement) error {
 		return nil
 	case s.refusal != "":
 		return fmt.Errorf("%w: %s: %w", ErrRefused, s.refusal, err)
+	case ctx.Err() != nil:
+		return fmt.Errorf("%w: %w", store.ErrExecBudget, err)
 	}
 	return err
+}
+
+// budget derives from ctx the context an application's statements run
+// under in a commit: it ends after store.Options.ExecBudget, and the driver
+// then interrupts the running statement (sqlite3_interrupt). Every write of
+// the process waits on the committer, so without it one slow statement
+// (6.4 s measured) stalled every limiter hit for as long.
+func (s *Store) budget(ctx context.Context) (context.Context, context.CancelFunc) {
+	b := s.opt.ExecBudget
+	if b == 0 {
+		b = store.DefaultExecBudget
+	}
+	if b < 0 {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, b)
 }
 
 // ErrRefused wraps an application's statement that the writer's authorizer

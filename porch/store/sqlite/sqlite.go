@@ -367,7 +367,8 @@ func (s *Store) Close(ctx context.Context) error {
 //
 // The statement is held to an idempotency owner's rules (see
 // store.Reservation.Exec): row writes to the application's tables only,
-// since it runs on the same shared connection.
+// within store.Options.ExecBudget, since it runs on the same shared
+// connection and holds up every other write while it runs.
 func (s *Store) Exec(ctx context.Context, query string, args ...any) error {
 	if err := s.c.Do(ctx, commit.Op{Exec: &commit.Statement{Query: query, Args: args}}); err != nil {
 		return fmt.Errorf("sqlite: exec: %w", err)
