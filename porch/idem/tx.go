@@ -33,6 +33,15 @@ var ErrNoOwner = errors.New("idem: the request does not own an idempotency key")
 // request when a statement ended the owner's transaction, but cannot undo
 // what a COMMIT among them made durable.
 //
+// On SQLite the statement runs on the committer's connection, which every
+// write of the process shares, so it may only write rows: INSERT, UPDATE
+// and DELETE on the application's own tables. Any schema change (CREATE,
+// DROP, ALTER, temporary objects included), PRAGMA, ATTACH, a write to a
+// porch_* or sqlite_* table and load_extension are refused, and the
+// owner's statements together must finish within store.Options.ExecBudget
+// (50 ms by default) or are interrupted. Either way only this request
+// fails, as above: 500, nothing stored.
+//
 // Side effects outside the database (a payment provider's API) cannot join
 // the transaction; pass [OperationID] to them as their idempotency key.
 func Exec(ctx context.Context, query string, args ...any) error {

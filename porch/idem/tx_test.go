@@ -391,3 +391,69 @@ func TestNestedMiddlewaresPassThrough(t *testing.T) {
 		}
 	})
 }
+
+// execHandler runs its one query through idem.Exec and answers 201.
+func execHandler(query string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := idem.Exec(r.Context(), query); err != nil {
+			w.Header().Set("X-Exec-Error", err.Error())
+		}
+		w.WriteHeader(http.StatusCreated)
+	})
+}
+
+// On SQLite an owner's statement shares the committer's connection with
+// every other request, so one that outlives itself there (a temporary or
+// permanent trigger, any schema change) or writes porch's own tables is
+// refused: its request is 500 …/idempotency-write-failed with nothing
+// stored, and a later request's insert fires nothing. Before, CREATE TEMP
+// TRIGGER was accepted and fired on every later insert into ledger.
+func TestExecRefusesWhatOutlivesTheStatement(t *testing.T) {
+	tests := []struct{ name, query string }{
+		{"TEMP TRIGGER", `CREATE TEMP TRIGGER spy AFTER INSERT ON ledger BEGIN INSERT INTO spied (id) VALUES (new.id); END`},
+		{"TEMP TABLE", `CREATE TEMP TABLE scratch (x)`},
+		{"TEMP VIEW", `CREATE TEMP VIEW peek AS SELECT id FROM ledger`},
+		{"TRIGGER on a main table", `CREATE TRIGGER spy AFTER INSERT ON ledger BEGIN INSERT INTO spied (id) VALUES (new.id); END`},
+		{"INSERT into porch_idem_responses", `INSERT INTO porch_idem_responses (key, digest, status, content_type, body, created_at, expires_at)
+			VALUES ('forged', x'01', 200, 'text/plain', x'', 0, 9223372036854775807)`},
+		{"INSERT into porch_rate_journal", `INSERT INTO porch_rate_journal (key, window_start, window_ms, count, expires_at)
+			VALUES ('k', 0, 1000, 0, 9223372036854775807)`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			st := openStore(t, store.Options{})
+			db := st.DB()
+			for _, q := range []string{`CREATE TABLE ledger (id TEXT NOT NULL PRIMARY KEY, note TEXT)`, `CREATE TABLE spied (id TEXT)`} {
+				if _, err := db.Exec(q); err != nil {
+					t.Fatal(err)
+				}
+			}
+			m := idem.New(newPool(t, porchOptions()), st, idem.Options{})
+			got := send(m.Handler(execHandler(tc.query)), "evil", "a")
+			if got.Code != http.StatusInternalServerError || !strings.Contains(got.Body.String(), idem.ProblemWriteFailed) {
+				t.Fatalf("refused statement: got %d %s, want 500 %s", got.Code, got.Body, idem.ProblemWriteFailed)
+			}
+			if later := send(m.Handler(&ledgerHandler{}), "later", "a"); later.Code != http.StatusCreated {
+				t.Fatalf("a later request: got %d %s, want 201", later.Code, later.Body)
+			}
+			var stored, journal, spied, objects int
+			for _, c := range []struct {
+				q   string
+				dst *int
+			}{
+				{`SELECT count(*) FROM porch_idem_responses`, &stored}, // the later request's alone
+				{`SELECT count(*) FROM porch_rate_journal`, &journal},
+				{`SELECT count(*) FROM spied`, &spied},
+				{`SELECT count(*) FROM sqlite_master WHERE name IN ('spy', 'scratch', 'peek')`, &objects},
+			} {
+				if err := db.QueryRow(c.q).Scan(c.dst); err != nil {
+					t.Fatalf("%s: %v", c.q, err)
+				}
+			}
+			if stored != 1 || journal != 0 || spied != 0 || objects != 0 {
+				t.Fatalf("after the refused statement: %d responses stored, %d journal rows, %d inserts spied on, %d objects left; want 1, 0, 0, 0",
+					stored, journal, spied, objects)
+			}
+		})
+	}
+}

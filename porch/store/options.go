@@ -16,6 +16,11 @@ const (
 	DefaultQueueSize = 16 * 1024
 	DefaultMaxBatch  = 4096
 	DefaultPruneRows = 64
+	// DefaultExecBudget is long enough for an owner's few row writes,
+	// which take well under a millisecond, even on a slow disk, and short
+	// enough that a runaway statement costs every other request in its
+	// batch no more than one slow commit.
+	DefaultExecBudget = 50 * time.Millisecond
 )
 
 // Options configure a store, of either driver: sqlite.Open and
@@ -40,6 +45,17 @@ type Options struct {
 	// and its request answers 503. If zero, postgres.DefaultKeyConns.
 	// SQLite holds keys in memory and ignores it.
 	KeyConns int
+	// ExecBudget bounds how long an application's statements may run
+	// inside a SQLite commit: an idempotency owner's statements together,
+	// or one sqlite.Store.Exec. They run on the committer, which every
+	// write of the process shares, so while one runs every limiter hit and
+	// every other response waits. Past the budget the statement is
+	// interrupted and only its caller fails (ErrWriteFailed wrapping
+	// ErrExecBudget for an owner; the middleware answers 500); the rest of
+	// the batch commits. If zero, DefaultExecBudget; negative means no
+	// budget. PostgreSQL runs owners' statements on their own connections,
+	// off the committer, and ignores it.
+	ExecBudget time.Duration
 	// CommitDelay makes every commit take at least this long. It is fault
 	// injection for tests and the acceptance gate (a slow disk); leave it
 	// zero in production.

@@ -20,6 +20,10 @@ var (
 	// query): its transaction was rolled back, so neither its writes nor its
 	// response were stored. The statement's error is wrapped with it.
 	ErrWriteFailed = errors.New("store: the owner's write failed; nothing was stored")
+	// ErrExecBudget is wrapped, with ErrWriteFailed, in the error of an
+	// owner's statement that SQLite interrupted because it ran past
+	// Options.ExecBudget.
+	ErrExecBudget = errors.New("store: the statement ran past its time budget (store.Options.ExecBudget) and was interrupted")
 	// ErrReleased is returned by a Reservation's methods after Save or
 	// Release has ended it.
 	ErrReleased = errors.New("store: reservation already ended")
@@ -142,6 +146,12 @@ type Reservation interface {
 	// Save. Either way a failed statement makes Save fail with
 	// ErrWriteFailed and nothing of the owner's is stored. args must not be
 	// changed after the call.
+	//
+	// SQLite runs the statements on the committer's shared connection: it
+	// refuses anything but row writes to the application's tables (no
+	// schema change, temporary or not, no PRAGMA or ATTACH, no write to
+	// porch_* or sqlite_* tables), and interrupts the owner's statements
+	// once together they run past Options.ExecBudget (ErrExecBudget).
 	Exec(ctx context.Context, query string, args ...any) error
 	// Save stores r for ttl together with the owner's writes, and returns
 	// once they are durable. It ends the reservation.

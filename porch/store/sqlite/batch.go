@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/mattn/go-sqlite3"
@@ -142,7 +143,11 @@ func (s *Store) apply(ctx context.Context, batch []commit.Op, i int) error {
 			return fmt.Errorf("sqlite: delete response: %w", err)
 		}
 	case o.Exec != nil:
-		execErr, txErr := s.inSavepoint(ctx, func() error { return s.execApp(ctx, o.Exec) })
+		execErr, txErr := s.inSavepoint(ctx, func() error {
+			bctx, cancel := s.budget(ctx)
+			defer cancel()
+			return s.execApp(bctx, o.Exec)
+		})
 		if errors.Is(txErr, errTxGone) {
 			if ownersFault(execErr) {
 				return &appAborted{index: i, err: execErr}
@@ -205,9 +210,15 @@ func (s *Store) pruneResponses(ctx context.Context) (due int64, err error) {
 // response: inside one savepoint, so that they commit together or not at
 // all. A statement that fails on its own terms (a constraint, a bad query)
 // is store.ErrWriteFailed; anything else (a full disk) is the store failing.
+//
+// The owner's statements share one budget (store.Options.ExecBudget), so
+// that one owner holds the committer, and every write queued behind it, for
+// at most that long however many statements it ran.
 func (s *Store) applyOwner(ctx context.Context, o commit.Op) error {
+	bctx, cancel := s.budget(ctx)
+	defer cancel()
 	for _, e := range o.Owner {
-		if err := s.execApp(ctx, &e); err != nil {
+		if err := s.execApp(bctx, &e); err != nil {
 			if ownersFault(err) {
 				return fmt.Errorf("%w: %w", store.ErrWriteFailed, err)
 			}
@@ -222,6 +233,9 @@ func (s *Store) applyOwner(ctx context.Context, o commit.Op) error {
 // not carry out (a full disk, an I/O error), which is not the owner's fault
 // and may pass on a retry.
 func ownersFault(err error) bool {
+	if errors.Is(err, store.ErrExecBudget) {
+		return true // it ran too long; another statement need not
+	}
 	var se sqlite3.Error
 	if !errors.As(err, &se) {
 		return true // the driver refused it before SQLite saw it: bad arguments
@@ -233,32 +247,119 @@ func ownersFault(err error) bool {
 	return false
 }
 
-// execApp runs an application's statement on the writer, with transaction
-// control refused (see authorize).
+// execApp runs an application's statement on the writer, with everything
+// but row reads and writes of the application's own tables refused (see
+// authorize). A refusal names its reason, wrapped with ErrRefused.
+//
+// ctx is the statement's budget (see budget): when it ends the driver
+// interrupts the statement, which SQLite undoes whole — only the statement,
+// or the batch's whole transaction, which inSavepoint reports as errTxGone
+// and writeBatch writes again without it. No half-written row can stay:
+// a statement the interrupt reached is undone by SQLite, one that had
+// finished before it landed is reported done (the driver returns its own
+// result), and any error, budget or not, rolls the caller's savepoint back
+// with every statement of it.
 func (s *Store) execApp(ctx context.Context, e *commit.Statement) error {
-	s.appStatement = true
+	s.appStatement, s.refusal = true, ""
 	defer func() { s.appStatement = false }()
 	_, err := s.wconn.ExecContext(ctx, e.Query, e.Args...)
+	switch {
+	case err == nil:
+		return nil
+	case s.refusal != "":
+		return fmt.Errorf("%w: %s: %w", ErrRefused, s.refusal, err)
+	case ctx.Err() != nil:
+		return fmt.Errorf("%w: %w", store.ErrExecBudget, err)
+	}
 	return err
 }
 
+// budget derives from ctx the context an application's statements run
+// under in a commit: it ends after store.Options.ExecBudget, and the driver
+// then interrupts the running statement (sqlite3_interrupt). Every write of
+// the process waits on the committer, so without it one slow statement
+// (6.4 s measured) stalled every limiter hit for as long.
+func (s *Store) budget(ctx context.Context) (context.Context, context.CancelFunc) {
+	b := s.opt.ExecBudget
+	if b == 0 {
+		b = store.DefaultExecBudget
+	}
+	if b < 0 {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, b)
+}
+
+// ErrRefused wraps an application's statement that the writer's authorizer
+// refused: it would have changed the schema, left an object behind on the
+// committer's connection, written porch's or SQLite's own tables, or
+// controlled the batch's transaction. The owner fails alone, as
+// store.ErrWriteFailed.
+var ErrRefused = errors.New("sqlite: statement not allowed on the shared writer")
+
+// sqliteRecursive is SQLITE_RECURSIVE, a recursive common table
+// expression, which the driver does not export.
+const sqliteRecursive = 33
+
 // authorize is the writer connection's SQLite authorizer. While an
-// application's statement is being prepared it refuses transaction control
-// (BEGIN, COMMIT, ROLLBACK, SAVEPOINT, RELEASE), ATTACH, DETACH and PRAGMA:
-// one of them would commit, undo or reconfigure the batch's transaction,
-// which holds other callers' writes. SQLite calls it on the committer's
-// goroutine, while that goroutine prepares a statement, so appStatement
-// needs no lock.
-func (s *Store) authorize(action int, _, _, _ string) int {
+// application's statement is being prepared it allows only what an owner
+// needs to write rows: SELECT, reads, recursive CTEs, functions, and
+// INSERT, UPDATE and DELETE on the application's own tables. Everything
+// else is refused, for one of three reasons:
+//
+//   - Transaction control (BEGIN, COMMIT, ROLLBACK, SAVEPOINT, RELEASE),
+//     ATTACH, DETACH and PRAGMA would commit, undo or reconfigure the
+//     batch's transaction, which holds other callers' writes.
+//   - Every schema change (CREATE, DROP, ALTER of tables, indexes, views,
+//     triggers and virtual tables, temporary or not), ANALYZE and REINDEX
+//     outlive the statement: a TEMP TRIGGER stays on the committer's
+//     connection and fires on every later caller's insert, a trigger on a
+//     main table fires on every connection, and either can hang itself on
+//     porch's tables. Owners write rows; migrations are the application's
+//     job at startup, through DB(), not something to run inside other
+//     callers' commit. An allow-list rather than a deny-list, so that an
+//     action a newer SQLite adds is refused until someone looks at it.
+//   - Writes to porch_* tables would forge or erase limiter counts and
+//     stored responses behind the committer's bookkeeping; sqlite_* tables
+//     are SQLite's own. load_extension and fts3_tokenizer would change what
+//     the connection runs from then on.
+//
+// SQLite calls it on the committer's goroutine, while that goroutine
+// prepares a statement (a trigger's body is compiled into it then too), so
+// appStatement and refusal need no lock.
+func (s *Store) authorize(action int, arg1, arg2, _ string) int {
 	if !s.appStatement {
 		return sqlite3.SQLITE_OK
 	}
 	switch action {
-	case sqlite3.SQLITE_TRANSACTION, sqlite3.SQLITE_SAVEPOINT, sqlite3.SQLITE_ATTACH,
-		sqlite3.SQLITE_DETACH, sqlite3.SQLITE_PRAGMA:
-		return sqlite3.SQLITE_DENY
+	case sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqliteRecursive:
+		return sqlite3.SQLITE_OK
+	case sqlite3.SQLITE_INSERT, sqlite3.SQLITE_UPDATE, sqlite3.SQLITE_DELETE:
+		if t := strings.ToLower(arg1); strings.HasPrefix(t, "porch_") || strings.HasPrefix(t, "sqlite_") {
+			return s.refuse("a write to " + arg1 + ", which belongs to porch or SQLite")
+		}
+		return sqlite3.SQLITE_OK
+	case sqlite3.SQLITE_FUNCTION:
+		switch strings.ToLower(arg2) {
+		case "load_extension", "fts3_tokenizer":
+			return s.refuse(arg2 + "(), which changes the connection")
+		}
+		return sqlite3.SQLITE_OK
+	case sqlite3.SQLITE_TRANSACTION, sqlite3.SQLITE_SAVEPOINT:
+		return s.refuse("transaction control")
+	case sqlite3.SQLITE_ATTACH, sqlite3.SQLITE_DETACH, sqlite3.SQLITE_PRAGMA:
+		return s.refuse("ATTACH, DETACH or PRAGMA")
 	}
-	return sqlite3.SQLITE_OK
+	return s.refuse("a schema change (CREATE, DROP, ALTER, ANALYZE, REINDEX)")
+}
+
+// refuse records why the statement being prepared was refused, for
+// execApp's error, and denies it.
+func (s *Store) refuse(why string) int {
+	if s.refusal == "" {
+		s.refusal = why
+	}
+	return sqlite3.SQLITE_DENY
 }
 
 // errTxGone reports that a statement ended the batch's whole transaction.

@@ -45,6 +45,7 @@ type Store struct {
 	// appStatement is set while the committer runs an application's
 	// statement; authorize reads it. Only the committer touches it.
 	appStatement bool
+	refusal      string        // why authorize refused the statement being prepared, if it did
 	claims       policy.Claims // the rate policies this process counts under
 	jr           journal       // the hit journal's bookkeeping; see journal.go
 	// responsesDue is when (store ms) a stored response may first have
@@ -363,6 +364,11 @@ func (s *Store) Close(ctx context.Context) error {
 // cannot roll back other callers' writes. If ctx ends first Exec returns
 // ctx.Err() and the write may still commit: pass context.WithoutCancel to
 // always learn its outcome, as the storefront does for its orders.
+//
+// The statement is held to an idempotency owner's rules (see
+// store.Reservation.Exec): row writes to the application's tables only,
+// within store.Options.ExecBudget, since it runs on the same shared
+// connection and holds up every other write while it runs.
 func (s *Store) Exec(ctx context.Context, query string, args ...any) error {
 	if err := s.c.Do(ctx, commit.Op{Exec: &commit.Statement{Query: query, Args: args}}); err != nil {
 		return fmt.Errorf("sqlite: exec: %w", err)

@@ -1,0 +1,91 @@
+package sqlite
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/internal/commit"
+)
+
+// slowInsert writes two million rows into table from a recursive CTE:
+// seconds of work, so that the budget's interrupt lands inside a write.
+func slowInsert(table string) string {
+	return `INSERT INTO ` + table + ` WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c LIMIT 2000000)
+		SELECT 'slow-' || i FROM c`
+}
+
+// An owner's statement that runs past ExecBudget is interrupted and fails
+// alone, as store.ErrWriteFailed wrapping store.ErrExecBudget: nothing of it
+// is stored, and every other write batched with it (a limiter's counter, an
+// earlier owner's statement and response, plain Execs) commits. SQLite
+// answers an interrupted write inside an explicit transaction by rolling
+// the whole transaction back (it did here, with and without a key on the
+// table), so the batch must be written again without the offender rather
+// than reported durable or failed. Before, the statement ran to its end
+// (seconds) with every write of the process waiting on it.
+func TestOwnerPastBudgetFailsAlone(t *testing.T) {
+	for _, table := range []string{"ledger", "bulk"} {
+		t.Run(table, func(t *testing.T) {
+			s := openInternal(t, filepath.Join(t.TempDir(), "porch.db"))
+			t.Cleanup(func() { s.Close(context.Background()) })
+			for _, q := range []string{`CREATE TABLE ledger (id TEXT NOT NULL PRIMARY KEY)`, `CREATE TABLE bulk (id)`} {
+				if _, err := s.db.Exec(q); err != nil {
+					t.Fatal(err)
+				}
+			}
+			now := s.Now()
+			response := func(key string) *store.Response {
+				return &store.Response{Key: key, Digest: []byte{1}, Status: 201, Body: []byte("ok"), Created: now, Expires: now.Add(time.Hour)}
+			}
+			batch := []commit.Op{
+				{Counter: &store.Counter{Key: "k", WindowStart: now, Window: time.Hour, Count: 3}},
+				{Response: response("good"), Owner: []commit.Statement{{Query: `INSERT INTO ledger (id) VALUES ('good-owner')`}}},
+				{Exec: &commit.Statement{Query: `INSERT INTO ledger (id) VALUES ('victim-1')`}},
+				{Response: response("slow"), Owner: []commit.Statement{{Query: slowInsert(table)}}},
+				{Exec: &commit.Statement{Query: `INSERT INTO ledger (id) VALUES ('victim-2')`}},
+			}
+			start := time.Now()
+			if err := s.writeBatch(batch); err != nil {
+				t.Fatalf("the batch failed as a whole: %v (only the slow owner should)", err)
+			}
+			took := time.Since(start)
+			for i, o := range batch {
+				if i != 3 && o.Failed != nil {
+					t.Errorf("write %d: %v, want it committed", i, o.Failed)
+				}
+			}
+			if err := batch[3].Failed; !errors.Is(err, store.ErrWriteFailed) || !errors.Is(err, store.ErrExecBudget) {
+				t.Fatalf("the slow owner (after %s): got %v, want store.ErrWriteFailed wrapping store.ErrExecBudget", took, err)
+			}
+			var ids []string
+			rows, err := s.db.Query(`SELECT id FROM ledger UNION ALL SELECT id FROM bulk ORDER BY id`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rows.Close()
+			for rows.Next() {
+				var id string
+				rows.Scan(&id)
+				ids = append(ids, id)
+			}
+			if want := []string{"good-owner", "victim-1", "victim-2"}; !slices.Equal(ids, want) {
+				t.Errorf("rows: got %d (%.3v…), want %v", len(ids), ids, want)
+			}
+			if _, ok, err := s.loadResponse(context.Background(), "good"); err != nil || !ok {
+				t.Errorf("the good owner's response: stored %v (%v), want stored", ok, err)
+			}
+			if _, ok, err := s.loadResponse(context.Background(), "slow"); err != nil || ok {
+				t.Errorf("the slow owner's response: stored %v (%v), want not stored", ok, err)
+			}
+			var count int64
+			if err := s.db.QueryRow(`SELECT count FROM porch_rate_current WHERE key = 'k'`).Scan(&count); err != nil || count != 3 {
+				t.Errorf("the counter: %d (%v), want 3", count, err)
+			}
+		})
+	}
+}
