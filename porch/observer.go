@@ -4,6 +4,9 @@ package porch
 // metrics adapter counts (porch/metrics/prom is one, for Prometheus). The
 // middlewares define their own observers for their decisions
 // (rate.Observer, idem.Observer), so one type may implement all of them.
+// PoolObserver replaces porch.Observer, whose RateDecision and IdemOutcome
+// moved to those packages with their outcome types (rate.Outcome,
+// idem.Outcome): porch declares nothing of its middlewares.
 //
 // A nil PoolOptions.Observer observes nothing, for one nil check per
 // refusal. PoolRejected is called on the goroutines of the requests it

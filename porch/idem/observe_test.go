@@ -117,7 +117,7 @@ func TestLoggerGetsStoreFailures(t *testing.T) {
 	}
 }
 
-// panicOnce is an observer whose first IdemExecuted panics, as a buggy
+// panicOnce is an observer whose first idem.Executed panics, as a buggy
 // metrics adapter might.
 type panicOnce struct {
 	porchtest.Observer
