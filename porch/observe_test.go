@@ -40,31 +40,6 @@ func TestPoolObserverCountsOnlySendsRefusedForSaturation(t *testing.T) {
 	release()
 }
 
-func TestObserverOutcomeLabels(t *testing.T) {
-	tests := []struct {
-		name string
-		got  string
-		want string
-	}{
-		{"allowed", porch.RateAllowed.String(), "allowed"},
-		{"limited", porch.RateLimited.String(), "limited"},
-		{"rate unavailable", porch.RateUnavailable.String(), "unavailable"},
-		{"executed", porch.IdemExecuted.String(), "executed"},
-		{"replayed", porch.IdemReplayed.String(), "replayed"},
-		{"mismatch", porch.IdemMismatch.String(), "mismatch"},
-		{"in flight", porch.IdemInFlight.String(), "in_flight"},
-		{"idem unavailable", porch.IdemUnavailable.String(), "unavailable"},
-		{"invalid", porch.IdemInvalid.String(), "invalid"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if tt.got != tt.want {
-				t.Errorf("got %q, want %q", tt.got, tt.want)
-			}
-		})
-	}
-}
-
 // logLines decodes the JSON lines buf holds.
 func logLines(t *testing.T, buf *porchtest.LogBuffer) []map[string]any {
 	t.Helper()

@@ -37,7 +37,7 @@ type PoolOptions struct {
 	Mailbox int
 	// Observer is told of every job Send refuses with ErrSaturated. If
 	// nil, nothing is observed.
-	Observer Observer
+	Observer PoolObserver
 }
 
 // Pool is a fixed set of actor goroutines. A job sent for a key runs on the
@@ -52,7 +52,7 @@ type Pool struct {
 	seed      maphash.Seed
 	mailboxes []chan func(shard int)
 	mailbox   int
-	observer  Observer // PoolOptions.Observer; may be nil
+	observer  PoolObserver // PoolOptions.Observer; may be nil
 
 	mu     sync.RWMutex // protects closed against Send racing Close
 	closed bool

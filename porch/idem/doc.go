@@ -56,4 +56,9 @@
 // limiter): a refusal then never reserves the key. Placed earlier it is still
 // correct (a refusal by a later middleware is not stored), but a refused
 // request briefly holds the key.
+//
+// Options.Observer is told each keyed request's [Outcome]; a metrics adapter
+// (porch/metrics/prom) implements [Observer]. They were porch.Observer and
+// porch.IdemOutcome before the framework stopped declaring its middlewares'
+// types: the method is unchanged, the constants lost their Idem prefix.
 package idem

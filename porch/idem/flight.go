@@ -69,7 +69,7 @@ func (m *Keys) decide(r *http.Request, key string, digest []byte) (*http.Request
 	for {
 		f, leads, err := m.begin(r.Context(), key)
 		if err != nil {
-			m.observe(r, porch.IdemUnavailable)
+			m.observe(r, Unavailable)
 			return r, m.unavailable(r, err)
 		}
 		if leads {
@@ -82,7 +82,7 @@ func (m *Keys) decide(r *http.Request, key string, digest []byte) (*http.Request
 		case endStored:
 			return r, m.answer(r, f.res.response, digest)
 		case endFailed:
-			m.observe(r, porch.IdemUnavailable)
+			m.observe(r, Unavailable)
 			return r, m.unavailable(r, f.res.err)
 		}
 		// endReleased: the leader gave the key up; decide afresh.
@@ -124,7 +124,7 @@ func (m *Keys) lead(r *http.Request, f *flight, digest []byte) (*http.Request, *
 				panic(v)
 			}
 		}()
-		m.observe(r, porch.IdemExecuted)
+		m.observe(r, Executed)
 		return m.own(r, f, digest, hold), nil
 	}
 	m.finish(f, loaded(r.Context(), row, err))
@@ -132,10 +132,10 @@ func (m *Keys) lead(r *http.Request, f *flight, digest []byte) (*http.Request, *
 	case err == nil:
 		return r, m.answer(r, row, digest)
 	case errors.Is(err, errWaitedTooLong):
-		m.observe(r, porch.IdemInFlight)
+		m.observe(r, InFlight)
 		return r, m.inFlight()
 	}
-	m.observe(r, porch.IdemUnavailable)
+	m.observe(r, Unavailable)
 	return r, m.unavailable(r, err)
 }
 
@@ -202,10 +202,10 @@ func (m *Keys) wait(r *http.Request, f *flight) *porch.Response {
 	case <-f.done:
 		return nil
 	case <-timeout:
-		m.observe(r, porch.IdemInFlight)
+		m.observe(r, InFlight)
 		return m.inFlight()
 	case <-r.Context().Done():
-		m.observe(r, porch.IdemUnavailable)
+		m.observe(r, Unavailable)
 		return m.unavailable(r, r.Context().Err())
 	}
 }
@@ -224,11 +224,11 @@ func (m *Keys) inFlight() *porch.Response {
 // different one. Nothing is run and nothing is overwritten.
 func (m *Keys) answer(r *http.Request, row store.Response, digest []byte) *porch.Response {
 	if !bytes.Equal(row.Digest, digest) {
-		m.observe(r, porch.IdemMismatch)
+		m.observe(r, Mismatch)
 		return m.problem(ProblemKeyReused, http.StatusUnprocessableEntity, "Idempotency-Key reused",
 			"this key was used for a request with a different method, path or body")
 	}
-	m.observe(r, porch.IdemReplayed)
+	m.observe(r, Replayed)
 	return replay(row, m.keep)
 }
 

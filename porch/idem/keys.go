@@ -95,8 +95,8 @@ type Options struct {
 	// wants them under its own URI. If empty, the Problem… constants.
 	ProblemBase string
 	// Observer is told the outcome of every keyed request (see
-	// porch.IdemOutcome). If nil, nothing is observed.
-	Observer porch.Observer
+	// [Outcome]). If nil, nothing is observed.
+	Observer Observer
 	// Logger receives what the middleware logs: a store failure or a
 	// handler's failed writes (at most one line of a kind every
 	// porch.DefaultErrorLogEvery) and a client address rewritten from a
@@ -203,17 +203,17 @@ func (m *Keys) Before(r *http.Request) (*http.Request, *porch.Response) {
 		if !m.opt.RequireKey {
 			return r, nil
 		}
-		m.observe(r, porch.IdemInvalid)
+		m.observe(r, Invalid)
 		return r, m.problem(ProblemKeyRequired, http.StatusBadRequest, "Idempotency-Key required",
 			"this endpoint requires an Idempotency-Key header")
 	}
 	if err != nil {
-		m.observe(r, porch.IdemInvalid)
+		m.observe(r, Invalid)
 		return r, m.problem(ProblemKeyInvalid, http.StatusBadRequest, "Invalid Idempotency-Key", err.Error())
 	}
 	digest, res := m.digest(r)
 	if res != nil {
-		m.observe(r, porch.IdemInvalid)
+		m.observe(r, Invalid)
 		return r, res
 	}
 	key = m.scope(r, key)
@@ -224,7 +224,7 @@ func (m *Keys) Before(r *http.Request) (*http.Request, *porch.Response) {
 		// wait on its own reservation forever. This request stores
 		// nothing, so its After must not find the outer ownership.
 		if !bytes.Equal(outer.digest, digest) {
-			m.observe(r, porch.IdemMismatch)
+			m.observe(r, Mismatch)
 			return r, m.problem(ProblemKeyReused, http.StatusUnprocessableEntity, "Idempotency-Key reused",
 				"an enclosing request owns this key for a different method, path or body")
 		}

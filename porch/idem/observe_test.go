@@ -64,11 +64,11 @@ func TestObserverCountsEveryOutcome(t *testing.T) {
 	release()
 
 	for _, c := range []struct {
-		o    porch.IdemOutcome
+		o    idem.Outcome
 		want int
 	}{
-		{porch.IdemExecuted, 2}, {porch.IdemReplayed, 1}, {porch.IdemMismatch, 1},
-		{porch.IdemInFlight, 1}, {porch.IdemUnavailable, 1}, {porch.IdemInvalid, 2},
+		{idem.Executed, 2}, {idem.Replayed, 1}, {idem.Mismatch, 1},
+		{idem.InFlight, 1}, {idem.Unavailable, 1}, {idem.Invalid, 2},
 	} {
 		if got := obs.Idem(c.o); got != c.want {
 			t.Errorf("%s: got %d, want %d", c.o, got, c.want)
@@ -117,15 +117,15 @@ func TestLoggerGetsStoreFailures(t *testing.T) {
 	}
 }
 
-// panicOnce is an observer whose first IdemExecuted panics, as a buggy
+// panicOnce is an observer whose first idem.Executed panics, as a buggy
 // metrics adapter might.
 type panicOnce struct {
 	porchtest.Observer
 	panicked atomic.Bool
 }
 
-func (p *panicOnce) IdemOutcome(ctx context.Context, o porch.IdemOutcome) {
-	if o == porch.IdemExecuted && p.panicked.CompareAndSwap(false, true) {
+func (p *panicOnce) IdemOutcome(ctx context.Context, o idem.Outcome) {
+	if o == idem.Executed && p.panicked.CompareAndSwap(false, true) {
 		panic("observer bug")
 	}
 	p.Observer.IdemOutcome(ctx, o)
@@ -147,5 +147,24 @@ func TestObserverPanicHandsTheKeyBack(t *testing.T) {
 	}
 	if n := o.calls.Load(); n != 1 {
 		t.Errorf("handler ran %d times, want once", n)
+	}
+}
+
+func TestOutcomeLabels(t *testing.T) {
+	tests := []struct {
+		o    idem.Outcome
+		want string
+	}{
+		{idem.Executed, "executed"},
+		{idem.Replayed, "replayed"},
+		{idem.Mismatch, "mismatch"},
+		{idem.InFlight, "in_flight"},
+		{idem.Unavailable, "unavailable"},
+		{idem.Invalid, "invalid"},
+	}
+	for _, tt := range tests {
+		if got := tt.o.String(); got != tt.want {
+			t.Errorf("idem.Outcome(%d): got label %q, want %q", tt.o, got, tt.want)
+		}
 	}
 }

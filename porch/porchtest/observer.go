@@ -5,32 +5,36 @@ import (
 	"sync"
 
 	"github.com/writeonce/porch-go/porch"
+	"github.com/writeonce/porch-go/porch/idem"
+	"github.com/writeonce/porch-go/porch/rate"
 	"github.com/writeonce/porch-go/porch/store"
 )
 
 // Observer counts what it is told, for tests of code that takes a
-// porch.Observer or a store.Observer. The zero value is ready to use; it is
+// porch.PoolObserver, a rate.Observer, an idem.Observer or a store.Observer. The zero value is ready to use; it is
 // safe for concurrent use.
 type Observer struct {
 	mu       sync.Mutex // protects the fields below
 	rate     map[rateKey]int
-	idem     map[porch.IdemOutcome]int
+	idem     map[idem.Outcome]int
 	rejected int
 	batches  []store.Batch
 }
 
 type rateKey struct {
 	limiter string
-	outcome porch.RateOutcome
+	outcome rate.Outcome
 }
 
 var (
-	_ porch.Observer = (*Observer)(nil)
-	_ store.Observer = (*Observer)(nil)
+	_ porch.PoolObserver = (*Observer)(nil)
+	_ rate.Observer      = (*Observer)(nil)
+	_ idem.Observer      = (*Observer)(nil)
+	_ store.Observer     = (*Observer)(nil)
 )
 
 // RateDecision counts a limiter's decision.
-func (o *Observer) RateDecision(_ context.Context, limiter string, out porch.RateOutcome) {
+func (o *Observer) RateDecision(_ context.Context, limiter string, out rate.Outcome) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.rate == nil {
@@ -40,11 +44,11 @@ func (o *Observer) RateDecision(_ context.Context, limiter string, out porch.Rat
 }
 
 // IdemOutcome counts an idempotency outcome.
-func (o *Observer) IdemOutcome(_ context.Context, out porch.IdemOutcome) {
+func (o *Observer) IdemOutcome(_ context.Context, out idem.Outcome) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.idem == nil {
-		o.idem = make(map[porch.IdemOutcome]int)
+		o.idem = make(map[idem.Outcome]int)
 	}
 	o.idem[out]++
 }
@@ -64,14 +68,14 @@ func (o *Observer) CommitBatch(b store.Batch) {
 }
 
 // Rate reports how many of limiter's decisions were out.
-func (o *Observer) Rate(limiter string, out porch.RateOutcome) int {
+func (o *Observer) Rate(limiter string, out rate.Outcome) int {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.rate[rateKey{limiter, out}]
 }
 
 // Idem reports how many idempotency outcomes were out.
-func (o *Observer) Idem(out porch.IdemOutcome) int {
+func (o *Observer) Idem(out idem.Outcome) int {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.idem[out]

@@ -124,12 +124,12 @@ func (l *Limiter) newCall() any {
 // observe tells Options.Observer of a decision. A dry run's would-be
 // refusal is a limited decision: the observer counts what the limit would do.
 func (l *Limiter) observe(ctx context.Context, v Verdict, err error) {
-	o := porch.RateAllowed
+	o := Allowed
 	switch {
 	case err != nil:
-		o = porch.RateUnavailable
+		o = Unavailable
 	case !v.Allowed:
-		o = porch.RateLimited
+		o = Limited
 	}
 	l.opt.Observer.RateDecision(ctx, l.opt.Name, o)
 }

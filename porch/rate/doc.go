@@ -18,6 +18,11 @@
 // rate-limit headers, and still serves nothing it could not count.
 // Options.ProblemBase moves the problem types under an application's URI.
 //
+// Options.Observer is told every decision as an [Outcome]; a metrics adapter
+// (porch/metrics/prom) implements [Observer]. They were porch.Observer and
+// porch.RateOutcome before the framework stopped declaring its middlewares'
+// types: the method is unchanged, the constants lost their Rate prefix.
+//
 //	pool := porch.NewPool(porch.PoolOptions{})
 //	st, _ := sqlite.Open("app.db", store.Options{})
 //	lim, err := rate.New(pool, st, 100, time.Minute, rate.Options{})

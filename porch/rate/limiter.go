@@ -102,7 +102,7 @@ type Options struct {
 	ProblemBase string
 	// Observer is told of every request the limiter decides, with Name.
 	// If nil, nothing is observed.
-	Observer porch.Observer
+	Observer Observer
 	// Logger receives what the limiter logs: a store failure (at most one
 	// line of a kind every porch.DefaultErrorLogEvery) and a client
 	// address rewritten from a header. If nil, App.Logger for a request an

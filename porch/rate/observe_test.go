@@ -35,9 +35,9 @@ func TestObserverCountsEveryVerdict(t *testing.T) {
 				t.Fatalf("on a saturated pool: got status %d, want 503", res.StatusCode)
 			}
 			for _, c := range []struct {
-				o    porch.RateOutcome
+				o    rate.Outcome
 				want int
-			}{{porch.RateAllowed, 2}, {porch.RateLimited, 1}, {porch.RateUnavailable, 1}} {
+			}{{rate.Allowed, 2}, {rate.Limited, 1}, {rate.Unavailable, 1}} {
 				if got := obs.Rate("api", c.o); got != c.want {
 					t.Errorf("%s: got %d, want %d", c.o, got, c.want)
 				}
@@ -55,10 +55,10 @@ func TestObserverCountsAllow(t *testing.T) {
 	rg := newRig(t, 1, time.Minute, rigOptions{rate: rate.Options{Observer: obs}})
 	rg.allow(t, "alice")
 	rg.allow(t, "alice")
-	if got := obs.Rate("default", porch.RateAllowed); got != 1 {
+	if got := obs.Rate("default", rate.Allowed); got != 1 {
 		t.Errorf("allowed: got %d, want 1", got)
 	}
-	if got := obs.Rate("default", porch.RateLimited); got != 1 {
+	if got := obs.Rate("default", rate.Limited); got != 1 {
 		t.Errorf("limited: got %d, want 1", got)
 	}
 }
@@ -77,5 +77,21 @@ func TestLoggerGetsStoreFailures(t *testing.T) {
 	}
 	if got := buf.String(); !strings.Contains(got, "porch: could not count this request") || !strings.Contains(got, "boom") {
 		t.Errorf("got log %q, want the store failure", got)
+	}
+}
+
+func TestOutcomeLabels(t *testing.T) {
+	tests := []struct {
+		o    rate.Outcome
+		want string
+	}{
+		{rate.Allowed, "allowed"},
+		{rate.Limited, "limited"},
+		{rate.Unavailable, "unavailable"},
+	}
+	for _, tt := range tests {
+		if got := tt.o.String(); got != tt.want {
+			t.Errorf("rate.Outcome(%d): got label %q, want %q", tt.o, got, tt.want)
+		}
 	}
 }

@@ -3,11 +3,11 @@ package rate
 import (
 	"context"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/writeonce/porch-go/porch"
-	"github.com/writeonce/porch-go/porch/porchtest"
 	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/sqlite"
 )
@@ -18,14 +18,14 @@ type internalRig struct {
 	l     *Limiter
 	st    *sqlite.Store
 	pool  *porch.Pool
-	clock *porchtest.FakeClock
+	clock *stepClock
 }
 
 // newInternalRig opens a rig of limit per window counted by actors actors;
 // the store and the pool close when t ends, the limiter is the test's.
 func newInternalRig(t *testing.T, actors, limit int, window time.Duration) internalRig {
 	t.Helper()
-	clock := porchtest.NewFakeClock(t0)
+	clock := &stepClock{wall: t0}
 	st, err := sqlite.Open(filepath.Join(t.TempDir(), "porch.db"), store.Options{Clock: clock})
 	if err != nil {
 		t.Fatal(err)
@@ -38,4 +38,35 @@ func newInternalRig(t *testing.T, actors, limit int, window time.Duration) inter
 		t.Fatal(err)
 	}
 	return internalRig{l: l, st: st, pool: pool, clock: clock}
+}
+
+// stepClock is the white-box tests' clock.Clock: time moves only by
+// Advance.
+// These tests are package rate, and porchtest, whose FakeClock the others
+// use, imports rate (its Observer is a rate.Observer): importing it here
+// would be a cycle.
+type stepClock struct {
+	mu   sync.Mutex // protects the fields below
+	wall time.Time
+	mono time.Duration
+}
+
+func (c *stepClock) Wall() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.wall
+}
+
+func (c *stepClock) Monotonic() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.mono
+}
+
+// Advance lets d pass on both clocks.
+func (c *stepClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.wall = c.wall.Add(d)
+	c.mono += d
 }

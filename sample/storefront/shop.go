@@ -66,12 +66,16 @@ type product struct {
 // newShop opens the store, builds the pool and middleware, and routes. If
 // m is not nil, the pool, the store and both middlewares report to it.
 func newShop(cfg config, m *prom.Metrics) (*porch.App, error) {
-	var obs porch.Observer
-	var storeObs store.Observer
+	var (
+		poolObs  porch.PoolObserver
+		rateObs  rate.Observer
+		idemObs  idem.Observer
+		storeObs store.Observer
+	)
 	if m != nil { // a nil *prom.Metrics in an interface would not be nil
-		obs, storeObs = m, m
+		poolObs, rateObs, idemObs, storeObs = m, m, m, m
 	}
-	pool := porch.NewPool(porch.PoolOptions{Size: cfg.pool, Mailbox: cfg.mailbox, Observer: obs})
+	pool := porch.NewPool(porch.PoolOptions{Size: cfg.pool, Mailbox: cfg.mailbox, Observer: poolObs})
 	// The committer holds one write for every job the mailboxes hold.
 	st, db, err := openBackend(cfg, pool.Size()*pool.Mailbox(), storeObs)
 	if err != nil {
@@ -84,7 +88,7 @@ func newShop(cfg config, m *prom.Metrics) (*porch.App, error) {
 	app.OnShutdown(st.Close)
 	app.OnShutdown(pool.Close)
 	lim, err := rate.New(pool, st, cfg.rateLimit, cfg.rateWindow,
-		rate.Options{TrustProxy: cfg.trustProxy, WriteAhead: cfg.rateWriteAhead, Observer: obs})
+		rate.Options{TrustProxy: cfg.trustProxy, WriteAhead: cfg.rateWriteAhead, Observer: rateObs})
 	if err != nil {
 		app.Close(context.Background())
 		return nil, err
@@ -96,7 +100,7 @@ func newShop(cfg config, m *prom.Metrics) (*porch.App, error) {
 	// forwarded address (a client that changed networks, the gate's retries
 	// from fresh addresses) replays instead of ordering twice; a shop with
 	// accounts would set Principal.
-	keys := idem.New(pool, st, idem.Options{RequireKey: true, TTL: cfg.idemTTL, MaxBody: maxCheckoutBody, Observer: obs})
+	keys := idem.New(pool, st, idem.Options{RequireKey: true, TTL: cfg.idemTTL, MaxBody: maxCheckoutBody, Observer: idemObs})
 	s := &shop{cfg: cfg, db: db, st: st}
 
 	app.Get("/healthz", s.healthz)

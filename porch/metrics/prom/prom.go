@@ -1,5 +1,6 @@
 // Package prom counts what porch's middlewares, pool and stores do as
-// Prometheus metrics: a [Metrics] is a porch.Observer and a store.Observer.
+// Prometheus metrics: a [Metrics] is a porch.PoolObserver, a rate.Observer,
+// an idem.Observer and a store.Observer.
 // It is the one porch package that links
 // github.com/prometheus/client_golang; the framework, the middlewares and
 // the drivers do not.
@@ -22,6 +23,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/writeonce/porch-go/porch"
+	"github.com/writeonce/porch-go/porch/idem"
+	"github.com/writeonce/porch-go/porch/rate"
 	"github.com/writeonce/porch-go/porch/store"
 )
 
@@ -43,7 +46,7 @@ var (
 // limiter has been seen.
 type Metrics struct {
 	rate          *prometheus.CounterVec
-	idem          [porch.IdemInvalid + 1]prometheus.Counter // indexed by outcome
+	idem          [idem.Invalid + 1]prometheus.Counter // indexed by outcome
 	commits       prometheus.Counter
 	commitErrors  prometheus.Counter
 	commitSeconds prometheus.Histogram
@@ -51,20 +54,22 @@ type Metrics struct {
 	poolRejected  prometheus.Counter
 
 	mu       sync.RWMutex // protects limiters
-	limiters map[string]*[porch.RateUnavailable + 1]prometheus.Counter
+	limiters map[string]*[rate.Unavailable + 1]prometheus.Counter
 }
 
 var (
-	_ porch.Observer = (*Metrics)(nil)
-	_ store.Observer = (*Metrics)(nil)
+	_ porch.PoolObserver = (*Metrics)(nil)
+	_ rate.Observer      = (*Metrics)(nil)
+	_ idem.Observer      = (*Metrics)(nil)
+	_ store.Observer     = (*Metrics)(nil)
 )
 
 // rateOutcomes and idemOutcomes are every outcome, so that each series is
 // exported from zero rather than appearing at its first event.
 var (
-	rateOutcomes = []porch.RateOutcome{porch.RateAllowed, porch.RateLimited, porch.RateUnavailable}
-	idemOutcomes = []porch.IdemOutcome{porch.IdemExecuted, porch.IdemReplayed, porch.IdemMismatch,
-		porch.IdemInFlight, porch.IdemUnavailable, porch.IdemInvalid}
+	rateOutcomes = []rate.Outcome{rate.Allowed, rate.Limited, rate.Unavailable}
+	idemOutcomes = []idem.Outcome{idem.Executed, idem.Replayed, idem.Mismatch,
+		idem.InFlight, idem.Unavailable, idem.Invalid}
 )
 
 // New makes porch's metrics and registers them with reg, or with
@@ -106,7 +111,7 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "porch_pool_rejected_total",
 			Help: "Jobs the actor pool refused because the key's mailbox was full: requests answered 503.",
 		}),
-		limiters: make(map[string]*[porch.RateUnavailable + 1]prometheus.Counter),
+		limiters: make(map[string]*[rate.Unavailable + 1]prometheus.Counter),
 	}
 	for _, o := range idemOutcomes {
 		m.idem[o] = idem.WithLabelValues(o.String())
@@ -120,8 +125,8 @@ func New(reg prometheus.Registerer) *Metrics {
 }
 
 // RateDecision counts a limiter's verdict in porch_rate_requests_total.
-func (m *Metrics) RateDecision(_ context.Context, limiter string, o porch.RateOutcome) {
-	if o < porch.RateAllowed || o > porch.RateUnavailable {
+func (m *Metrics) RateDecision(_ context.Context, limiter string, o rate.Outcome) {
+	if o < rate.Allowed || o > rate.Unavailable {
 		return
 	}
 	m.limiter(limiter)[o].Inc()
@@ -129,7 +134,7 @@ func (m *Metrics) RateDecision(_ context.Context, limiter string, o porch.RateOu
 
 // limiter returns the counters of limiter's verdicts, making them (from
 // zero, every verdict) the first time.
-func (m *Metrics) limiter(name string) *[porch.RateUnavailable + 1]prometheus.Counter {
+func (m *Metrics) limiter(name string) *[rate.Unavailable + 1]prometheus.Counter {
 	m.mu.RLock()
 	cs, ok := m.limiters[name]
 	m.mu.RUnlock()
@@ -141,7 +146,7 @@ func (m *Metrics) limiter(name string) *[porch.RateUnavailable + 1]prometheus.Co
 	if cs, ok := m.limiters[name]; ok {
 		return cs
 	}
-	cs = new([porch.RateUnavailable + 1]prometheus.Counter)
+	cs = new([rate.Unavailable + 1]prometheus.Counter)
 	for _, o := range rateOutcomes {
 		cs[o] = m.rate.WithLabelValues(name, o.String())
 	}
@@ -150,8 +155,8 @@ func (m *Metrics) limiter(name string) *[porch.RateUnavailable + 1]prometheus.Co
 }
 
 // IdemOutcome counts an outcome in porch_idem_requests_total.
-func (m *Metrics) IdemOutcome(_ context.Context, o porch.IdemOutcome) {
-	if o < porch.IdemExecuted || o > porch.IdemInvalid {
+func (m *Metrics) IdemOutcome(_ context.Context, o idem.Outcome) {
+	if o < idem.Executed || o > idem.Invalid {
 		return
 	}
 	m.idem[o].Inc()

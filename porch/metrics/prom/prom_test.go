@@ -10,8 +10,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/writeonce/porch-go/porch"
+	"github.com/writeonce/porch-go/porch/idem"
 	"github.com/writeonce/porch-go/porch/metrics/prom"
+	"github.com/writeonce/porch-go/porch/rate"
 	"github.com/writeonce/porch-go/porch/store"
 )
 
@@ -19,11 +20,11 @@ func TestMetricsExport(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m := prom.New(reg)
 	ctx := context.Background()
-	for _, o := range []porch.RateOutcome{porch.RateAllowed, porch.RateAllowed, porch.RateLimited} {
+	for _, o := range []rate.Outcome{rate.Allowed, rate.Allowed, rate.Limited} {
 		m.RateDecision(ctx, "api", o)
 	}
-	m.RateDecision(ctx, "login", porch.RateUnavailable)
-	for _, o := range []porch.IdemOutcome{porch.IdemExecuted, porch.IdemReplayed, porch.IdemReplayed, porch.IdemInFlight} {
+	m.RateDecision(ctx, "login", rate.Unavailable)
+	for _, o := range []idem.Outcome{idem.Executed, idem.Replayed, idem.Replayed, idem.InFlight} {
 		m.IdemOutcome(ctx, o)
 	}
 	m.PoolRejected()
@@ -111,10 +112,10 @@ func TestNewPanicsOnASecondMetricsInOneRegistry(t *testing.T) {
 func TestCountingDoesNotAllocate(t *testing.T) {
 	m := prom.New(prometheus.NewRegistry())
 	ctx := context.Background()
-	m.RateDecision(ctx, "api", porch.RateAllowed)
+	m.RateDecision(ctx, "api", rate.Allowed)
 	allocs := testing.AllocsPerRun(100, func() {
-		m.RateDecision(ctx, "api", porch.RateAllowed)
-		m.IdemOutcome(ctx, porch.IdemReplayed)
+		m.RateDecision(ctx, "api", rate.Allowed)
+		m.IdemOutcome(ctx, idem.Replayed)
 		m.PoolRejected()
 		m.CommitBatch(store.Batch{Writes: 3, Took: time.Millisecond})
 	})
