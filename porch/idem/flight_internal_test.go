@@ -42,7 +42,7 @@ func openSQLite(t *testing.T) *sqlite.Store {
 
 // newMiddleware builds the middleware over st; cleanup closes its pool
 // before st (opened earlier) closes.
-func newMiddleware(t *testing.T, st store.Store, opt Options, popt porch.PoolOptions) *Keys {
+func newMiddleware(t *testing.T, st store.Keys, opt Options, popt porch.PoolOptions) *Keys {
 	t.Helper()
 	pool := porch.NewPool(popt)
 	t.Cleanup(func() {

@@ -58,7 +58,7 @@ func newEnv(t *testing.T, cfg envConfig, inner http.Handler) *env {
 
 // newEnvOn is newEnv on a store the caller opened (and closes on cleanup,
 // registered before this call); cfg.store is not used.
-func newEnvOn(t *testing.T, st store.Store, cfg envConfig, inner http.Handler) *env {
+func newEnvOn(t *testing.T, st store.Keys, cfg envConfig, inner http.Handler) *env {
 	t.Helper()
 	pool := newPool(t, cfg.pool)
 	m := idem.New(pool, st, cfg.opt)

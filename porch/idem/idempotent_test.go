@@ -33,7 +33,7 @@ func TestNewPanicsOnBadConfig(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			var st store.Store = openStore(t, store.Options{})
+			var st store.Keys = openStore(t, store.Options{})
 			pool := newPool(t, porch.PoolOptions{Size: 1})
 			if tc.noStore {
 				st = nil

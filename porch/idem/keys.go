@@ -114,7 +114,7 @@ type Options struct {
 // concurrent use.
 type Keys struct {
 	pool    *porch.Pool
-	store   store.Store
+	store   store.Keys
 	opt     Options
 	shards  []*shard // indexed by pool shard; shards[i] is touched only by actor i
 	methods []string
@@ -129,7 +129,7 @@ type Keys struct {
 // chi's middleware constructors, it panics on a programming error: a nil
 // pool or store, a negative TTL, MaxBody or MaxWait, a KeepHeaders name
 // it may not keep, or a ProblemBase that is not a URI.
-func New(pool *porch.Pool, st store.Store, opt Options) *Keys {
+func New(pool *porch.Pool, st store.Keys, opt Options) *Keys {
 	if pool == nil {
 		panic("idem: New expects a pool")
 	}
@@ -169,14 +169,14 @@ func New(pool *porch.Pool, st store.Store, opt Options) *Keys {
 type ownership struct {
 	flight *flight
 	digest []byte
-	store  store.Store
+	store  store.Keys
 	hold   store.Reservation
 	outer  *ownership // the request's ownership further out, if any
 }
 
 // owned finds, among the keys the request already owns further out, key on
 // st.
-func owned(r *http.Request, st store.Store, key string) *ownership {
+func owned(r *http.Request, st store.Keys, key string) *ownership {
 	o, _ := r.Context().Value(ownerKey{}).(*ownership)
 	for ; o != nil; o = o.outer {
 		if o.flight.key == key && o.store == st {

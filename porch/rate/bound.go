@@ -1,10 +1,6 @@
 package rate
 
-import (
-	"sync"
-
-	"github.com/writeonce/porch-go/porch/store"
-)
+import "sync"
 
 // DefaultWriteAhead is Options.WriteAhead's default.
 const DefaultWriteAhead = 256
@@ -62,29 +58,4 @@ func (b *boundWrite) settle(err error) {
 // one write per ahead/2 hits.
 func nextBound(count, ahead, limit int64) int64 {
 	return min(count+min(count-1, ahead), limit)
-}
-
-// hot reports whether a hit answered from the committed bound should queue
-// the next bound now, before any hit has to wait for it: only for a key that
-// has already had ahead/2 hits in this window and has less than half its
-// margin left. A queued write no request waits on is not bounded by the
-// number of connections, so doing this for every key would let a crowd of
-// cool keys pile writes up in the committer's queue, and every first hit
-// would wait behind them.
-func (l *Limiter) hot(w tally) bool {
-	return w.pending == nil && w.durable < l.limit && w.count >= l.ahead/2 && w.durable-w.count < l.ahead/2
-}
-
-// writeAhead queues the write of key's next bound and records it as pending;
-// answer, if not nil, waits for it.
-func (l *Limiter) writeAhead(key string, w *tally, answer func(error)) {
-	bw := new(boundWrite)
-	if answer != nil {
-		bw.wait(answer)
-	}
-	w.pending, w.pendingAt = bw, nextBound(w.count, l.ahead, l.limit)
-	c := store.Counter{Key: key, WindowStart: w.start, Window: l.window, Count: w.pendingAt}
-	if err := l.exclusive.SaveCounter(c, bw.settle); err != nil {
-		bw.settle(err)
-	}
 }

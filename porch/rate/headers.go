@@ -10,9 +10,16 @@ import (
 // and RateLimit-Policy fields, and Retry-After on a refusal. X-RateLimit-Reset is a Unix timestamp on the
 // wall clock, because a client has no access to this process's timeline.
 func (l *Limiter) setHeaders(h http.Header, v Verdict) {
-	left := max(v.ResetAt.Sub(l.store.Wall()), 0)
-	secs := int64((left + time.Second - 1) / time.Second)
 	refused := !v.Allowed && !v.DryRun
+	until := v.ResetAt
+	if refused {
+		// A refusal's t is when the client may come back, which an
+		// algorithm may know before its whole allowance is back (GCRA:
+		// one emission interval).
+		until = v.RetryAt
+	}
+	left := max(until.Sub(l.store.Wall()), 0)
+	secs := int64((left + time.Second - 1) / time.Second)
 	if refused {
 		// A refused client must wait at least a second, and RateLimit's t
 		// must say what Retry-After says: both from this one reading.

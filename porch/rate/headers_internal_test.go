@@ -15,7 +15,7 @@ func TestRefusalHeadersAgreeAsTheWindowCloses(t *testing.T) {
 	rg := newInternalRig(t, 1, 1, time.Minute)
 	l := rg.l
 	for _, left := range []time.Duration{0, -time.Second, 1500 * time.Millisecond} {
-		v := Verdict{Limit: 1, ResetAt: rg.st.Wall().Add(left)} // refused
+		v := Verdict{Limit: 1, ResetAt: rg.st.Wall().Add(left), RetryAt: rg.st.Wall().Add(left)} // refused
 		res := l.refusal(httpRequest(), v)
 		retry := res.Header.Get("Retry-After")
 		want := "1"

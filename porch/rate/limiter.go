@@ -57,6 +57,15 @@ type Options struct {
 	// as a KeyFunc error does; a weight above the limit is answered 413 and
 	// not counted (see AllowN). If nil, every request costs 1.
 	Weight func(r *http.Request) int
+	// Algorithm is how requests are counted against the limit: FixedWindow
+	// (the zero value), SlidingWindow or GCRA. Every one counts exactly,
+	// durably and fails closed; they differ at a window's edges (see
+	// Algorithm).
+	Algorithm Algorithm
+	// Burst is how many requests GCRA lets arrive at once, on top of its
+	// steady rate of limit per window. If zero, the limit. New panics if
+	// it is set for another algorithm, or above MaxLimit.
+	Burst int
 	// DryRun makes the middleware count and report but never refuse: for
 	// rolling out a new limit. A request over the limit is served, with the
 	// usual rate-limit headers and X-RateLimit-Dry-Run: limited (allowed
@@ -118,16 +127,16 @@ type Options struct {
 // A Limiter is safe for concurrent use. Create it with [New]; the zero
 // value is not usable.
 type Limiter struct {
-	pool      *porch.Pool
-	store     store.Store
-	exclusive store.ExclusiveCounters // set when this process is the counters' only writer
-	shared    store.SharedCounters    // set otherwise
-	limit     int64
-	window    time.Duration
-	ahead     int64 // Options.WriteAhead, resolved
-	opt       Options
-	views     []*view // indexed by pool shard; views[i] is touched only by actor i
-	policy    string  // RateLimit-Policy value, fixed per limiter
+	pool     *porch.Pool
+	store    store.Counters
+	counting counting // local or shared, chosen by the store
+	rule     rule     // Options.Algorithm with the limit, window and burst
+	limit    int64
+	most     int64 // the heaviest request that can fit: limit, or GCRA's burst
+	window   time.Duration
+	ahead    int64 // Options.WriteAhead, resolved
+	opt      Options
+	policy   string // RateLimit-Policy value, fixed per limiter
 	// Header values fixed per limiter, built once.
 	limitValue, policyValue []string
 	rateLimitPrefix         string
@@ -167,7 +176,7 @@ type Limiter struct {
 // checks all of these before any I/O. It returns an error only for what the
 // store answers: the policy refused (store.ErrPolicyConflict), or the store
 // failing to record the policy or to load the open windows.
-func New(pool *porch.Pool, st store.Store, limit int, window time.Duration, opt Options) (*Limiter, error) {
+func New(pool *porch.Pool, st store.Counters, limit int, window time.Duration, opt Options) (*Limiter, error) {
 	l := newLimiter(pool, st, limit, window, opt)
 	if err := l.open(); err != nil {
 		return nil, err
@@ -177,7 +186,7 @@ func New(pool *porch.Pool, st store.Store, limit int, window time.Duration, opt 
 
 // newLimiter is New's half that does no I/O: it checks the arguments,
 // panicking on a programming error, and builds the limiter.
-func newLimiter(pool *porch.Pool, st store.Store, limit int, window time.Duration, opt Options) *Limiter {
+func newLimiter(pool *porch.Pool, st store.Counters, limit int, window time.Duration, opt Options) *Limiter {
 	if pool == nil {
 		panic("rate: New expects a non-nil pool")
 	}
@@ -202,6 +211,15 @@ func newLimiter(pool *porch.Pool, st store.Store, limit int, window time.Duratio
 	if !problemtype.Valid(opt.ProblemBase) {
 		panic(fmt.Sprintf("rate: New expects an Options.ProblemBase that is a URI, got %q", opt.ProblemBase))
 	}
+	if opt.Algorithm > GCRA {
+		panic(fmt.Sprintf("rate: New expects Options.Algorithm FixedWindow, SlidingWindow or GCRA, got %s", opt.Algorithm))
+	}
+	if opt.Burst != 0 && opt.Algorithm != GCRA {
+		panic(fmt.Sprintf("rate: New expects Options.Burst only with GCRA, got burst %d with %s", opt.Burst, opt.Algorithm))
+	}
+	if opt.Burst < 0 {
+		panic(fmt.Sprintf("rate: New expects Options.Burst >= 0, got %d", opt.Burst))
+	}
 	ahead := int64(opt.WriteAhead)
 	switch {
 	case ahead == 0:
@@ -211,21 +229,23 @@ func newLimiter(pool *porch.Pool, st store.Store, limit int, window time.Duratio
 	}
 	l := &Limiter{
 		pool: pool, store: st, limit: int64(limit), window: window, ahead: ahead, opt: opt,
+		rule:   newRule(opt.Algorithm, int64(limit), window, int64(opt.Burst)),
 		policy: fmt.Sprintf(`%q;q=%d;w=%d`, opt.Name, limit, porch.RetryAfterSeconds(window)),
 		prefix: "rate:" + opt.Name + ":",
 	}
 	if opt.Logger != nil {
 		l.errs = porch.NewErrorLog(clock.System{}, 0, opt.Logger)
 	}
-	l.limitValue = []string{strconv.Itoa(limit)}
+	l.most = l.rule.most()
+	l.limitValue = []string{strconv.FormatInt(l.most, 10)}
 	l.policyValue = []string{l.policy}
 	l.rateLimitPrefix = `"` + opt.Name + `";r=`
 	l.calls.New = l.newCall
 	switch c := st.(type) {
 	case store.ExclusiveCounters:
-		l.exclusive = c
+		l.counting = newLocal(l, c)
 	case store.SharedCounters:
-		l.shared = c
+		l.counting = shared{l: l, st: c}
 	default:
 		panic(fmt.Sprintf("rate: New expects a store with counters (store.ExclusiveCounters or store.SharedCounters), got %T", st))
 	}
@@ -245,7 +265,7 @@ func validName(name string) bool {
 
 // isNil reports whether st is nil, or a nil pointer in an interface (what
 // st, _ := sqlite.Open(...) leaves behind when the open failed).
-func isNil(st store.Store) bool {
+func isNil(st store.Counters) bool {
 	if st == nil {
 		return true
 	}
@@ -254,31 +274,42 @@ func isNil(st store.Store) bool {
 }
 
 // open is New's half that does I/O: it claims the limiter's policy in the
-// store and, when this process is the counters' only writer, loads the
-// counters of still-open windows.
+// store and loads what the store holds of it.
 func (l *Limiter) open() error {
-	var claimer interface {
-		ClaimPolicy(context.Context, store.Policy) (func(), error)
-	}
-	if l.exclusive != nil {
-		claimer = l.exclusive
-	} else {
-		claimer = l.shared
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), claimTimeout)
 	defer cancel()
-	release, err := claimer.ClaimPolicy(ctx, store.Policy{Name: l.opt.Name, Limit: l.limit, Window: l.window})
+	release, err := l.store.ClaimPolicy(ctx, l.storePolicy())
 	if err != nil {
 		return fmt.Errorf("rate: %w", err)
 	}
 	l.release = release
-	if l.exclusive != nil {
-		if err := l.load(context.Background()); err != nil {
-			release()
-			return err
-		}
+	if err := l.counting.open(context.Background()); err != nil {
+		release()
+		return err
 	}
 	return nil
+}
+
+// storePolicy is the policy the store records for this limiter's Name.
+func (l *Limiter) storePolicy() store.Policy {
+	p := store.Policy{Name: l.opt.Name, Limit: l.limit, Window: l.window, Algorithm: l.rule.Algorithm()}
+	if g, ok := l.rule.(gcraRule); ok {
+		p.Burst = g.burst
+	}
+	return p
+}
+
+// Close writes the exact count of every open window that was written ahead
+// (see Options.WriteAhead), so that a clean shutdown leaves exact counts in
+// the store, and frees the limiter's Name for another policy. Call it after
+// the server has drained and before the pool and the store close; porch.App
+// runs closers in that order when the limiter is registered after them. It
+// returns the first write error, or ctx.Err().
+func (l *Limiter) Close(ctx context.Context) error {
+	// The policy's name is free for another limiter once this one is done
+	// counting, whether or not its flush finishes in time.
+	defer l.release()
+	return l.counting.close(ctx)
 }
 
 // claimTimeout bounds New's claim of its policy in a shared store.

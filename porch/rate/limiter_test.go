@@ -24,7 +24,7 @@ import (
 
 // noCounters is a store that keeps no rate counters: it implements neither
 // store.ExclusiveCounters nor store.SharedCounters.
-type noCounters struct{ store.Store }
+type noCounters struct{ store.Counters }
 
 // A programming error in New's arguments panics at construction, with a
 // message that names it, before any I/O; it is never found by a request.
@@ -40,7 +40,7 @@ func TestNewPanicsOnBadConfig(t *testing.T) {
 	tests := []struct {
 		name      string
 		pool      *porch.Pool
-		st        store.Store
+		st        store.Counters
 		limit     int
 		window    time.Duration
 		optName   string // Options.Name

@@ -205,7 +205,7 @@ func decide(ms []member) decision {
 		case m.err != nil && !m.l.opt.DryRun:
 			return decision{lim: m.l, err: m.err}
 		case !m.v.Allowed && !m.l.opt.DryRun:
-			if refused == nil || m.v.ResetAt.After(refused.v.ResetAt) {
+			if refused == nil || m.v.RetryAt.After(refused.v.RetryAt) {
 				refused = m
 			}
 		case reportsBefore(m, best):

@@ -3,7 +3,17 @@ package rate
 import (
 	"slices"
 	"time"
+
+	"github.com/writeonce/porch-go/porch/store"
 )
+
+// forgetPerHit bounds how many ended states one hit lets go of, so eviction
+// costs a constant per request.
+const forgetPerHit = 4
+
+// forgetPerTick bounds how many ended states one timer-driven forget job
+// lets go of before it yields the actor to requests again.
+const forgetPerTick = 4096
 
 // view is one actor's in-memory picture of its keys' counters. Only that
 // actor touches it, so it has no lock. It is exact because the actor is the
@@ -27,8 +37,9 @@ type view struct {
 }
 
 type tally struct {
-	start time.Time
+	start time.Time // the state's epoch (store.State.Start)
 	count int64
+	prev  int64 // the sliding window's previous count
 	// durable is the highest count known committed: hits up to it answer
 	// at once.
 	durable int64
@@ -37,6 +48,9 @@ type tally struct {
 	pending   *boundWrite
 	pendingAt int64
 }
+
+// state is the algorithm's part of t; a key never seen has the zero state.
+func (t tally) state() store.State { return store.State{Start: t.start, Count: t.count, Prev: t.prev} }
 
 // written is the highest count the store holds or will hold.
 func (t tally) written() int64 { return max(t.durable, t.pendingAt) }
@@ -48,16 +62,17 @@ type opened struct {
 
 func newView(shard int) *view { return &view{shard: shard, counts: make(map[string]tally)} }
 
-// open starts a new window for key at now.
-func (v *view) open(key string, now time.Time) tally {
-	w := tally{start: now}
+// open starts a new epoch for key in state s, of which nothing is written.
+func (v *view) open(key string, s store.State) tally {
+	w := tally{start: s.Start, count: s.Count, prev: s.Prev}
 	v.counts[key] = w
 	v.peak = max(v.peak, len(v.counts))
-	v.expiry = append(v.expiry, opened{key: key, start: now})
+	v.expiry = append(v.expiry, opened{key: key, start: s.Start})
 	return w
 }
 
-// forget lets go of up to max keys whose windows closed by now, so memory
+// forget lets go of up to max keys whose states ended by now (length
+// after their start: the rule's life), so memory
 // follows the live keys rather than every key ever seen.
 func (v *view) forget(now time.Time, length time.Duration, max int) {
 	for ; max > 0 && v.head < len(v.expiry); max-- {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/writeonce/porch-go/porch"
+	"github.com/writeonce/porch-go/porch/store"
 )
 
 var t0 = time.Date(2026, 8, 29, 12, 0, 0, 0, time.UTC)
@@ -38,10 +39,10 @@ func TestViewForget(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			v := newView(0)
-			v.open("a", t0)
-			v.open("b", t0)
-			v.open("c", t0.Add(30*time.Second))
-			v.open("d", t0.Add(45*time.Second))
+			v.open("a", store.State{Start: t0})
+			v.open("b", store.State{Start: t0})
+			v.open("c", store.State{Start: t0.Add(30 * time.Second)})
+			v.open("d", store.State{Start: t0.Add(45 * time.Second)})
 			v.forget(t0.Add(tt.at), window, tt.max)
 			if got := keys(v); !slices.Equal(got, tt.want) {
 				t.Errorf("got keys %q, want %q", got, tt.want)
@@ -53,8 +54,8 @@ func TestViewForget(t *testing.T) {
 func TestViewForgetKeepsAReopenedWindow(t *testing.T) {
 	const window = time.Minute
 	v := newView(0)
-	v.open("a", t0)
-	v.open("a", t0.Add(time.Minute)) // the key came back after its window closed
+	v.open("a", store.State{Start: t0})
+	v.open("a", store.State{Start: t0.Add(time.Minute)}) // the key came back after its window closed
 	v.forget(t0.Add(90*time.Second), window, 10)
 	w, ok := v.counts["a"]
 	if !ok || !w.start.Equal(t0.Add(time.Minute)) {
@@ -70,13 +71,13 @@ func TestViewMemoryFollowsLiveKeys(t *testing.T) {
 	const window, n = time.Minute, 5000
 	v := newView(0)
 	for i := range n {
-		v.open(fmt.Sprintf("k%d", i), t0.Add(time.Duration(i)*time.Millisecond))
+		v.open(fmt.Sprintf("k%d", i), store.State{Start: t0.Add(time.Duration(i) * time.Millisecond)})
 	}
 	now := t0.Add(window + n*time.Millisecond)
 	for range n / forgetPerHit {
 		v.forget(now, window, forgetPerHit)
 	}
-	v.open("live", now)
+	v.open("live", store.State{Start: now})
 	if len(v.counts) != 1 {
 		t.Errorf("got %d keys in the view, want only the live one", len(v.counts))
 	}
@@ -107,7 +108,7 @@ func TestLimiterForgetsClosedWindows(t *testing.T) {
 	}
 	// Read the view on its actor, the only goroutine that may touch it.
 	reply := porch.NewReply[[]string]()
-	if err := rg.pool.Send("new", func(shard int) { reply.Send(keys(l.views[shard]), nil) }); err != nil {
+	if err := rg.pool.Send("new", func(shard int) { reply.Send(keys(l.counting.(*local).views[shard]), nil) }); err != nil {
 		t.Fatal(err)
 	}
 	got, err := reply.Wait(ctx)
@@ -138,7 +139,7 @@ func TestIdleActorForgets(t *testing.T) {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		left := 0
-		for shard, v := range l.views {
+		for shard, v := range l.counting.(*local).views {
 			reply := porch.NewReply[int]()
 			if err := rg.pool.SendShard(shard, false, func(int) { reply.Send(len(v.counts), nil) }); err != nil {
 				t.Fatal(err)
@@ -164,9 +165,9 @@ func TestIdleActorForgets(t *testing.T) {
 func TestForgetRebuildsAShrunkMap(t *testing.T) {
 	v := newView(0)
 	for i := range 4096 {
-		v.open(fmt.Sprintf("k-%d", i), t0)
+		v.open(fmt.Sprintf("k-%d", i), store.State{Start: t0})
 	}
-	v.open("late", t0.Add(time.Hour))
+	v.open("late", store.State{Start: t0.Add(time.Hour)})
 	before := v.counts
 	v.forget(t0.Add(time.Minute), time.Minute, 5000)
 	if len(v.counts) != 1 {

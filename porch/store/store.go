@@ -33,34 +33,92 @@ var (
 	// would let in-flight keys starve each other, and the handler must not
 	// run unreserved.
 	ErrNoKeyConn = errors.New("store: no connection free to hold an idempotency key")
+	// ErrAlgorithm is returned by a shared store for a Rule whose
+	// algorithm it has no statements for; ClaimPolicy returns it too, so
+	// that rate.New fails before any request is counted.
+	ErrAlgorithm = errors.New("store: the driver does not implement this rate-limit algorithm")
 )
 
-// Counter is one client key's count within one fixed window. Times are on the
-// store's timeline (see [ExclusiveCounters.Now]).
-type Counter struct {
-	Key         string
-	WindowStart time.Time
-	Window      time.Duration
-	Count       int64
+// State is one client key's state under its limiter's [Rule], in the
+// shape every algorithm shares: what was counted since Start, and what the
+// window before it counted. A store keeps it verbatim; only the Rule gives
+// it meaning. Times are on the store's timeline (see [ExclusiveCounters.Now])
+// or, for a shared store, the database's clock.
+type State struct {
+	// Start opens the state's epoch: a fixed or sliding window's start, or
+	// the instant a GCRA bucket's emissions are counted from.
+	Start time.Time
+	// Count is the weight counted since Start. Hits are only ever added to
+	// it within one epoch, so a count written ahead of it covers it.
+	Count int64
+	// Prev is what the previous window counted (the sliding window's
+	// estimate weighs it); 0 for the other algorithms.
+	Prev int64
 }
 
-// End is when the counter's window closes.
-func (c Counter) End() time.Time { return c.WindowStart.Add(c.Window) }
+// Rule is a limiter's algorithm with its policy: how a key's [State]
+// moves with time and how much weight it admits. porch/rate implements
+// it; a shared store applies it to the states it reads, so that the
+// database and the limiter decide alike, and carries out Advance in its
+// own statements (a driver's statements per algorithm, named by
+// Algorithm).
+type Rule interface {
+	// Algorithm names the algorithm: "fixed", "sliding" or "gcra".
+	Algorithm() string
+	// Window is the policy's window: Limit requests per Window.
+	Window() time.Duration
+	// Interval is GCRA's emission interval, Window/Limit rounded up; 0
+	// for the other algorithms.
+	Interval() time.Duration
+	// Advance returns s as it stands at now: a window that has closed
+	// rolled over, an idle bucket started afresh. A zero State is a key
+	// never seen. It never lowers what s holds back at now.
+	Advance(s State, now time.Time) State
+	// Room is the weight an advanced s admits at now; it may be zero or
+	// negative.
+	Room(s State, now time.Time) int64
+	// Expires is when s stops holding anything back: from then on it
+	// advances to the zero state's equal, and a store may forget it.
+	Expires(s State) time.Time
+}
+
+// Counter is one client key's stored state: what an exclusive store
+// persists and loads back.
+type Counter struct {
+	Key         string
+	WindowStart time.Time // the State's Start
+	Window      time.Duration
+	Count       int64
+	// Prev is the State's Prev (the sliding window's previous count).
+	Prev int64
+	// Expires is when the state can be forgotten (Rule.Expires); if zero,
+	// when the window closes, WindowStart+Window.
+	Expires time.Time
+}
+
+// End is when the counter can be forgotten: Expires, or the window's close.
+func (c Counter) End() time.Time {
+	if !c.Expires.IsZero() {
+		return c.Expires
+	}
+	return c.WindowStart.Add(c.Window)
+}
+
+// State is the counter's algorithm state.
+func (c Counter) State() State { return State{Start: c.WindowStart, Count: c.Count, Prev: c.Prev} }
 
 // Hit is the result of counting one request in a shared counter.
 type Hit struct {
-	// Count is the window's count with this request's weight added: 1 for
-	// a first request of weight 1. The request was counted exactly when
-	// Count <= the limit; a refused request's Count is what it would have
-	// made the count, and is not stored.
-	Count int64
-	// ResetIn is the time left in the window when the hit was counted,
-	// measured on the database's clock.
-	ResetIn time.Duration
-	// WindowStart is when the window the hit was counted in opened, on the
-	// database's clock. It names that window to [SharedCounters.TakeBack],
-	// so that a hit taken back late never comes out of a newer window.
-	WindowStart time.Time
+	// Allowed reports whether the request was counted: its weight fits the
+	// Room of the key's state. A refused request changes nothing.
+	Allowed bool
+	// State is the key's state after the hit, advanced to Now, with the
+	// hit's weight counted in it if Allowed. Its Start names the epoch
+	// the hit was counted in to [SharedCounters.TakeBack], so that a hit
+	// taken back late never comes out of a newer one.
+	State State
+	// Now is the database's clock when the hit was decided.
+	Now time.Time
 }
 
 // Response is a stored idempotent response: what the handler answered for the
@@ -96,13 +154,14 @@ func (s Stats) MeanBatch() float64 {
 	return float64(s.Writes) / float64(s.Commits)
 }
 
-// Store is the durable side of porch's middlewares. Actors own serialization
-// and volatile state; a Store owns durability. No middleware runs SQL itself.
+// Store is what every driver offers: the durable side of porch's
+// middlewares. Actors own serialization and volatile state; a store owns
+// durability. No middleware runs SQL itself.
 //
-// Besides these methods a Store implements exactly one of
-// [ExclusiveCounters] (it is the only writer of its rows, so a limiter may
-// keep an exact in-memory view) and [SharedCounters] (several processes write
-// the same rows, so every hit is one atomic statement).
+// A driver offers the rate limiter's counters ([ExclusiveCounters] or
+// [SharedCounters], both [Counters]), idempotency's [Keys], or both: a
+// store that cannot commit a handler's writes with its response (Redis)
+// offers only counters, so passing it to idem.New does not compile.
 //
 // Queued writes return at once and call done after their transaction has
 // committed, with its error if it failed. While the committer's queue is
@@ -111,13 +170,6 @@ func (s Stats) MeanBatch() float64 {
 type Store interface {
 	// Wall reads the wall clock, for values a client reads.
 	Wall() time.Time
-
-	// Reserve makes the caller the only one, across every process sharing
-	// the store, that may run key's handler, until Release. Within a
-	// process the idempotency actor already guarantees one caller per key;
-	// Reserve adds what a shared database needs. It blocks under ctx while
-	// another process holds key.
-	Reserve(ctx context.Context, key string) (Reservation, error)
 
 	// Health reports whether the store can commit writes now: nil, or an
 	// error wrapping ErrUnhealthy and the reason. It is cheap enough to poll:
@@ -129,6 +181,33 @@ type Store interface {
 	Stats() Stats
 	// Close flushes queued writes and closes the database.
 	Close(ctx context.Context) error
+}
+
+// Keys is what the idempotency middleware needs of a store: an exclusive
+// hold on a key, and a transaction the owner's writes and its response
+// commit in together.
+type Keys interface {
+	Store
+	// Reserve makes the caller the only one, across every process sharing
+	// the store, that may run key's handler, until Release. Within a
+	// process the idempotency actor already guarantees one caller per key;
+	// Reserve adds what a shared database needs. It blocks under ctx while
+	// another process holds key.
+	Reserve(ctx context.Context, key string) (Reservation, error)
+}
+
+// Counters is what the rate limiter needs of a store, besides exactly one
+// of [ExclusiveCounters] (the process is the only writer of its rows, so
+// a limiter may keep an exact in-memory view) and [SharedCounters]
+// (several processes write the same rows, so every hit is decided in the
+// database). porchtest/storetest is the suite a driver's counters pass.
+type Counters interface {
+	Store
+	// ClaimPolicy records that a limiter counts under p until release; it
+	// fails with ErrPolicyConflict while a limiter of p.Name counts under
+	// another policy: in this process, or, for a shared store, in any
+	// running instance.
+	ClaimPolicy(ctx context.Context, p Policy) (release func(), err error)
 }
 
 // Reservation is a held idempotency key and the owner's transaction: the
@@ -165,6 +244,7 @@ type Reservation interface {
 // writer of its counters (SQLite). The limiter keeps each key's count in its
 // actor's memory and writes the new count through.
 type ExclusiveCounters interface {
+	Counters
 	// Now reads the store's timeline: the wall clock at open, or the newest
 	// persisted window start if that is later, advanced by the monotonic
 	// clock. Windows are measured on it.
@@ -174,46 +254,40 @@ type ExclusiveCounters interface {
 	LoadCounters(ctx context.Context, now time.Time, fn func(Counter)) error
 	// SaveCounter queues a write-through of c: after its commit c is the
 	// newest row of its key that LoadCounters reads (on SQLite, an append
-	// to the hit journal). The limiter's Reset is one too: a count of 0
-	// in a window starting at the reset.
+	// to the hit journal), until c.End(). The limiter's Reset is one too:
+	// a count of 0 in a window starting at the reset.
 	SaveCounter(c Counter, done func(error)) error
-	// ClaimPolicy records that a limiter counts under p until release; it
-	// fails with ErrPolicyConflict while another limiter of p.Name counts
-	// under another policy.
-	ClaimPolicy(ctx context.Context, p Policy) (release func(), err error)
 }
 
 // SharedCounters is implemented by a store that several processes write
-// (PostgreSQL). No process may cache a count; each hit is counted by one
-// atomic statement, on the database's clock, and is durable before done runs.
+// (PostgreSQL, Redis). No process may cache a state; each hit is decided
+// by one atomic step of the store, on its clock, and is durable (as far as
+// the store can make it) before done runs.
 type SharedCounters interface {
-	// AddHit counts one request of weight n (at least 1) for key in its
-	// window of length window, if the window's count plus n is within
-	// limit: the count grows by n. A hit that would pass limit is refused
-	// and changes nothing, as a refusal does on an exclusive store.
-	AddHit(key string, window time.Duration, n, limit int64, done func(Hit, error)) error
-	// PeekHit reads key's counter without counting: done gets the count of
-	// its open window (0 when it has none, or it has closed) and the time
-	// left in it (window when it has none), on the database's clock, as
-	// committed when the batch carrying the peek committed.
-	PeekHit(key string, window time.Duration, done func(Hit, error)) error
-	// ResetHit empties key's open window and starts it over, on the
-	// database's clock: count 0, the window's full length left. A key
-	// with no open window is left alone; its next hit opens one. done
-	// runs once the reset has committed. Hits queued in the same batch
-	// are counted after it: none of them has been answered, so either
-	// order is one their callers could have seen.
+	Counters
+	// AddHit decides one request of weight n (at least 1) for key under
+	// rule: the key's state is advanced to the store's clock and, if n fits
+	// its Room, the state's Count grows by n. A hit that does not fit is
+	// refused and changes nothing, as a refusal does on an exclusive store.
+	// Hits of one key are decided in the order AddHit was called.
+	AddHit(key string, rule Rule, n int64, done func(Hit, error)) error
+	// PeekHit reads key's state without counting: done gets it advanced
+	// to the store's clock (Allowed unset), as committed when the batch
+	// carrying the peek committed.
+	PeekHit(key string, rule Rule, done func(Hit, error)) error
+	// ResetHit empties key's state and starts it over, on the store's
+	// clock: Start now, Count and Prev 0. A key with no live state is left
+	// alone; its next hit opens one. done runs once the reset has
+	// committed. Hits queued in the same batch are counted after it: none
+	// of them has been answered, so either order is one their callers
+	// could have seen.
 	ResetHit(key string, done func(error)) error
-	// TakeBack removes n that AddHit counted for key from the window that
-	// opened at windowStart (the Hit's WindowStart), never below zero: a
+	// TakeBack removes n that AddHit counted for key from the epoch that
+	// started at start (the Hit's State.Start), never below zero: a
 	// rate.Set gives back the hits of a request another of its limiters
-	// refused. If that window has closed, nothing changes. A take-back
+	// refused. If that epoch has ended, nothing changes. A take-back
 	// queued before a hit of the same process is applied before it; one
 	// that fails (done gets the error) leaves the count high, which is the
 	// safe side for a limiter.
-	TakeBack(key string, windowStart time.Time, n int64, done func(error)) error
-	// ClaimPolicy records that a limiter counts under p until release, in
-	// every instance; it fails with ErrPolicyConflict while a limiter of
-	// p.Name counts under another policy, here or in a running instance.
-	ClaimPolicy(ctx context.Context, p Policy) (release func(), err error)
+	TakeBack(key string, start time.Time, n int64, done func(error)) error
 }

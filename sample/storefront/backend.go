@@ -14,11 +14,18 @@ import (
 	"github.com/writeonce/porch-go/porch/store/sqlite"
 )
 
+// backend is a store that holds both the limiter's counters and the
+// idempotency keys: SQLite or PostgreSQL.
+type backend interface {
+	store.Keys
+	store.Counters
+}
+
 // openBackend opens porch's store, SQLite by default or PostgreSQL with
 // -postgres, and returns it with a database/sql handle on the same database
 // for the shop's own tables, whose schema it has created. obs, if not nil,
 // is told of every commit batch.
-func openBackend(cfg config, queueSize int, obs store.Observer) (store.Store, *sql.DB, error) {
+func openBackend(cfg config, queueSize int, obs store.Observer) (backend, *sql.DB, error) {
 	opt := store.Options{
 		Observer:    obs,
 		Clock:       offsetClock{offset: cfg.wallOffset},

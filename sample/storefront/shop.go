@@ -52,8 +52,8 @@ const maxCheckoutBody = 64 << 10
 
 type shop struct {
 	cfg    config
-	db     *sql.DB     // reads; the checkout writes through idem.Exec
-	st     store.Store // porch's store, whose write health /healthz reports
+	db     *sql.DB // reads; the checkout writes through idem.Exec
+	st     backend // porch's store, whose write health /healthz reports
 	health healthLog
 }
 

@@ -99,7 +99,10 @@ func newLimiter(ctx context.Context, cfg config, app *porch.App, clk clock.Clock
 	}
 	pool := porch.NewPool(porch.PoolOptions{Size: cfg.pool, Mailbox: cfg.mailbox})
 	opt := store.Options{Clock: clk, QueueSize: pool.Size() * pool.Mailbox()}
-	var st store.Store
+	var st interface {
+		store.Keys
+		store.Counters
+	}
 	if cfg.mode == "porch-postgres" {
 		pg, err := openPostgres(ctx, cfg.postgres, opt, app)
 		if err != nil {

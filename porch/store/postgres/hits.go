@@ -52,7 +52,7 @@ func groupHits(batch []commit.Op) batchHits {
 		}
 		kh := b.byKey[h.Key]
 		if kh == nil {
-			kh = &keyHits{key: h.Key, window: h.Window}
+			kh = &keyHits{key: h.Key, window: h.Rule.Window()}
 			b.byKey[h.Key] = kh
 			b.keys = append(b.keys, h.Key)
 		}
@@ -74,16 +74,16 @@ func groupHits(batch []commit.Op) batchHits {
 // running total within its limit, and is refused otherwise, so that a
 // refused heavy hit leaves room for a lighter one after it, as on SQLite.
 // It records in kh.refused the weight to take back out.
-func (kh *keyHits) settle(count int64, resetIn time.Duration, windowStart time.Time) {
-	at := count - kh.sum // the count before this batch
+func (kh *keyHits) settle(count int64, windowStart, now time.Time) {
+	s := store.State{Start: windowStart, Count: count - kh.sum} // the state before this batch
 	kh.refused = 0
 	for _, h := range kh.ops {
-		if at+h.N <= h.Limit {
-			at += h.N
-			h.Result = store.Hit{Count: at, ResetIn: resetIn, WindowStart: windowStart}
+		if h.N <= h.Rule.Room(s, now) {
+			s.Count += h.N
+			h.Result = store.Hit{Allowed: true, State: s, Now: now}
 			continue
 		}
-		h.Result = store.Hit{Count: at + h.N, ResetIn: resetIn, WindowStart: windowStart}
+		h.Result = store.Hit{State: s, Now: now}
 		kh.refused += h.N
 	}
 }
@@ -106,8 +106,8 @@ func (b *batchHits) scanAddHits(rows pgx.Rows) error {
 	seen := 0
 	for rows.Next() {
 		var key string
-		var count, leftMS, startMS int64
-		if err := rows.Scan(&key, &count, &leftMS, &startMS); err != nil {
+		var count, startMS, nowMS int64
+		if err := rows.Scan(&key, &count, &startMS, &nowMS); err != nil {
 			return fmt.Errorf("postgres: add hits: %w", err)
 		}
 		kh := b.byKey[key]
@@ -115,7 +115,7 @@ func (b *batchHits) scanAddHits(rows pgx.Rows) error {
 			return fmt.Errorf("postgres: add hits: unexpected key %q returned", key)
 		}
 		kh.seen = true
-		kh.settle(count, time.Duration(leftMS)*time.Millisecond, time.UnixMilli(startMS))
+		kh.settle(count, time.UnixMilli(startMS), time.UnixMilli(nowMS))
 		seen++
 	}
 	if err := rows.Err(); err != nil {

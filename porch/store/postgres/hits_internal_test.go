@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/writeonce/porch-go/internal/pgtest"
+	"github.com/writeonce/porch-go/porch/rate"
 	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/internal/commit"
 )
@@ -47,18 +48,18 @@ func TestWriteBatchSettlesDuplicateKeys(t *testing.T) {
 	for _, bc := range batches {
 		ops := make([]commit.Op, len(bc.hits))
 		for i, h := range bc.hits {
-			ops[i] = commit.Op{Hit: &commit.Hit{Key: h.key, Window: time.Hour, N: h.n, Limit: h.limit}}
+			ops[i] = commit.Op{Hit: &commit.Hit{Key: h.key, Rule: fixed(h.limit, time.Hour), N: h.n}}
 		}
 		if err := p.writeBatch(ops); err != nil {
 			t.Fatalf("%s batch: writeBatch: %v", bc.name, err)
 		}
 		for i, h := range bc.hits {
 			got := ops[i].Hit.Result
-			if got.Count != h.want {
-				t.Errorf("%s batch, hit %d (%s, n %d, limit %d): Count = %d, want %d", bc.name, i, h.key, h.n, h.limit, got.Count, h.want)
+			if c := wouldCount(ops[i].Hit); c != h.want {
+				t.Errorf("%s batch, hit %d (%s, n %d, limit %d): Count = %d, want %d", bc.name, i, h.key, h.n, h.limit, c, h.want)
 			}
-			if got.ResetIn <= 0 || got.ResetIn > time.Hour {
-				t.Errorf("%s batch, hit %d: ResetIn = %v, want within (0, 1h]", bc.name, i, got.ResetIn)
+			if left := got.State.Start.Add(time.Hour).Sub(got.Now); left <= 0 || left > time.Hour {
+				t.Errorf("%s batch, hit %d: time left = %v, want within (0, 1h]", bc.name, i, left)
 			}
 		}
 		for key, want := range bc.want {
@@ -76,7 +77,7 @@ func TestWriteBatchSettlesDuplicateKeys(t *testing.T) {
 // cleared the hits counted since).
 func TestWriteBatchSettlesResetsApartFromHits(t *testing.T) {
 	p := openInternal(t, pgtest.DSN(t), store.Options{})
-	if err := p.writeBatch([]commit.Op{{Hit: &commit.Hit{Key: "rate:a", Window: time.Hour, N: 3, Limit: 5}}}); err != nil {
+	if err := p.writeBatch([]commit.Op{{Hit: &commit.Hit{Key: "rate:a", Rule: fixed(5, time.Hour), N: 3}}}); err != nil {
 		t.Fatalf("first batch: %v", err)
 	}
 	mustExec(t, p, `CREATE FUNCTION porch_test_refuse() RETURNS trigger LANGUAGE plpgsql AS
@@ -85,7 +86,7 @@ func TestWriteBatchSettlesResetsApartFromHits(t *testing.T) {
 	batch := []commit.Op{
 		{Reset: &commit.Reset{Key: "rate:a"}},
 		{TakeBack: &commit.TakeBack{Key: "rate:zz", WindowStart: 0, N: 1}},
-		{Hit: &commit.Hit{Key: "rate:b", Window: time.Hour, N: 1, Limit: 5}},
+		{Hit: &commit.Hit{Key: "rate:b", Rule: fixed(5, time.Hour), N: 1}},
 	}
 	if err := p.writeBatch(batch); err == nil {
 		t.Fatal("the hits' insert was refused by a trigger: want the batch to fail")
@@ -98,4 +99,19 @@ func TestWriteBatchSettlesResetsApartFromHits(t *testing.T) {
 	if n := count(t, p, `SELECT count FROM porch_rate_counters WHERE key = 'rate:a'`); n != 0 {
 		t.Errorf("rate:a after the reset: got count %d, want 0", n)
 	}
+}
+
+// fixed is the fixed-window rule of limit per window, as a limiter hands it
+// to the store.
+func fixed(limit int64, window time.Duration) store.Rule {
+	return rate.NewRule(rate.FixedWindow, int(limit), window, 0)
+}
+
+// wouldCount is the count h made, or for a refused hit would have made:
+// its state's count, plus its weight if it was refused.
+func wouldCount(h *commit.Hit) int64 {
+	if h.Result.Allowed {
+		return h.Result.State.Count
+	}
+	return h.Result.State.Count + h.N
 }

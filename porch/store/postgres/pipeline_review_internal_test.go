@@ -281,7 +281,7 @@ func TestReviewRefundFails(t *testing.T) {
 			batch := func(hits ...[2]int64) ([]commit.Op, error) {
 				ops := make([]commit.Op, len(hits))
 				for i, h := range hits {
-					ops[i] = commit.Op{Hit: &commit.Hit{Key: "rate:r", Window: time.Hour, N: h[0], Limit: h[1]}}
+					ops[i] = commit.Op{Hit: &commit.Hit{Key: "rate:r", Rule: fixed(h[1], time.Hour), N: h[0]}}
 				}
 				return ops, p.writeBatch(ops)
 			}
@@ -300,7 +300,7 @@ func TestReviewRefundFails(t *testing.T) {
 				if err != nil {
 					t.Fatalf("batch after the failed one: %v", err)
 				}
-				if got := ops[0].Hit.Result.Count; got != int64(2+i) {
+				if got := wouldCount(ops[0].Hit); got != int64(2+i) {
 					t.Fatalf("Count: %d, want %d", got, 2+i)
 				}
 			}

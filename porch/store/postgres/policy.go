@@ -22,11 +22,11 @@ import (
 // a deploy.
 const (
 	pgLockPolicies = `SELECT pg_advisory_xact_lock(hashtextextended('porch_rate_policies:' || 'porch_rate_policies'::regclass::oid::text, 0))`
-	pgReadPolicy   = `SELECT quota, window_ms FROM porch_rate_policies WHERE name = $1`
-	pgWritePolicy  = `INSERT INTO porch_rate_policies (name, quota, window_ms, updated_at)
-		VALUES ($1, $2, $3, ` + pgNowMS + `)
+	pgReadPolicy   = `SELECT quota, window_ms, algorithm, burst FROM porch_rate_policies WHERE name = $1`
+	pgWritePolicy  = `INSERT INTO porch_rate_policies (name, quota, window_ms, algorithm, burst, updated_at)
+		VALUES ($1, $2, $3, $4, $5, ` + pgNowMS + `)
 		ON CONFLICT (name) DO UPDATE SET quota = excluded.quota, window_ms = excluded.window_ms,
-			updated_at = excluded.updated_at`
+			algorithm = excluded.algorithm, burst = excluded.burst, updated_at = excluded.updated_at`
 	// A name's lock is keyed by the table's oid too: advisory locks are
 	// per database, and two schemas' porch tables are two deployments.
 	pgPolicyLockKey   = `hashtextextended('porch_rate_policy:' || 'porch_rate_policies'::regclass::oid::text || ':' || $1::text, 0)`
@@ -50,6 +50,9 @@ const (
 // lost (a database restart), the lock goes with it and a later instance
 // with another policy is no longer refused.
 func (p *Store) ClaimPolicy(ctx context.Context, pol store.Policy) (release func(), err error) {
+	if err := supportedAlgorithm(pol.Algorithm); err != nil {
+		return nil, err
+	}
 	p.policyMu.Lock()
 	defer p.policyMu.Unlock()
 	first, local, err := p.claims.Claim(pol)
@@ -85,17 +88,19 @@ func (p *Store) claimShared(ctx context.Context, pol store.Policy) error {
 		if _, err := tx.Exec(ctx, pgLockPolicies); err != nil {
 			return err
 		}
-		var quota, windowMS int64
-		err := tx.QueryRow(ctx, pgReadPolicy, pol.Name).Scan(&quota, &windowMS)
+		var quota, windowMS, burst int64
+		var algorithm string
+		err := tx.QueryRow(ctx, pgReadPolicy, pol.Name).Scan(&quota, &windowMS, &algorithm, &burst)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 		case err != nil:
 			return err
 		default:
 			found = true
-			old = store.Policy{Name: pol.Name, Limit: quota, Window: time.Duration(windowMS) * time.Millisecond}
+			old = store.Policy{Name: pol.Name, Limit: quota, Window: time.Duration(windowMS) * time.Millisecond,
+				Algorithm: algorithm, Burst: burst}
 		}
-		if found && old != pol {
+		if found && !old.Equal(pol) {
 			if err := tx.QueryRow(ctx, pgTryOwnPolicy, pol.Name).Scan(&owned); err != nil {
 				return err
 			}
@@ -104,7 +109,11 @@ func (p *Store) claimShared(ctx context.Context, pol store.Policy) error {
 					store.ErrPolicyConflict, old, pol)
 			}
 		}
-		if _, err := tx.Exec(ctx, pgWritePolicy, pol.Name, pol.Limit, pol.Window.Milliseconds()); err != nil {
+		written := pol.Algorithm
+		if written == "" {
+			written = "fixed"
+		}
+		if _, err := tx.Exec(ctx, pgWritePolicy, pol.Name, pol.Limit, pol.Window.Milliseconds(), written, pol.Burst); err != nil {
 			return err
 		}
 		_, err = tx.Exec(ctx, pgHoldPolicy, pol.Name)
@@ -130,7 +139,7 @@ func (p *Store) claimShared(ctx context.Context, pol store.Policy) error {
 		}
 		return fmt.Errorf("postgres: claim rate policy %s: %w", pol, err)
 	}
-	if found && old != pol {
+	if found && !old.Equal(pol) {
 		commit.Log(p.opt.Logger).Warn("postgres: rate policy changed; open windows keep their counts and close at their old end or one new window from now, whichever is sooner",
 			"was", old.String(), "now", pol.String())
 	}

@@ -140,16 +140,36 @@ func (p *Store) Pool() *pgxpool.Pool { return p.pool }
 // Wall reads the wall clock.
 func (p *Store) Wall() time.Time { return p.opt.Clock.Wall() }
 
-// AddHit queues one hit of weight n for key, counted if it keeps the count
-// within limit; done runs once the batch carrying it has committed.
-func (p *Store) AddHit(key string, window time.Duration, n, limit int64, done func(store.Hit, error)) error {
-	return p.c.Enqueue(commit.Op{Hit: &commit.Hit{Key: key, Window: window, N: n, Limit: limit, Done: done}})
+// AddHit queues one hit of weight n for key, counted if it fits rule's
+// Room; done runs once the batch carrying it has committed.
+func (p *Store) AddHit(key string, rule store.Rule, n int64, done func(store.Hit, error)) error {
+	if err := supported(rule); err != nil {
+		return err
+	}
+	return p.c.Enqueue(commit.Op{Hit: &commit.Hit{Key: key, Rule: rule, N: n, Done: done}})
 }
 
 // PeekHit queues a read of key's counter; done runs once the batch
-// carrying it has committed, with the count it read.
-func (p *Store) PeekHit(key string, window time.Duration, done func(store.Hit, error)) error {
-	return p.c.Enqueue(commit.Op{Peek: &commit.Hit{Key: key, Window: window, Done: done}})
+// carrying it has committed, with the state it read.
+func (p *Store) PeekHit(key string, rule store.Rule, done func(store.Hit, error)) error {
+	if err := supported(rule); err != nil {
+		return err
+	}
+	return p.c.Enqueue(commit.Op{Peek: &commit.Hit{Key: key, Rule: rule, Done: done}})
+}
+
+// supported fails for a rule whose algorithm this driver has no
+// statements for.
+func supported(rule store.Rule) error { return supportedAlgorithm(rule.Algorithm()) }
+
+// supportedAlgorithm fails for an algorithm this driver has no statements
+// for; "" is a policy stored before there were others, "fixed".
+func supportedAlgorithm(name string) error {
+	switch name {
+	case "", "fixed":
+		return nil
+	}
+	return fmt.Errorf("postgres: %w: %q", store.ErrAlgorithm, name)
 }
 
 // ResetHit queues the clearing of key's counter; done runs once it has

@@ -3,7 +3,6 @@ package postgres_test
 import (
 	"context"
 	"errors"
-	"math"
 	"net/http"
 	"reflect"
 	"slices"
@@ -14,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/writeonce/porch-go/internal/pgtest"
+	"github.com/writeonce/porch-go/porch/rate"
 	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/postgres"
 )
@@ -35,21 +35,34 @@ func openPostgres(t *testing.T, dsn string) *postgres.Store {
 }
 
 // addHit counts one hit and waits for it to be durable.
-func addHit(t *testing.T, s *postgres.Store, key string, window time.Duration) store.Hit {
+func addHit(t *testing.T, s *postgres.Store, key string, window time.Duration) hitResult {
 	t.Helper()
 	type res struct {
 		h   store.Hit
 		err error
 	}
 	ch := make(chan res, 1)
-	if err := s.AddHit(key, window, 1, math.MaxInt64, func(h store.Hit, err error) { ch <- res{h, err} }); err != nil {
+	if err := s.AddHit(key, unlimited(window), 1, func(h store.Hit, err error) { ch <- res{h, err} }); err != nil {
 		t.Fatalf("AddHit: %v", err)
 	}
 	r := <-ch
 	if r.err != nil {
 		t.Fatalf("AddHit done: %v", r.err)
 	}
-	return r.h
+	return hitResult{Count: r.h.State.Count, WindowStart: r.h.State.Start,
+		ResetIn: r.h.State.Start.Add(window).Sub(r.h.Now)}
+}
+
+// hitResult is what a test reads of a counted hit.
+type hitResult struct {
+	Count       int64
+	ResetIn     time.Duration // time left in the window
+	WindowStart time.Time
+}
+
+// unlimited is a fixed-window rule whose limit no test reaches.
+func unlimited(window time.Duration) store.Rule {
+	return rate.NewRule(rate.FixedWindow, 1<<40, window, 0)
 }
 
 // Two stores on one database stand for two instances: every hit must get a
@@ -71,13 +84,13 @@ func TestPostgresAddHitIsExactAcrossInstances(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				<-start
-				err := s.AddHit("rate:k", time.Hour, 1, math.MaxInt64, func(h store.Hit, err error) {
+				err := s.AddHit("rate:k", unlimited(time.Hour), 1, func(h store.Hit, err error) {
 					if err != nil {
 						t.Errorf("AddHit: %v", err)
 						return
 					}
 					mu.Lock()
-					positions = append(positions, h.Count)
+					positions = append(positions, h.State.Count)
 					mu.Unlock()
 				})
 				if err != nil {

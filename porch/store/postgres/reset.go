@@ -50,25 +50,33 @@ func peekHits(ctx context.Context, tx interface {
 			keys = append(keys, h.Key)
 		}
 		byKey[h.Key] = append(byKey[h.Key], h)
-		h.Result = store.Hit{ResetIn: h.Window} // no open window: a new one would last Window
 	}
 	rows, err := tx.Query(ctx, pgPeekHits, keys)
 	if err != nil {
 		return fmt.Errorf("postgres: peek counters: %w", err)
 	}
 	defer rows.Close()
+	// A key without a live row is read as the zero state, at the batch's
+	// clock, which the last row carries.
+	var now time.Time
+	found := make(map[string]store.State, len(keys))
 	for rows.Next() {
 		var key string
-		var count, leftMS int64
-		if err := rows.Scan(&key, &count, &leftMS); err != nil {
+		var live bool
+		var startMS, count, nowMS int64
+		if err := rows.Scan(&key, &live, &startMS, &count, &nowMS); err != nil {
 			return fmt.Errorf("postgres: peek counters: %w", err)
 		}
-		for _, h := range byKey[key] {
-			h.Result = store.Hit{Count: count, ResetIn: min(time.Duration(leftMS)*time.Millisecond, h.Window)}
+		now = time.UnixMilli(nowMS)
+		if live {
+			found[key] = store.State{Start: time.UnixMilli(startMS), Count: count}
 		}
 	}
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("postgres: peek counters: %w", err)
+	}
+	for _, h := range peeks {
+		h.Result = store.Hit{State: h.Rule.Advance(found[h.Key], now), Now: now}
 	}
 	return nil
 }
@@ -92,8 +100,9 @@ const (
 		WHERE key IN (
 			SELECT key FROM porch_rate_counters WHERE key = ANY($1::text[]) AND expires_at > ` + pgNowMS + `
 			ORDER BY key FOR UPDATE)`
-	// pgPeekHits reads open windows only: a closed one counts 0, as
-	// pgAddHits would treat it.
-	pgPeekHits = `SELECT key, count, least(expires_at - ` + pgNowMS + `, window_ms)
-		FROM porch_rate_counters WHERE key = ANY($1::text[]) AND expires_at > ` + pgNowMS
+	// pgPeekHits reads live states only, and then the clock in a row of
+	// its own: the rule advances each state to it, as pgAddHits would.
+	pgPeekHits = `SELECT key, true, window_start, count, ` + pgNowMS + `
+		FROM porch_rate_counters WHERE key = ANY($1::text[]) AND expires_at > ` + pgNowMS + `
+		UNION ALL SELECT '', false, 0, 0, ` + pgNowMS
 )

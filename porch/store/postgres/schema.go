@@ -40,6 +40,13 @@ var postgresMigrations = []string{
 	// this a catalog change, not a rewrite of the table; rows stored
 	// before it have none.
 	`ALTER TABLE porch_idem_responses ADD COLUMN headers bytea NOT NULL DEFAULT ''::bytea;`,
+	// The policy's algorithm and GCRA's burst (store.Policy), so that an
+	// instance counting another algorithm under a name is refused as one
+	// with another limit is; every policy stored before was "fixed". The
+	// sliding window's previous count (store.State.Prev) beside the count.
+	`ALTER TABLE porch_rate_policies ADD COLUMN algorithm text NOT NULL DEFAULT 'fixed';
+	ALTER TABLE porch_rate_policies ADD COLUMN burst bigint NOT NULL DEFAULT 0;
+	ALTER TABLE porch_rate_counters ADD COLUMN prev bigint NOT NULL DEFAULT 0;`,
 }
 
 // pgNowMS is the database's clock in Unix milliseconds. now() is the
@@ -74,7 +81,7 @@ const (
 			expires_at   = CASE WHEN c.expires_at <= excluded.window_start THEN excluded.expires_at
 				WHEN c.window_ms = excluded.window_ms THEN c.expires_at
 				ELSE least(c.expires_at, excluded.expires_at) END
-		RETURNING c.key, c.count, least(c.expires_at - ` + pgNowMS + `, c.window_ms), c.window_start`
+		RETURNING c.key, c.count, c.window_start, ` + pgNowMS
 	// pgRefundHits takes the weights of refused hits back out of counts
 	// pgAddHits added them to, in the same transaction, which still holds
 	// the rows' locks.

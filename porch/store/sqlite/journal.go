@@ -67,9 +67,9 @@ type journal struct {
 }
 
 type journalRow struct {
-	seq                           int64
-	key                           string
-	start, window, count, expires int64
+	seq                                 int64
+	key                                 string
+	start, window, count, prev, expires int64
 }
 
 // newest is the seq of key's newest row as this transaction sees it, 0 if
@@ -187,21 +187,21 @@ func (s *Store) inWriterTx(ctx context.Context, stmts ...string) (err error) {
 // per row: a multi-row INSERT of 16 rows measured the same (the cost per
 // row is SQLite's, not the cgo crossing).
 func (s *Store) appendCounter(ctx context.Context, c *store.Counter) error {
-	start := c.WindowStart.UnixMilli()
-	window := c.Window.Milliseconds()
-	if err := s.jr.append(ctx, c.Key, start, window, c.Count, start+window); err != nil {
+	row := journalRow{key: c.Key, start: c.WindowStart.UnixMilli(), window: c.Window.Milliseconds(),
+		count: c.Count, prev: c.Prev, expires: c.End().UnixMilli()}
+	if err := s.jr.append(ctx, &row); err != nil {
 		return fmt.Errorf("sqlite: save counter: %w", err)
 	}
 	s.jr.added++
 	return nil
 }
 
-func (j *journal) append(ctx context.Context, key string, start, window, count, expires int64) error {
+func (j *journal) append(ctx context.Context, r *journalRow) error {
 	seq := j.txNext
-	if _, err := j.appendRow.ExecContext(ctx, seq, key, start, window, count, expires); err != nil {
+	if _, err := j.appendRow.ExecContext(ctx, seq, r.key, r.start, r.window, r.count, r.prev, r.expires); err != nil {
 		return err
 	}
-	j.stage[key] = seq
+	j.stage[r.key] = seq
 	j.txNext++
 	j.txRows++
 	return nil
@@ -243,7 +243,7 @@ func (s *Store) cleanJournal(ctx context.Context) error {
 		case r.expires <= now:
 			j.stage[r.key] = -1
 		default:
-			if err := j.append(ctx, r.key, r.start, r.window, r.count, r.expires); err != nil {
+			if err := j.append(ctx, r); err != nil {
 				return fmt.Errorf("sqlite: clean journal: %w", err)
 			}
 			if kept == 0 || r.expires < firstExpiry {
@@ -285,7 +285,7 @@ func (j *journal) readHead(ctx context.Context, n int) error {
 	defer rows.Close()
 	for rows.Next() {
 		var r journalRow
-		if err := rows.Scan(&r.seq, &r.key, &r.start, &r.window, &r.count, &r.expires); err != nil {
+		if err := rows.Scan(&r.seq, &r.key, &r.start, &r.window, &r.count, &r.prev, &r.expires); err != nil {
 			return err
 		}
 		j.slice = append(j.slice, r)
@@ -325,9 +325,9 @@ func (s *Store) foldJournal(ctx context.Context) (err error) {
 // rowid B-tree's right edge. The bare columns beside max(seq) are SQLite's:
 // they come from the row holding the maximum.
 const (
-	sqlJournalAppend = `INSERT INTO porch_rate_journal (seq, key, window_start, window_ms, count, expires_at)
-		VALUES (?, ?, ?, ?, ?, ?)`
-	sqlJournalHead = `SELECT seq, key, window_start, window_ms, count, expires_at
+	sqlJournalAppend = `INSERT INTO porch_rate_journal (seq, key, window_start, window_ms, count, prev, expires_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?)`
+	sqlJournalHead = `SELECT seq, key, window_start, window_ms, count, prev, expires_at
 		FROM porch_rate_journal WHERE seq >= ? ORDER BY seq LIMIT ?`
 	sqlJournalDropHead = `DELETE FROM porch_rate_journal WHERE seq >= ? AND seq <= ?`
 	sqlJournalNewest   = `SELECT key, max(seq) FROM porch_rate_journal GROUP BY key`
@@ -335,18 +335,19 @@ const (
 	sqlJournalEmpty    = `DELETE FROM porch_rate_journal`
 	// A key with rows in the journal keeps them: they are newer than the
 	// table's (a crash during the last run).
-	sqlJournalUnfold = `INSERT INTO porch_rate_journal (key, window_start, window_ms, count, expires_at)
-		SELECT key, window_start, window_ms, count, expires_at FROM porch_rate_counters c
+	sqlJournalUnfold = `INSERT INTO porch_rate_journal (key, window_start, window_ms, count, prev, expires_at)
+		SELECT key, window_start, window_ms, count, prev, expires_at FROM porch_rate_counters c
 		WHERE key <> '` + commit.ProbeKey + `'
 			AND NOT EXISTS (SELECT 1 FROM porch_rate_journal j WHERE j.key = c.key)`
 	sqlCountersEmpty = `DELETE FROM porch_rate_counters`
-	sqlJournalFold   = `INSERT INTO porch_rate_counters (key, window_start, window_ms, count, expires_at)
-		SELECT key, window_start, window_ms, count, expires_at FROM
-			(SELECT key, window_start, window_ms, count, expires_at, max(seq) FROM porch_rate_journal GROUP BY key)
+	sqlJournalFold   = `INSERT INTO porch_rate_counters (key, window_start, window_ms, count, prev, expires_at)
+		SELECT key, window_start, window_ms, count, prev, expires_at FROM
+			(SELECT key, window_start, window_ms, count, prev, expires_at, max(seq) FROM porch_rate_journal GROUP BY key)
 		WHERE expires_at > ?
 		ON CONFLICT (key) DO UPDATE SET
 			window_start = excluded.window_start,
 			window_ms    = excluded.window_ms,
 			count        = excluded.count,
+			prev         = excluded.prev,
 			expires_at   = excluded.expires_at`
 )

@@ -47,6 +47,19 @@ var sqliteMigrations = []string{
 	// The response headers idem.Options.KeepHeaders keeps for replay,
 	// encoded by store/internal/header. Rows stored before it have none.
 	`ALTER TABLE porch_idem_responses ADD COLUMN headers BLOB NOT NULL DEFAULT x'';`,
+	// The sliding window's previous count (store.State.Prev); 0 for the
+	// other algorithms and every row written before them. expires_at is
+	// now the rule's (store.Rule.Expires), no longer always the window's
+	// close.
+	`ALTER TABLE porch_rate_counters ADD COLUMN prev INTEGER NOT NULL DEFAULT 0;
+	ALTER TABLE porch_rate_journal ADD COLUMN prev INTEGER NOT NULL DEFAULT 0;
+	DROP VIEW porch_rate_current;
+	CREATE VIEW porch_rate_current AS
+		SELECT key, window_start, window_ms, count, prev, expires_at FROM
+			(SELECT key, window_start, window_ms, count, prev, expires_at, max(seq) FROM porch_rate_journal GROUP BY key)
+		UNION ALL
+		SELECT key, window_start, window_ms, count, prev, expires_at FROM porch_rate_counters c
+			WHERE NOT EXISTS (SELECT 1 FROM porch_rate_journal j WHERE j.key = c.key);`,
 }
 
 const (
@@ -66,7 +79,7 @@ const (
 	sqlResponsesDue   = `SELECT coalesce(min(expires_at), ?) FROM porch_idem_responses`
 	sqlPruneResponses = `DELETE FROM porch_idem_responses WHERE key IN
 		(SELECT key FROM porch_idem_responses WHERE expires_at <= ? LIMIT ?)`
-	sqlLoadCounters = `SELECT key, window_start, window_ms, count FROM porch_rate_current WHERE expires_at > ?`
+	sqlLoadCounters = `SELECT key, window_start, window_ms, count, prev, expires_at FROM porch_rate_current WHERE expires_at > ?`
 	sqlLoadResponse = `SELECT digest, status, content_type, body, created_at, expires_at, headers
 		FROM porch_idem_responses WHERE key = ?`
 	sqlNewest = `SELECT max(

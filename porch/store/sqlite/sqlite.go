@@ -212,12 +212,13 @@ func (s *Store) LoadCounters(ctx context.Context, now time.Time, fn func(store.C
 	defer rows.Close()
 	for rows.Next() {
 		var c store.Counter
-		var start, window int64
-		if err := rows.Scan(&c.Key, &start, &window, &c.Count); err != nil {
+		var start, window, expires int64
+		if err := rows.Scan(&c.Key, &start, &window, &c.Count, &c.Prev, &expires); err != nil {
 			return fmt.Errorf("sqlite: load counters: %w", err)
 		}
 		c.WindowStart = time.UnixMilli(start)
 		c.Window = time.Duration(window) * time.Millisecond
+		c.Expires = time.UnixMilli(expires)
 		fn(c)
 	}
 	if err := rows.Err(); err != nil {

@@ -66,11 +66,11 @@ type Statement struct {
 // Hit is one request counted in a shared counter. The batch writer fills
 // Result before the callbacks run.
 type Hit struct {
-	Key    string
-	Window time.Duration
-	N      int64 // the request's weight, at least 1
-	Limit  int64 // the hit is counted only if it keeps the count within Limit
-	Done   func(store.Hit, error)
+	Key  string
+	Rule store.Rule // the limiter's algorithm and policy
+	N    int64      // the request's weight, at least 1
+	Done func(store.Hit, error)
+	// Result is the hit's outcome (see store.SharedCounters.AddHit).
 	Result store.Hit
 }
 

@@ -40,7 +40,7 @@ func (c *Claims) Claim(p store.Policy) (first bool, release func(), err error) {
 	if h == nil {
 		h = &claim{p: p}
 		c.held[p.Name] = h
-	} else if h.p != p {
+	} else if !h.p.Equal(p) {
 		return false, nil, fmt.Errorf("%w: %s is already counted in this process as %s; give one of them another Name",
 			store.ErrPolicyConflict, p, h.p)
 	}

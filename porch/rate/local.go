@@ -1,0 +1,328 @@
+package rate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/writeonce/porch-go/porch"
+	"github.com/writeonce/porch-go/porch/store"
+)
+
+// local counts in the memory of the keys' actors, for a store that is its
+// counters' only writer (SQLite). Each actor keeps a view of its keys'
+// states and decides alone; the store's rows exist to rebuild the views
+// after a restart, so a hit's verdict waits only until a committed write
+// covers its count (see bound.go). New loads the views; Close leaves exact
+// counts behind.
+type local struct {
+	l     *Limiter
+	st    store.ExclusiveCounters
+	views []*view // indexed by pool shard; views[i] is touched only by actor i
+}
+
+func newLocal(l *Limiter, st store.ExclusiveCounters) *local {
+	c := &local{l: l, st: st, views: make([]*view, l.pool.Size())}
+	for i := range c.views {
+		c.views[i] = newView(i)
+	}
+	return c
+}
+
+// hit runs on key's actor. The verdict is sent once the store holds a
+// count at least this hit's: at once when a committed write already covers
+// it, after the queued write that covers it commits, or after a new write
+// (see nextBound) commits. A hot key (see hot) queues its next write while
+// half its margin is left, so its hits seldom wait for a commit at all.
+func (c *local) hit(shard int, call *call) {
+	l, v, key, n := c.l, c.views[shard], call.key, call.n
+	now := c.st.Now()
+	v.forget(now, l.rule.life(), forgetPerHit)
+	w, s := c.advance(v, key, now)
+	call.start = w.start
+	if n > l.rule.Room(s, now) {
+		// Nothing changes, so nothing is written; a refusal never lets a
+		// request through, so it need not wait for earlier writes.
+		call.reply.Send(l.verdict(s, now, c.st.Wall(), false, n), nil)
+		return
+	}
+	w.count += n
+	s.Count = w.count
+	verdict := l.verdict(s, now, c.st.Wall(), true, n)
+	// The highest count the store may hold for this epoch: what the state
+	// could still admit now. Writing further ahead would refuse, after a
+	// crash, requests no policy refuses.
+	most := w.count + max(l.rule.Room(s, now), 0)
+	if w.pending != nil {
+		if durable, failed := w.pending.state(); durable {
+			w.durable, w.pending, w.pendingAt = max(w.durable, w.pendingAt), nil, 0
+		} else if failed {
+			w.pending, w.pendingAt = nil, 0 // its waiters got the error; write again
+		}
+	}
+	reply := call.reply
+	switch {
+	case w.count <= w.durable:
+		reply.Send(verdict, nil) // the common case: no write, no wait
+		if c.hot(w, most) {
+			c.writeAhead(key, &w, most, nil)
+		}
+	case w.pending != nil && w.count <= w.pendingAt:
+		w.pending.wait(func(err error) { reply.Send(verdict, err) })
+	default:
+		c.writeAhead(key, &w, most, func(err error) { reply.Send(verdict, err) })
+	}
+	v.counts[key] = w
+}
+
+// advance brings key's tally to now under the limiter's rule: a state the
+// rule moves to a new epoch (a closed window, an idle bucket) gets a new
+// tally, which nothing written covers yet. It returns the tally and its
+// state.
+func (c *local) advance(v *view, key string, now time.Time) (tally, store.State) {
+	w, ok := v.counts[key]
+	s := c.l.rule.Advance(w.state(), now)
+	if !ok || !s.Start.Equal(w.start) {
+		w = v.open(key, s)
+		c.armForget(v, now)
+	}
+	return w, s
+}
+
+// peek runs on key's actor: the key's state as its next hit would find it.
+func (c *local) peek(shard int, key string, reply porch.Reply[Verdict]) {
+	now := c.st.Now()
+	w := c.views[shard].counts[key]
+	s := c.l.rule.Advance(w.state(), now)
+	reply.Send(c.l.peeked(s, now, c.st.Wall()), nil)
+}
+
+// reset runs on key's actor. It opens a new, empty epoch in place of the
+// key's live one and writes it through as the key's newest row; answer
+// waits for that write.
+//
+// The store's committer writes in the order writes were queued, and the
+// journal's newest row of a key wins, so a bound queued before the reset
+// (written ahead, or one an earlier hit waits for) commits before the
+// reset's row or is superseded by it in the same batch: it cannot bring the
+// old count back. The new tally forgets that bound: hits after the reset
+// wait for writes of their own, queued after the reset's, never for a
+// bound of the old epoch.
+func (c *local) reset(shard int, key string, answer func(error)) {
+	v := c.views[shard]
+	now := c.st.Now()
+	w, ok := v.counts[key]
+	if !ok || !now.Before(c.l.rule.Expires(w.state())) {
+		answer(nil) // nothing held back, here or in the store
+		return
+	}
+	// The new epoch must not start where the old one did: a take-back
+	// (see Set) finds its epoch by the start alone, and one for a hit
+	// this reset clears must not come out of a hit counted after it. Only
+	// a clock that has not moved since the epoch opened (a fake or a
+	// coarse one) needs the nanosecond, which ends the epoch that much
+	// later: the safe side.
+	start := now
+	if !start.After(w.start) {
+		start = w.start.Add(time.Nanosecond)
+	}
+	w = v.open(key, store.State{Start: start})
+	c.armForget(v, now)
+	bw := new(boundWrite)
+	bw.wait(answer)
+	w.pending = bw // pendingAt 0: the new epoch's count, written
+	v.counts[key] = w
+	if err := c.st.SaveCounter(c.counter(key, w, 0), bw.settle); err != nil {
+		bw.settle(err)
+	}
+}
+
+// takeBack runs on key's actor: it lowers key's count by n if key's epoch
+// is still the one that started at start. One that has ended since took
+// its hits with it. Only the in-memory count goes down; the stored one,
+// already at or above it, is left to the next write, as a write-ahead
+// bound is: a crash before then over-counts by n, the safe side.
+func (c *local) takeBack(shard int, key string, start time.Time, n int64) {
+	v := c.views[shard]
+	w, ok := v.counts[key]
+	if !ok || !w.start.Equal(start) {
+		return
+	}
+	w.count = max(w.count-n, 0)
+	v.counts[key] = w
+}
+
+// counter is the row that makes count durable for key's tally w. A start
+// is stored rounded up to the store's millisecond for the algorithms whose
+// state is a time (sliding, GCRA), so that a state loaded back never holds
+// back less than the one written; a fixed window keeps its start, as it
+// always has.
+func (c *local) counter(key string, w tally, count int64) store.Counter {
+	s := store.State{Start: w.start, Count: count, Prev: w.prev}
+	if _, fixed := c.l.rule.(fixedRule); !fixed {
+		s.Start = ceilMS(s.Start)
+	}
+	return store.Counter{Key: key, WindowStart: s.Start, Window: c.l.window, Count: s.Count, Prev: s.Prev,
+		Expires: ceilMS(c.l.rule.Expires(s))}
+}
+
+// open fills the views with the states still live in the store. It runs
+// before any actor can see the views; handing a job to an actor through
+// its mailbox publishes them.
+func (c *local) open(ctx context.Context) error {
+	l := c.l
+	now := c.st.Now()
+	err := c.st.LoadCounters(ctx, now, func(sc store.Counter) {
+		if !strings.HasPrefix(sc.Key, l.prefix) {
+			return // another limiter's row
+		}
+		start := resumedStart(sc, l.window, now)
+		v := c.views[l.pool.Shard(sc.Key)]
+		v.counts[sc.Key] = tally{start: start, count: sc.Count, prev: sc.Prev, durable: sc.Count}
+		v.expiry = append(v.expiry, opened{key: sc.Key, start: start})
+	})
+	if err != nil {
+		return fmt.Errorf("rate: %w", err)
+	}
+	for _, v := range c.views {
+		sortOpened(v.expiry)
+		v.peak = len(v.counts)
+		c.armForget(v, now) // no actor runs a job yet, so touching v here is safe
+	}
+	return nil
+}
+
+// resumedStart is where a loaded window starts under this limiter's window
+// length. A window opened under another length (the policy changed in a
+// deploy) keeps its count and closes at its old end or one new window from
+// now, whichever is sooner: so a client is never held longer than either
+// policy would hold it, and its hits are not forgotten. Every window of a
+// limiter then has one length, which the views rely on.
+func resumedStart(c store.Counter, window time.Duration, now time.Time) time.Time {
+	if c.Window == window {
+		return c.WindowStart
+	}
+	end := c.WindowStart.Add(c.Window)
+	if limit := now.Add(window); limit.Before(end) {
+		end = limit
+	}
+	return end.Add(-window)
+}
+
+// close writes the exact count of every live state that was written ahead
+// (see Options.WriteAhead), so that a clean shutdown leaves exact counts in
+// the store. It returns the first write error, or ctx.Err().
+func (c *local) close(ctx context.Context) error {
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex // protects first
+		first error
+	)
+	record := func(err error) {
+		if err != nil {
+			mu.Lock()
+			if first == nil {
+				first = err
+			}
+			mu.Unlock()
+		}
+	}
+	for shard := range c.views {
+		wg.Add(1)
+		err := c.l.pool.SendShard(shard, true, func(i int) {
+			defer wg.Done()
+			v := c.views[i]
+			if t := v.timer; t != nil {
+				t.Stop()
+			}
+			now := c.st.Now()
+			for key, w := range v.counts {
+				if w.written() <= w.count || !now.Before(c.l.rule.Expires(w.state())) {
+					continue
+				}
+				wg.Add(1)
+				err := c.st.SaveCounter(c.counter(key, w, w.count), func(err error) { record(err); wg.Done() })
+				if err != nil {
+					record(err)
+					wg.Done()
+					continue
+				}
+				w.durable, w.pending, w.pendingAt = w.count, nil, 0
+				v.counts[key] = w
+			}
+		})
+		if err != nil {
+			record(fmt.Errorf("rate: flush shard %d: %w", shard, err))
+			wg.Done()
+		}
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return first
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// hot reports whether a hit answered from the committed bound should queue
+// the next bound now, before any hit has to wait for it: only for a key that
+// has already had ahead/2 hits in this epoch and has less than half its
+// margin left. A queued write no request waits on is not bounded by the
+// number of connections, so doing this for every key would let a crowd of
+// cool keys pile writes up in the committer's queue, and every first hit
+// would wait behind them.
+func (c *local) hot(w tally, most int64) bool {
+	ahead := c.l.ahead
+	return w.pending == nil && w.durable < most && w.count >= ahead/2 && w.durable-w.count < ahead/2
+}
+
+// writeAhead queues the write of key's next bound, at most most, and
+// records it as pending; answer, if not nil, waits for it.
+func (c *local) writeAhead(key string, w *tally, most int64, answer func(error)) {
+	bw := new(boundWrite)
+	if answer != nil {
+		bw.wait(answer)
+	}
+	w.pending, w.pendingAt = bw, nextBound(w.count, c.l.ahead, most)
+	if err := c.st.SaveCounter(c.counter(key, *w, w.pendingAt), bw.settle); err != nil {
+		bw.settle(err)
+	}
+}
+
+// armForget runs on v's actor: unless armed already, it sets v's timer to
+// send the actor a forget job when v's oldest state ends. Hits let go of
+// a few ended states each; the timer is for an actor that gets no more
+// hits, whose keys would otherwise stay in memory for good.
+func (c *local) armForget(v *view, now time.Time) {
+	end, ok := v.oldest(c.l.rule.life())
+	if v.armed || !ok {
+		return
+	}
+	v.armed = true
+	wait := end.Sub(now) + time.Millisecond
+	if v.timer != nil {
+		v.timer.Reset(wait)
+		return
+	}
+	v.timer = time.AfterFunc(wait, func() { c.forgetTick(v) })
+}
+
+// forgetTick runs on v's timer: it hands v's actor a forget job, and tries
+// again in a second while the mailbox is full (hits are forgetting
+// meanwhile). After Close the pool refuses, and the ticking stops.
+func (c *local) forgetTick(v *view) {
+	err := c.l.pool.SendShard(v.shard, false, func(int) {
+		now := c.st.Now()
+		v.forget(now, c.l.rule.life(), forgetPerTick)
+		v.armed = false
+		c.armForget(v, now)
+	})
+	if errors.Is(err, porch.ErrSaturated) {
+		time.AfterFunc(time.Second, func() { c.forgetTick(v) })
+	}
+}
