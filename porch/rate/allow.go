@@ -151,7 +151,9 @@ func (l *Limiter) hit(v *view, key string, n int64, start *time.Time, reply porc
 	}
 	*start = w.start
 	verdict := Verdict{Limit: l.limit, Remaining: max(l.limit-w.count, 0), ResetAt: l.store.Wall().Add(w.start.Add(l.window).Sub(now))}
-	if w.count+n > l.limit {
+	// Written as n > limit-count, not count+n > limit: the difference
+	// cannot wrap, whatever a loaded count (or a future limit) holds.
+	if n > l.limit-w.count {
 		// Nothing changes, so nothing is written; a refusal never lets a
 		// request through, so it need not wait for earlier writes.
 		reply.Send(verdict, nil)
@@ -174,11 +176,21 @@ func (l *Limiter) hit(v *view, key string, n int64, start *time.Time, reply porc
 			l.writeAhead(key, &w, nil)
 		}
 	case w.pending != nil && w.count <= w.pendingAt:
-		w.pending.wait(func(err error) { reply.Send(verdict, err) })
+		w.pending.wait(func(err error) { sendVerdict(reply, verdict, err) })
 	default:
-		l.writeAhead(key, &w, func(err error) { reply.Send(verdict, err) })
+		l.writeAhead(key, &w, func(err error) { sendVerdict(reply, verdict, err) })
 	}
 	v.counts[key] = w
+}
+
+// sendVerdict answers a hit whose write settled with err. A failed write
+// answers no verdict at all: the request must not be served, and a caller
+// that reads Allowed before the error must not find true.
+func sendVerdict(reply porch.Reply[Verdict], v Verdict, err error) {
+	if err != nil {
+		v = Verdict{}
+	}
+	reply.Send(v, err)
 }
 
 // hitShared runs on key's actor when other processes write the same
@@ -187,6 +199,12 @@ func (l *Limiter) hit(v *view, key string, n int64, start *time.Time, reply porc
 // window's start before it answers.
 func (l *Limiter) hitShared(key string, n int64, start *time.Time, reply porch.Reply[Verdict]) {
 	err := l.shared.AddHit(key, l.window, n, l.limit, func(h store.Hit, err error) {
+		if err != nil {
+			// A failed batch leaves h zero, which would read as an
+			// empty window allowing the hit.
+			reply.Send(Verdict{}, err)
+			return
+		}
 		*start = h.WindowStart
 		v := Verdict{Limit: l.limit, ResetAt: l.store.Wall().Add(h.ResetIn), Allowed: h.Count <= l.limit}
 		counted := h.Count // a refused hit's Count includes its weight, which was not counted

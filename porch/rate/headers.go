@@ -11,7 +11,12 @@ import (
 // wall clock, because a client has no access to this process's timeline.
 func (l *Limiter) setHeaders(h http.Header, v Verdict) {
 	left := max(v.ResetAt.Sub(l.store.Wall()), 0)
-	secs := int64((left + time.Second - 1) / time.Second)
+	// Rounded up by a remainder, not by adding a second less a nanosecond
+	// first, which could wrap a span near Duration's range negative.
+	secs := int64(left / time.Second)
+	if left%time.Second != 0 {
+		secs++
+	}
 	refused := !v.Allowed && !v.DryRun
 	if refused {
 		// A refused client must wait at least a second, and RateLimit's t
