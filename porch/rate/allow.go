@@ -36,7 +36,8 @@ var ErrNoPrincipal = errors.New("rate: a principal must not be empty")
 // principal, and like theirs the count survives a restart. It fails with
 // ErrNoPrincipal for "", with porch.ErrSaturated when the key's mailbox is
 // full, with the store's error when the write failed, and with ctx.Err().
-// In every failure the caller must not serve the request.
+// In every failure the Verdict is zero and the caller must not serve the
+// request.
 func (l *Limiter) Allow(ctx context.Context, principal string) (Verdict, error) {
 	if principal == "" {
 		return Verdict{}, ErrNoPrincipal

@@ -24,7 +24,8 @@ var ErrOverLimit = errors.New("rate: request weight exceeds the limit")
 //
 // It fails, without counting, with ErrNoPrincipal for "", ErrWeight for
 // n < 1 and ErrOverLimit for n above the limit; and otherwise as Allow
-// does. In every failure the caller must not serve the request.
+// does. In every failure the Verdict is zero and the caller must not serve
+// the request.
 func (l *Limiter) AllowN(ctx context.Context, principal string, n int) (Verdict, error) {
 	if principal == "" {
 		return Verdict{}, ErrNoPrincipal
