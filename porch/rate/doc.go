@@ -30,13 +30,19 @@
 //	r := chi.NewRouter()
 //	r.Use(lim.Handler)
 //
+// A limiter counts a request once however often the route mounts it: with
+// r.Use(lim.Handler) above and porch.Chain(lim, keys) on one route, or lim
+// alone and in a Set, the mount further out counts it and the others pass
+// it on uncounted, reporting that count. Two different limiters each count
+// it.
+//
 // # Panics and errors
 //
 // New follows chi's rule. A programming error panics at construction with a
 // "rate: " message, before any I/O: a nil pool or store, a store that keeps
-// no counters, a limit below 1, a window under a millisecond, an
-// Options.Name that a counter key or a header cannot hold, or both
-// Options.Key and Options.KeyFunc. An error is
+// no counters, a limit below 1 or above MaxLimit, a window under a
+// millisecond or above MaxWindow, an Options.Name that a counter key or a
+// header cannot hold, or both Options.Key and Options.KeyFunc. An error is
 // returned only for what the store answers: the policy refused
 // (store.ErrPolicyConflict), or the store failing to record the policy or
 // to load the open windows. Past New the limiter does not panic: a hit it

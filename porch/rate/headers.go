@@ -19,7 +19,12 @@ func (l *Limiter) setHeaders(h http.Header, v Verdict) {
 		until = v.RetryAt
 	}
 	left := max(until.Sub(l.store.Wall()), 0)
-	secs := int64((left + time.Second - 1) / time.Second)
+	// Rounded up by a remainder, not by adding a second less a nanosecond
+	// first, which could wrap a span near Duration's range negative.
+	secs := int64(left / time.Second)
+	if left%time.Second != 0 {
+		secs++
+	}
 	if refused {
 		// A refused client must wait at least a second, and RateLimit's t
 		// must say what Retry-After says: both from this one reading.

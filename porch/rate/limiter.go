@@ -148,6 +148,27 @@ type Limiter struct {
 	errs                    *porch.ErrorLog // for Options.Logger; nil: the process's
 }
 
+// MaxLimit is the largest limit New accepts, and so the heaviest request a
+// limiter can allow. 2^40 (about 1.1e12 requests per window) is beyond any
+// rate a server meets, and keeps every sum over counts exact in int64 with
+// room to spare: a count never passes its limit, so count + n stays under
+// 2^41 in memory; PostgreSQL adds all of a batch's hits of one key to the
+// stored count before it takes the refused ones back out, a sum of at most
+// (MaxBatch+1)·2^40, which int64 holds for batches of up to 2^23-1 writes,
+// 2048 times store.DefaultMaxBatch. It is also below 2^53, so a client that
+// parses X-RateLimit-Remaining into a float64 (JavaScript) reads it
+// exactly. Near int64's range, by contrast, count + n wraps negative and a
+// limiter would serve past its limit.
+const MaxLimit = 1 << 40
+
+// MaxWindow is the longest window New accepts: 100 years of 365 days. A
+// time.Duration holds about 292 years, and the limiter adds to spans as
+// long as a window (rounding up to whole seconds for Retry-After and
+// RateLimit-Policy, a millisecond to wake the timer that forgets closed
+// windows): within a second of that range the sums wrap negative, and a
+// refusal would say "retry after 1 second" for a window of centuries.
+const MaxWindow = 100 * 365 * 24 * time.Hour
+
 // New returns a limiter of limit requests per window, counted by pool's
 // actors and persisted in st.
 //
@@ -169,13 +190,15 @@ type Limiter struct {
 //
 // New panics, with a "rate: " message, on a programming error: a nil pool
 // or store, a store that keeps no counters (neither store.ExclusiveCounters
-// nor store.SharedCounters), limit < 1, a window under a millisecond, an
-// Options.Name that is not a valid name (see Options.Name), both
-// Options.Key and Options.KeyFunc, or an Options.ProblemBase that is not a
-// URI. It
-// checks all of these before any I/O. It returns an error only for what the
-// store answers: the policy refused (store.ErrPolicyConflict), or the store
-// failing to record the policy or to load the open windows.
+// nor store.SharedCounters), a limit outside 1 to MaxLimit, a window under
+// a millisecond or over MaxWindow, an Options.Name that is not a valid name
+// (see Options.Name), both Options.Key and Options.KeyFunc, or an
+// Options.ProblemBase that is not a URI. It checks all of these before any
+// I/O. It returns an error only for what the store answers: the policy
+// refused (store.ErrPolicyConflict), or the store failing to record the
+// policy or to load the open windows. Options.Algorithm beyond GCRA, or
+// Options.Burst with another algorithm, negative or over MaxLimit, panics
+// too.
 func New(pool *porch.Pool, st store.Counters, limit int, window time.Duration, opt Options) (*Limiter, error) {
 	l := newLimiter(pool, st, limit, window, opt)
 	if err := l.open(); err != nil {
@@ -196,8 +219,15 @@ func newLimiter(pool *porch.Pool, st store.Counters, limit int, window time.Dura
 	if limit < 1 {
 		panic(fmt.Sprintf("rate: New expects limit >= 1, got %d", limit))
 	}
+	// int64: MaxLimit does not fit a 32-bit int, where no limit passes it.
+	if int64(limit) > MaxLimit {
+		panic(fmt.Sprintf("rate: New expects limit <= rate.MaxLimit (%d), got %d", int64(MaxLimit), limit))
+	}
 	if window < time.Millisecond {
 		panic(fmt.Sprintf("rate: New expects window >= 1ms, got %s", window))
+	}
+	if window > MaxWindow {
+		panic(fmt.Sprintf("rate: New expects window <= rate.MaxWindow (%s), got %s", MaxWindow, window))
 	}
 	if opt.Name == "" {
 		opt.Name = "default"
@@ -217,8 +247,16 @@ func newLimiter(pool *porch.Pool, st store.Counters, limit int, window time.Dura
 	if opt.Burst != 0 && opt.Algorithm != GCRA {
 		panic(fmt.Sprintf("rate: New expects Options.Burst only with GCRA, got burst %d with %s", opt.Burst, opt.Algorithm))
 	}
-	if opt.Burst < 0 {
-		panic(fmt.Sprintf("rate: New expects Options.Burst >= 0, got %d", opt.Burst))
+	if opt.Burst < 0 || int64(opt.Burst) > MaxLimit {
+		panic(fmt.Sprintf("rate: New expects Options.Burst from 0 to rate.MaxLimit (%d), got %d", int64(MaxLimit), opt.Burst))
+	}
+	if opt.Algorithm == GCRA {
+		// The bucket's depth, burst emission intervals, is a time the
+		// rule adds to instants: it must stay within MaxWindow, as a
+		// window does, so that no sum of times can wrap.
+		if g := newGCRA(int64(limit), window, int64(opt.Burst)); g.burst > int64(MaxWindow/g.interval) {
+			panic(fmt.Sprintf("rate: New expects a GCRA burst whose intervals span at most rate.MaxWindow, got burst %d of %s", g.burst, g.interval))
+		}
 	}
 	ahead := int64(opt.WriteAhead)
 	switch {

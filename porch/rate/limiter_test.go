@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -54,6 +55,12 @@ func TestNewPanicsOnBadConfig(t *testing.T) {
 		{"negative limit", pool, st, -1, time.Minute, "", "limit >= 1"},
 		{"zero window", pool, st, 10, 0, "", "window >= 1ms"},
 		{"sub-millisecond window", pool, st, 10, time.Microsecond, "", "window >= 1ms"},
+		// Near int64's range count+n wraps negative and serves past the
+		// limit; near Duration's, the Retry-After sums do.
+		{"limit above MaxLimit", pool, st, rate.MaxLimit + 1, time.Minute, "", "limit <= rate.MaxLimit"},
+		{"limit near int64's range", pool, st, 1 << 62, time.Minute, "", "limit <= rate.MaxLimit"},
+		{"window above MaxWindow", pool, st, 10, rate.MaxWindow + time.Nanosecond, "", "window <= rate.MaxWindow"},
+		{"window near Duration's range", pool, st, 10, math.MaxInt64, "", "window <= rate.MaxWindow"},
 		// "a:p" would write the rows of limiter "a"'s principals.
 		{"name with a colon", pool, st, 10, time.Minute, "a:p", "Options.Name"},
 		{"name with a quote", pool, st, 10, time.Minute, `a"b`, "Options.Name"},

@@ -71,11 +71,21 @@ func (c *local) hit(shard int, call *call) {
 			c.writeAhead(key, &w, most, nil)
 		}
 	case w.pending != nil && w.count <= w.pendingAt:
-		w.pending.wait(func(err error) { reply.Send(verdict, err) })
+		w.pending.wait(func(err error) { sendVerdict(reply, verdict, err) })
 	default:
-		c.writeAhead(key, &w, most, func(err error) { reply.Send(verdict, err) })
+		c.writeAhead(key, &w, most, func(err error) { sendVerdict(reply, verdict, err) })
 	}
 	v.counts[key] = w
+}
+
+// sendVerdict answers a hit whose write settled with err. A failed write
+// answers no verdict at all: the request must not be served, and a caller
+// that reads Allowed before the error must not find true.
+func sendVerdict(reply porch.Reply[Verdict], v Verdict, err error) {
+	if err != nil {
+		v = Verdict{}
+	}
+	reply.Send(v, err)
 }
 
 // advance brings key's tally to now under the limiter's rule: a state the

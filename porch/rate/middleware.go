@@ -17,11 +17,56 @@ const (
 	ProblemUnavailable = "https://porch.dev/problems/rate-unavailable"
 )
 
-type verdictKey struct{ l *Limiter }
+// counted is the context a limiter's mount hands on once it has counted a
+// request, recording the verdict: a mount of the same limiter further in
+// (r.Use(lim.Handler) and porch.Chain(lim, keys) on one route, or lim both
+// alone and in a Set) finds it and passes the request on instead of
+// counting it again, and After finds the verdict to report in it. It wraps
+// its parent itself, rather than going into a context.WithValue, so that
+// recording costs one allocation, not two.
+type counted struct {
+	context.Context
+	l *Limiter
+	v Verdict
+	// through marks the record of a mount that passed the request on: its
+	// After leaves the headers to the mount that counted, whose verdict it
+	// would otherwise write over a Set's report of it.
+	through bool
+}
+
+type countedKey struct{}
+
+// Value answers countedKey with c, and anything else as c's parent does.
+func (c *counted) Value(key any) any {
+	if _, ok := key.(countedKey); ok {
+		return c
+	}
+	return c.Context.Value(key)
+}
+
+// countOf finds, in ctx, the innermost record of l's count of the request,
+// or nil if l has not counted it.
+func countOf(ctx context.Context, l *Limiter) *counted {
+	for {
+		c, _ := ctx.Value(countedKey{}).(*counted)
+		if c == nil || c.l == l {
+			return c
+		}
+		ctx = c.Context
+	}
+}
 
 // Before counts the request. A refusal short-circuits with 429; a failure
-// with 503. It implements porch.Middleware.
+// with 503. A request l has counted already, mounted further out on the
+// route, passes on uncounted. It implements porch.Middleware.
 func (l *Limiter) Before(r *http.Request) (*http.Request, *porch.Response) {
+	ctx := r.Context()
+	if c := countOf(ctx, l); c != nil {
+		if c.through {
+			return r, nil // marked by a pass-through mount further out
+		}
+		return r.WithContext(&counted{Context: ctx, l: l, v: c.v, through: true}), nil
+	}
 	v, err := l.count(r)
 	if errors.Is(err, ErrSkip) {
 		return r, nil
@@ -29,7 +74,7 @@ func (l *Limiter) Before(r *http.Request) (*http.Request, *porch.Response) {
 	if err != nil {
 		return r, l.failure(r, err)
 	}
-	r = r.WithContext(context.WithValue(r.Context(), verdictKey{l}, v))
+	r = r.WithContext(&counted{Context: ctx, l: l, v: v})
 	if !v.Allowed && !v.DryRun {
 		return r, l.refusal(r, v)
 	}
@@ -43,20 +88,28 @@ func (l *Limiter) Before(r *http.Request) (*http.Request, *porch.Response) {
 // in the chain refused, or the handler did) is left as it is: its
 // Retry-After is another policy's, and this one's X-RateLimit-* beside it
 // would contradict it. Use All to count one request against several
-// limits.
+// limits. A mount that passed the request on (see Before) leaves the
+// headers to the one that counted it.
 func (l *Limiter) After(r *http.Request, res *porch.Response, _ porch.Completion) {
-	if v, ok := r.Context().Value(verdictKey{l}).(Verdict); ok && !refusedByOther(res, v.Allowed || v.DryRun) {
+	if c := countOf(r.Context(), l); c != nil && !c.through && !refusedByOther(res, c.v.Allowed || c.v.DryRun) {
 		if res.Header == nil {
 			res.Header = make(http.Header)
 		}
-		l.setHeaders(res.Header, v)
+		l.setHeaders(res.Header, c.v)
 	}
 }
 
 // Handler is the limiter as plain chi middleware. Unlike a porch chain it
-// does not buffer the response: headers are set before next runs.
+// does not buffer the response: headers are set before next runs. A request
+// l has counted already, mounted further out on the route, passes on
+// uncounted, with the headers that mount set.
 func (l *Limiter) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx := r.Context()
+		if countOf(ctx, l) != nil {
+			next.ServeHTTP(w, r)
+			return
+		}
 		v, err := l.count(r)
 		if errors.Is(err, ErrSkip) {
 			next.ServeHTTP(w, r)
@@ -71,7 +124,7 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 			return
 		}
 		l.setHeaders(w.Header(), v)
-		next.ServeHTTP(w, r)
+		next.ServeHTTP(w, r.WithContext(&counted{Context: ctx, l: l, v: v}))
 	})
 }
 

@@ -55,6 +55,12 @@ import (
 // inner one's under Handler, the outer one's under a chain). Use All for
 // several limits on one route.
 //
+// A limiter of the set that already counted the request further out on
+// the route (mounted alone, or in another set) is not counted again: its
+// verdict there takes part in the set's decision, and it is neither given
+// back nor observed by the set. A set all of whose limiters counted the
+// request further out passes it on, as one mounted twice.
+//
 // A Set is safe for concurrent use, and does not own its limiters: Close
 // each of them. The zero value is not usable.
 type Set struct {
@@ -96,11 +102,18 @@ type member struct {
 	err   error
 	// left marks a dry-run limiter that could not count: it is left out.
 	left bool
+	// prior marks a limiter that counted the request further out on the
+	// route (mounted alone, or in another set): v is its verdict there,
+	// and the set neither counts it again nor gives it back.
+	prior bool
 }
+
+// counted reports whether the set counted m's hit.
+func (m *member) counted() bool { return !m.prior && !m.left && m.err == nil }
 
 // given reports whether m's hit was counted, so that it must be given back
 // if the set refuses the request.
-func (m *member) given() bool { return !m.left && m.err == nil && m.v.Allowed }
+func (m *member) given() bool { return m.counted() && m.v.Allowed }
 
 // decision is what a set answers one request: lim's verdict v, or lim's
 // failure err.
@@ -116,17 +129,18 @@ type decision struct {
 type setKey struct{ s *Set }
 
 // count counts r against every limiter of the set, and decides. Its err is
-// ErrSkip when no limiter counts r.
-func (s *Set) count(r *http.Request) decision {
+// ErrSkip when no limiter counts r. It returns the members, for
+// withCounts.
+func (s *Set) count(r *http.Request) (decision, []member) {
 	ms, d, ok := s.resolve(r)
 	if !ok {
-		return d
+		return d, nil
 	}
 	s.post(ms)
 	ctx := r.Context()
 	for i := range ms {
 		m := &ms[i]
-		if m.left {
+		if m.left || m.prior {
 			continue // never sent
 		}
 		if m.c != nil {
@@ -144,15 +158,44 @@ func (s *Set) count(r *http.Request) decision {
 		giveBack(ms)
 	}
 	observe(ctx, ms, d)
-	return d
+	return d, ms
+}
+
+// withCounts records in ctx each member the set counted, so that a mount of
+// one of them further in passes the request on (see counted). The records
+// share one allocation.
+func withCounts(ctx context.Context, ms []member) context.Context {
+	n := 0
+	for i := range ms {
+		if ms[i].counted() {
+			n++
+		}
+	}
+	if n == 0 {
+		return ctx
+	}
+	recs := make([]counted, 0, n)
+	for i := range ms {
+		if m := &ms[i]; m.counted() {
+			recs = append(recs, counted{Context: ctx, l: m.l, v: m.v})
+			ctx = &recs[len(recs)-1]
+		}
+	}
+	return ctx
 }
 
 // resolve names each limiter's key and weight. A limiter that skips r is
 // left out; one that cannot key or weigh it decides the request (ok false)
-// before anything is counted, unless it is in DryRun.
+// before anything is counted, unless it is in DryRun. A limiter that
+// counted r further out on the route brings the verdict it had there.
 func (s *Set) resolve(r *http.Request) (ms []member, d decision, ok bool) {
 	ms = make([]member, 0, len(s.lims))
+	fresh := false // some limiter is to count r here
 	for _, l := range s.lims {
+		if c := countOf(r.Context(), l); c != nil {
+			ms = append(ms, member{l: l, v: c.v, prior: true})
+			continue
+		}
 		key, n, err := l.resolve(r)
 		switch {
 		case errors.Is(err, ErrSkip):
@@ -164,8 +207,12 @@ func (s *Set) resolve(r *http.Request) (ms []member, d decision, ok bool) {
 			return nil, decision{lim: l, err: err}, false
 		}
 		ms = append(ms, member{l: l, key: key, n: n})
+		fresh = true
 	}
-	if len(ms) == 0 {
+	if !fresh {
+		// Nothing to count here: the set passes r on as one that skips it
+		// does, leaving the headers to the mounts that counted it (the
+		// same set mounted twice writes the same ones).
 		return nil, decision{err: ErrSkip}, false
 	}
 	return ms, decision{}, true
@@ -177,6 +224,9 @@ func (s *Set) resolve(r *http.Request) (ms []member, d decision, ok bool) {
 func (s *Set) post(ms []member) {
 	for i := range ms {
 		m := &ms[i]
+		if m.prior {
+			continue
+		}
 		m.c, m.err = m.l.post(m.key, m.n)
 		if m.err != nil && !m.l.opt.DryRun {
 			for j := i + 1; j < len(ms); j++ {
@@ -275,7 +325,7 @@ func observe(ctx context.Context, ms []member, d decision) {
 	served := d.err == nil && d.v.Allowed
 	for i := range ms {
 		m := &ms[i]
-		if m.l.opt.Observer == nil || (m.left && m.err == nil) || (m.given() && !served) {
+		if m.l.opt.Observer == nil || m.prior || (m.left && m.err == nil) || (m.given() && !served) {
 			continue
 		}
 		m.l.observe(ctx, m.v, m.err)

@@ -12,17 +12,18 @@ import (
 // short-circuits with the refusing limiter's 429; a failure with its 503,
 // 500 or 413. It implements porch.Middleware.
 func (s *Set) Before(r *http.Request) (*http.Request, *porch.Response) {
-	d := s.count(r)
+	d, ms := s.count(r)
 	if errors.Is(d.err, ErrSkip) {
 		return r, nil
 	}
 	if d.err != nil {
 		return r, d.lim.failure(r, d.err)
 	}
-	r = r.WithContext(context.WithValue(r.Context(), setKey{s}, d))
 	if !d.v.Allowed {
+		r = r.WithContext(context.WithValue(r.Context(), setKey{s}, d))
 		return r, s.refusal(r, d)
 	}
+	r = r.WithContext(context.WithValue(withCounts(r.Context(), ms), setKey{s}, d))
 	return r, nil
 }
 
@@ -44,7 +45,7 @@ func (s *Set) After(r *http.Request, res *porch.Response, _ porch.Completion) {
 // not buffer the response: headers are set before next runs.
 func (s *Set) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		d := s.count(r)
+		d, ms := s.count(r)
 		switch {
 		case errors.Is(d.err, ErrSkip):
 			next.ServeHTTP(w, r)
@@ -54,6 +55,9 @@ func (s *Set) Handler(next http.Handler) http.Handler {
 			s.refusal(r, d).Write(w)
 		default:
 			s.setHeaders(w.Header(), d)
+			if ctx := withCounts(r.Context(), ms); ctx != r.Context() {
+				r = r.WithContext(ctx)
+			}
 			next.ServeHTTP(w, r)
 		}
 	})

@@ -54,7 +54,8 @@ var ErrNoPrincipal = errors.New("rate: a principal must not be empty")
 // principal, and like theirs the count survives a restart. It fails with
 // ErrNoPrincipal for "", with porch.ErrSaturated when the key's mailbox is
 // full, with the store's error when the write failed, and with ctx.Err().
-// In every failure the caller must not serve the request.
+// In every failure the Verdict is zero and the caller must not serve the
+// request.
 func (l *Limiter) Allow(ctx context.Context, principal string) (Verdict, error) {
 	if principal == "" {
 		return Verdict{}, ErrNoPrincipal
@@ -136,12 +137,12 @@ func (l *Limiter) newCall() any {
 // observe tells Options.Observer of a decision. A dry run's would-be
 // refusal is a limited decision: the observer counts what the limit would do.
 func (l *Limiter) observe(ctx context.Context, v Verdict, err error) {
-	o := porch.RateAllowed
+	o := Allowed
 	switch {
 	case err != nil:
-		o = porch.RateUnavailable
+		o = Unavailable
 	case !v.Allowed:
-		o = porch.RateLimited
+		o = Limited
 	}
 	l.opt.Observer.RateDecision(ctx, l.opt.Name, o)
 }
@@ -153,7 +154,8 @@ func (l *Limiter) observe(ctx context.Context, v Verdict, err error) {
 //
 // It fails, without counting, with ErrNoPrincipal for "", ErrWeight for
 // n < 1 and ErrOverLimit for n above the limit; and otherwise as Allow
-// does. In every failure the caller must not serve the request.
+// does. In every failure the Verdict is zero and the caller must not serve
+// the request.
 func (l *Limiter) AllowN(ctx context.Context, principal string, n int) (Verdict, error) {
 	if principal == "" {
 		return Verdict{}, ErrNoPrincipal
