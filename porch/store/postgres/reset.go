@@ -24,10 +24,14 @@ func (p *Store) resetHits(ctx context.Context, keys []string) error {
 	if len(keys) == 0 {
 		return nil
 	}
-	slices.Sort(keys)
-	keys = slices.Compact(keys)
+	db := make([]string, len(keys))
+	for i, k := range keys {
+		db[i] = string(dbKey(k))
+	}
+	slices.Sort(db)
+	db = slices.Compact(db)
 	return pgx.BeginTxFunc(ctx, p.writer, readCommitted, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, pgResetHits, keys); err != nil {
+		if _, err := tx.Exec(ctx, pgResetHits, byteKeys(db)); err != nil {
 			return fmt.Errorf("postgres: reset counters: %w", err)
 		}
 		return nil
@@ -43,13 +47,14 @@ func peekHits(ctx context.Context, tx interface {
 	if len(peeks) == 0 {
 		return nil
 	}
-	keys := make([]string, 0, len(peeks))
-	byKey := make(map[string][]*commit.Hit, len(peeks))
+	keys := make([][]byte, 0, len(peeks))
+	byKey := make(map[string][]*commit.Hit, len(peeks)) // by dbKey
 	for _, h := range peeks {
-		if byKey[h.Key] == nil {
-			keys = append(keys, h.Key)
+		k := dbKey(h.Key)
+		if byKey[string(k)] == nil {
+			keys = append(keys, k)
 		}
-		byKey[h.Key] = append(byKey[h.Key], h)
+		byKey[string(k)] = append(byKey[string(k)], h)
 		h.Result = store.Hit{ResetIn: h.Window} // no open window: a new one would last Window
 	}
 	rows, err := tx.Query(ctx, pgPeekHits, keys)
@@ -58,12 +63,12 @@ func peekHits(ctx context.Context, tx interface {
 	}
 	defer rows.Close()
 	for rows.Next() {
-		var key string
+		var key []byte
 		var count, leftMS int64
 		if err := rows.Scan(&key, &count, &leftMS); err != nil {
 			return fmt.Errorf("postgres: peek counters: %w", err)
 		}
-		for _, h := range byKey[key] {
+		for _, h := range byKey[string(key)] {
 			h.Result = store.Hit{Count: count, ResetIn: min(time.Duration(leftMS)*time.Millisecond, h.Window)}
 		}
 	}
@@ -90,10 +95,10 @@ const (
 			window_start = greatest(` + pgNowMS + `, window_start + 1), count = 0,
 			expires_at = greatest(` + pgNowMS + `, window_start + 1) + window_ms
 		WHERE key IN (
-			SELECT key FROM porch_rate_counters WHERE key = ANY($1::text[]) AND expires_at > ` + pgNowMS + `
+			SELECT key FROM porch_rate_counters WHERE key = ANY($1::bytea[]) AND expires_at > ` + pgNowMS + `
 			ORDER BY key FOR UPDATE)`
 	// pgPeekHits reads open windows only: a closed one counts 0, as
 	// pgAddHits would treat it.
 	pgPeekHits = `SELECT key, count, least(expires_at - ` + pgNowMS + `, window_ms)
-		FROM porch_rate_counters WHERE key = ANY($1::text[]) AND expires_at > ` + pgNowMS
+		FROM porch_rate_counters WHERE key = ANY($1::bytea[]) AND expires_at > ` + pgNowMS
 )
