@@ -32,9 +32,9 @@ type keyHits struct {
 type batchHits struct {
 	byKey   map[string]*keyHits // by dbKey, as pgAddHits returns it
 	keys    []string            // dbKeys, sorted bytewise as bytea sorts
-	windows []int64 // ms, per key
-	hits    []int64 // per key
-	probe   bool    // the batch carries Health's probe
+	windows []int64             // ms, per key
+	hits    []int64             // per key
+	probe   bool                // the batch carries Health's probe
 	peeks   []*commit.Hit
 }
 
