@@ -2,6 +2,8 @@ package rate_test
 
 import (
 	"context"
+	"encoding/hex"
+	"math/rand/v2"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -26,7 +28,7 @@ const principalPrefix = "rate:default:p:"
 // 256 and 257 bytes long (PostgreSQL stores the one as it is and hashes
 // the other): each must count on its own, exactly.
 func hostileKeys() []string {
-	long := strings.Repeat("k", 10<<10)
+	long := incompressible(10 << 10)
 	return []string{
 		"\xff",
 		"a\x00b",
@@ -39,6 +41,17 @@ func hostileKeys() []string {
 		strings.Repeat("k", 256-len(principalPrefix)),
 		strings.Repeat("k", 257-len(principalPrefix)),
 	}
+}
+
+// incompressible is n bytes of hex that PostgreSQL cannot compress into
+// an index row, as it would a run of one letter.
+func incompressible(n int) string {
+	rng := rand.New(rand.NewChaCha8([32]byte{}))
+	b := make([]byte, n/2)
+	for i := range b {
+		b[i] = byte(rng.Uint32())
+	}
+	return hex.EncodeToString(b)
 }
 
 // openLimiter is a limiter of limit per hour over st, closed at cleanup
