@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/hex"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -175,4 +177,68 @@ func TestHostileKeysFailOnlyThemselvesSQLite(t *testing.T) {
 			t.Errorf("after restart, key %.20q (%d bytes): allowed %v, remaining %d, %v; want refused", k, len(k), v.Allowed, v.Remaining, err)
 		}
 	}
+}
+
+// FuzzKeyBytes counts two principals of any bytes on both drivers, with a
+// limit of 1: the first is allowed, the second is allowed exactly when it
+// is another principal, and the first again is refused. A store that
+// refuses some bytes fails the call; one that maps two principals to one
+// row refuses the second. Each input's principals are made unique to it
+// by a numbered prefix, so that inputs share the stores but no counts.
+// The PostgreSQL leg runs when PORCH_TEST_POSTGRES (or
+// PORCH_REQUIRE_POSTGRES) is set.
+func FuzzKeyBytes(f *testing.F) {
+	long := incompressible(4 << 10)
+	f.Add("\xff", "\xfe")
+	f.Add("\x00", "")
+	f.Add("a\x00b", "a\x00c")
+	f.Add("\xc3\x28", "\xed\xa0\x80")
+	f.Add(long, long[:len(long)-1]+"!")
+	f.Add(strings.Repeat("k", 256-len(principalPrefix)-2), strings.Repeat("k", 257-len(principalPrefix)-2))
+	f.Add("same", "same")
+
+	sq, err := sqlite.Open(filepath.Join(f.TempDir(), "porch.db"), store.Options{})
+	if err != nil {
+		f.Fatalf("open sqlite: %v", err)
+	}
+	lims := map[string]*rate.Limiter{"sqlite": fuzzLimiter(f, sq)}
+	if os.Getenv(pgtest.EnvDSN) != "" || os.Getenv("PORCH_REQUIRE_POSTGRES") != "" {
+		pg, err := postgres.Open(context.Background(), pgtest.DSN(f), store.Options{})
+		if err != nil {
+			f.Fatalf("open postgres: %v", err)
+		}
+		lims["postgres"] = fuzzLimiter(f, pg)
+	}
+	var n atomic.Int64
+	f.Fuzz(func(t *testing.T, a, b string) {
+		prefix := strconv.FormatInt(n.Add(1), 10) + ":" // never empty, so Allow takes them
+		a, b = prefix+a, prefix+b
+		for driver, lim := range lims {
+			for i, c := range []struct {
+				principal string
+				want      bool
+			}{{a, true}, {b, a != b}, {a, false}} {
+				v, err := lim.Allow(context.Background(), c.principal)
+				if err != nil || v.Allowed != c.want {
+					t.Errorf("%s, call %d (%d-byte principal %.40q): allowed %v, %v; want allowed %v",
+						driver, i, len(c.principal), c.principal, v.Allowed, err, c.want)
+				}
+			}
+		}
+	})
+}
+
+// fuzzLimiter is a limiter of 1 per hour over st, closed with st when the
+// fuzz target ends.
+func fuzzLimiter(f *testing.F, st store.Store) *rate.Limiter {
+	pool := porch.NewPool(porch.PoolOptions{})
+	f.Cleanup(func() {
+		pool.Close(context.Background())
+		st.Close(context.Background())
+	})
+	lim, err := rate.New(pool, st, 1, time.Hour, rate.Options{})
+	if err != nil {
+		f.Fatalf("new limiter: %v", err)
+	}
+	return lim
 }
