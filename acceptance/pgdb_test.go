@@ -98,7 +98,7 @@ func (d *pgDB) onlyCounter(t *testing.T) counterRow {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), pgTimeout)
 	defer cancel()
-	rows, err := d.pool.Query(ctx, `SELECT key, window_start, window_ms, count, expires_at FROM porch_rate_counters ORDER BY key`)
+	rows, err := d.pool.Query(ctx, `SELECT convert_from(key, 'UTF8'), window_start, window_ms, count, expires_at FROM porch_rate_counters ORDER BY key`)
 	if err != nil {
 		t.Fatalf("read porch_rate_counters: %v", err)
 	}

@@ -2,11 +2,14 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/internal/commit"
@@ -14,7 +17,7 @@ import (
 
 // keyHits is one key's share of a batch.
 type keyHits struct {
-	key    string
+	key    string // dbKey of the hits' key
 	window time.Duration
 	ops    []*commit.Hit // in arrival order
 	sum    int64         // the weights of ops
@@ -27,34 +30,31 @@ type keyHits struct {
 // keys sorted, so that two instances' batches lock rows in the same order
 // and cannot deadlock, each key once, with the sum of its hits' weights.
 type batchHits struct {
-	byKey   map[string]*keyHits
-	keys    []string
-	windows []int64 // ms, per key
-	hits    []int64 // per key
-	probe   bool    // the batch carries Health's probe
+	byKey   map[string]*keyHits // by dbKey, as pgAddHits returns it
+	keys    []string            // dbKeys, sorted bytewise as bytea sorts
+	windows []int64             // ms, per key
+	hits    []int64             // per key
+	probe   bool                // the batch carries Health's probe
 	peeks   []*commit.Hit
-	resets  []string
 }
 
-func groupHits(batch []commit.Op) batchHits {
+func groupHits(ops []*commit.Op) batchHits {
 	b := batchHits{byKey: make(map[string]*keyHits)}
-	for _, o := range batch {
+	for _, o := range ops {
 		b.probe = b.probe || o.Probe
 		if o.Peek != nil {
 			b.peeks = append(b.peeks, o.Peek)
-		}
-		if o.Reset != nil {
-			b.resets = append(b.resets, o.Reset.Key)
 		}
 		h := o.Hit
 		if h == nil {
 			continue
 		}
-		kh := b.byKey[h.Key]
+		k := string(dbKey(h.Key))
+		kh := b.byKey[k]
 		if kh == nil {
-			kh = &keyHits{key: h.Key, window: h.Rule.Window()}
-			b.byKey[h.Key] = kh
-			b.keys = append(b.keys, h.Key)
+			kh = &keyHits{key: k, window: h.Rule.Window()}
+			b.byKey[k] = kh
+			b.keys = append(b.keys, k)
 		}
 		kh.ops = append(kh.ops, h)
 		kh.sum += h.N
@@ -90,10 +90,10 @@ func (kh *keyHits) settle(count int64, windowStart, now time.Time) {
 
 // refunds returns the keys some of whose hits settle refused, and the
 // weights to take back out of their counts, for pgRefundHits.
-func (b *batchHits) refunds() (keys []string, refused []int64) {
+func (b *batchHits) refunds() (keys [][]byte, refused []int64) {
 	for _, k := range b.keys {
 		if r := b.byKey[k].refused; r > 0 {
-			keys = append(keys, k)
+			keys = append(keys, []byte(k))
 			refused = append(refused, r)
 		}
 	}
@@ -105,12 +105,12 @@ func (b *batchHits) scanAddHits(rows pgx.Rows) error {
 	defer rows.Close()
 	seen := 0
 	for rows.Next() {
-		var key string
+		var key []byte
 		var count, startMS, nowMS int64
 		if err := rows.Scan(&key, &count, &startMS, &nowMS); err != nil {
 			return fmt.Errorf("postgres: add hits: %w", err)
 		}
-		kh := b.byKey[key]
+		kh := b.byKey[string(key)]
 		if kh == nil || kh.seen {
 			return fmt.Errorf("postgres: add hits: unexpected key %q returned", key)
 		}
@@ -134,23 +134,23 @@ func (b *batchHits) scanAddHits(rows pgx.Rows) error {
 // and only its own caller hears of it (through Failed).
 func (p *Store) takeBacks(ctx context.Context, batch []commit.Op) {
 	type window struct {
-		key   string
+		key   string // dbKey
 		start int64
 	}
 	sums := make(map[window]int64)
 	for _, o := range batch {
 		if tb := o.TakeBack; tb != nil {
-			sums[window{tb.Key, tb.WindowStart}] += tb.N
+			sums[window{string(dbKey(tb.Key)), tb.WindowStart}] += tb.N
 		}
 	}
 	if len(sums) == 0 {
 		return
 	}
-	keys := make([]string, 0, len(sums))
+	keys := make([][]byte, 0, len(sums))
 	starts := make([]int64, 0, len(sums))
 	ns := make([]int64, 0, len(sums))
 	for w, n := range sums {
-		keys, starts, ns = append(keys, w.key), append(starts, w.start), append(ns, n)
+		keys, starts, ns = append(keys, []byte(w.key)), append(starts, w.start), append(ns, n)
 	}
 	_, err := p.writer.Exec(ctx, pgTakeBack, keys, starts, ns)
 	if err != nil {
@@ -182,7 +182,7 @@ const pgBegin = `BEGIN ISOLATION LEVEL READ COMMITTED`
 func (p *Store) countHits(ctx context.Context, conn *pgx.Conn, b *batchHits) error {
 	first := &pgx.Batch{}
 	first.Queue(pgBegin)
-	first.Queue(pgAddHits, b.keys, b.windows, b.hits)
+	first.Queue(pgAddHits, byteKeys(b.keys), b.windows, b.hits)
 	if b.probe {
 		for _, q := range commit.ProbeSQL {
 			first.Queue(q)
@@ -265,10 +265,20 @@ func (p *Store) writeBatch(batch []commit.Op) error {
 		time.Sleep(p.opt.CommitDelay) // fault injection: a slow database
 	}
 	p.takeBacks(ctx, batch)
-	b := groupHits(batch)
+	var resets []string
+	var ops []*commit.Op // what countHits counts: hits, peeks, Health's probe
+	for i := range batch {
+		o := &batch[i]
+		if o.Reset != nil {
+			resets = append(resets, o.Reset.Key)
+		}
+		if o.Hit != nil || o.Peek != nil || o.Probe {
+			ops = append(ops, o)
+		}
+	}
 	// A failed reset fails only its callers: the hits then count in the
 	// window it did not clear, which is what they would have done before it.
-	resetErr := p.resetHits(ctx, b.resets)
+	resetErr := p.resetHits(ctx, resets)
 	for i := range batch {
 		if batch[i].Reset != nil {
 			batch[i].Settled, batch[i].Failed = true, resetErr
@@ -281,5 +291,106 @@ func (p *Store) writeBatch(batch []commit.Op) error {
 	// Released inside a transaction (a statement failed), the connection
 	// is closed, which rolls the transaction back.
 	defer conn.Release()
-	return p.countHits(ctx, conn.Conn(), &b)
+	return p.countIsolated(ctx, conn.Conn(), ops)
+}
+
+// countIsolated counts ops in one transaction (countHits: two round trips)
+// and, if a statement failed for one row's sake (see rowsFault), counts
+// them again split in halves by key, recursively, so that only the ops of
+// the offending key get the error and every other op of the batch commits.
+// The split costs a few transactions per offending key, and only when one
+// fails; a batch that commits takes the fast path alone.
+//
+// It returns nil once every op is settled, committed or failed alone, and
+// an error for the whole batch otherwise; ops of a half that committed
+// before such an error are Settled, so their callers hear that they
+// committed.
+func (p *Store) countIsolated(ctx context.Context, conn *pgx.Conn, ops []*commit.Op) error {
+	b := groupHits(ops)
+	err := p.countHits(ctx, conn, &b)
+	if err == nil || !rowsFault(err) {
+		return err
+	}
+	// The failed statement left the transaction open and aborted.
+	if _, rerr := conn.Exec(ctx, "ROLLBACK"); rerr != nil {
+		return errors.Join(err, fmt.Errorf("postgres: roll back failed batch: %w", rerr))
+	}
+	groups := groupByKey(ops)
+	if len(groups) <= 1 {
+		for _, o := range ops {
+			o.Settled, o.Failed = true, err
+		}
+		return nil
+	}
+	half := len(groups) / 2
+	left, right := slices.Concat(groups[:half]...), slices.Concat(groups[half:]...)
+	if err := p.countIsolated(ctx, conn, left); err != nil {
+		return err
+	}
+	for _, o := range left {
+		o.Settled = true // committed, or failed alone with Failed set
+	}
+	return p.countIsolated(ctx, conn, right)
+}
+
+// groupByKey splits ops into one group per key (a hit's and a peek's of
+// one key together), in dbKey order; Health's probe, which has no key,
+// is a group of its own, first.
+func groupByKey(ops []*commit.Op) [][]*commit.Op {
+	idx := make(map[string]int)
+	var keys []string
+	var groups [][]*commit.Op
+	for _, o := range ops {
+		k := "" // the probe's: it sorts before every "k"-prefixed key
+		switch {
+		case o.Hit != nil:
+			k = "k" + string(dbKey(o.Hit.Key))
+		case o.Peek != nil:
+			k = "k" + string(dbKey(o.Peek.Key))
+		}
+		i, ok := idx[k]
+		if !ok {
+			i = len(groups)
+			idx[k] = i
+			keys = append(keys, k)
+			groups = append(groups, nil)
+		}
+		groups[i] = append(groups[i], o)
+	}
+	order := make([]int, len(groups))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return strings.Compare(keys[a], keys[b]) })
+	sorted := make([][]*commit.Op, len(groups))
+	for i, j := range order {
+		sorted[i] = groups[j]
+	}
+	return sorted
+}
+
+// rowsFault tells an error that one row's data can cause (a data
+// exception, SQLSTATE class 22, such as a count out of bigint's range; a
+// program limit, class 54, such as an index row too large) from one that
+// fails the batch whatever it holds (a lost connection, a deadlock).
+// Only the former is worth splitting the batch over.
+func rowsFault(err error) bool {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || len(pe.Code) < 2 {
+		return false
+	}
+	switch pe.Code[:2] {
+	case "22", "54":
+		return true
+	}
+	return false
+}
+
+// byteKeys is dbKeys as bytea[] parameters.
+func byteKeys(keys []string) [][]byte {
+	b := make([][]byte, len(keys))
+	for i, k := range keys {
+		b[i] = []byte(k)
+	}
+	return b
 }

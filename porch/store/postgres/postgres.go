@@ -231,7 +231,7 @@ func (p *Store) Reserve(ctx context.Context, key string) (store.Reservation, err
 		<-p.slots
 		return nil, fmt.Errorf("postgres: reserve: %w", err)
 	}
-	tx, err := lockKey(ctx, conn.Conn(), key)
+	tx, err := lockKey(ctx, conn.Conn(), dbKey(key))
 	if err != nil {
 		// A lock granted just as ctx ended must not stay on a pooled
 		// connection: close it, which ends the transaction and its lock.
@@ -246,7 +246,7 @@ func (p *Store) Reserve(ctx context.Context, key string) (store.Reservation, err
 // it, BEGIN and the lock pipelined in one round trip: the lock is still
 // taken inside the transaction, which the server has begun before it runs
 // the lock statement.
-func lockKey(ctx context.Context, conn *pgx.Conn, key string) (pgx.Tx, error) {
+func lockKey(ctx context.Context, conn *pgx.Conn, key []byte) (pgx.Tx, error) {
 	b := &pgx.Batch{}
 	b.BeginTx(readCommitted)
 	b.Queue(pgLockKey, key)
@@ -288,7 +288,7 @@ func (r *reservation) Load(ctx context.Context) (store.Response, bool, error) {
 	res := store.Response{Key: r.key}
 	var created, expires int64
 	var headers []byte
-	err := r.tx.QueryRow(ctx, pgLoadResponse, r.key).
+	err := r.tx.QueryRow(ctx, pgLoadResponse, dbKey(r.key)).
 		Scan(&res.Digest, &res.Status, &res.ContentType, &res.Body, &created, &expires, &headers)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return store.Response{}, false, nil
@@ -387,7 +387,7 @@ func (r *reservation) Save(ctx context.Context, res store.Response, ttl time.Dur
 	ctx, cancel := context.WithTimeout(ctx, pgSaveTimeout)
 	defer cancel()
 	b := &pgx.Batch{}
-	b.Queue(pgSaveResponse, r.key, res.Digest, res.Status, res.ContentType, res.Body,
+	b.Queue(pgSaveResponse, dbKey(r.key), res.Digest, res.Status, res.ContentType, res.Body,
 		ttl.Milliseconds(), header.Encode(res.Header))
 	b.Queue("COMMIT")
 	if r.p.opt.PruneRows > 0 {

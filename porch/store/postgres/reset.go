@@ -24,10 +24,14 @@ func (p *Store) resetHits(ctx context.Context, keys []string) error {
 	if len(keys) == 0 {
 		return nil
 	}
-	slices.Sort(keys)
-	keys = slices.Compact(keys)
+	db := make([]string, len(keys))
+	for i, k := range keys {
+		db[i] = string(dbKey(k))
+	}
+	slices.Sort(db)
+	db = slices.Compact(db)
 	return pgx.BeginTxFunc(ctx, p.writer, readCommitted, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, pgResetHits, keys); err != nil {
+		if _, err := tx.Exec(ctx, pgResetHits, byteKeys(db)); err != nil {
 			return fmt.Errorf("postgres: reset counters: %w", err)
 		}
 		return nil
@@ -43,13 +47,13 @@ func peekHits(ctx context.Context, tx interface {
 	if len(peeks) == 0 {
 		return nil
 	}
-	keys := make([]string, 0, len(peeks))
-	byKey := make(map[string][]*commit.Hit, len(peeks))
+	keys := make([][]byte, 0, len(peeks))
+	asked := make(map[string]bool, len(peeks)) // by dbKey
 	for _, h := range peeks {
-		if byKey[h.Key] == nil {
-			keys = append(keys, h.Key)
+		if k := dbKey(h.Key); !asked[string(k)] {
+			asked[string(k)] = true
+			keys = append(keys, k)
 		}
-		byKey[h.Key] = append(byKey[h.Key], h)
 	}
 	rows, err := tx.Query(ctx, pgPeekHits, keys)
 	if err != nil {
@@ -61,7 +65,7 @@ func peekHits(ctx context.Context, tx interface {
 	var now time.Time
 	found := make(map[string]store.State, len(keys))
 	for rows.Next() {
-		var key string
+		var key []byte
 		var live bool
 		var startMS, count, nowMS int64
 		if err := rows.Scan(&key, &live, &startMS, &count, &nowMS); err != nil {
@@ -69,14 +73,14 @@ func peekHits(ctx context.Context, tx interface {
 		}
 		now = time.UnixMilli(nowMS)
 		if live {
-			found[key] = store.State{Start: time.UnixMilli(startMS), Count: count}
+			found[string(key)] = store.State{Start: time.UnixMilli(startMS), Count: count}
 		}
 	}
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("postgres: peek counters: %w", err)
 	}
 	for _, h := range peeks {
-		h.Result = store.Hit{State: h.Rule.Advance(found[h.Key], now), Now: now}
+		h.Result = store.Hit{State: h.Rule.Advance(found[string(dbKey(h.Key))], now), Now: now}
 	}
 	return nil
 }
@@ -98,11 +102,11 @@ const (
 			window_start = greatest(` + pgNowMS + `, window_start + 1), count = 0,
 			expires_at = greatest(` + pgNowMS + `, window_start + 1) + window_ms
 		WHERE key IN (
-			SELECT key FROM porch_rate_counters WHERE key = ANY($1::text[]) AND expires_at > ` + pgNowMS + `
+			SELECT key FROM porch_rate_counters WHERE key = ANY($1::bytea[]) AND expires_at > ` + pgNowMS + `
 			ORDER BY key FOR UPDATE)`
 	// pgPeekHits reads live states only, and then the clock in a row of
 	// its own: the rule advances each state to it, as pgAddHits would.
 	pgPeekHits = `SELECT key, true, window_start, count, ` + pgNowMS + `
-		FROM porch_rate_counters WHERE key = ANY($1::text[]) AND expires_at > ` + pgNowMS + `
-		UNION ALL SELECT '', false, 0, 0, ` + pgNowMS
+		FROM porch_rate_counters WHERE key = ANY($1::bytea[]) AND expires_at > ` + pgNowMS + `
+		UNION ALL SELECT ''::bytea, false, 0, 0, ` + pgNowMS
 )

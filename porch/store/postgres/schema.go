@@ -40,6 +40,12 @@ var postgresMigrations = []string{
 	// this a catalog change, not a rewrite of the table; rows stored
 	// before it have none.
 	`ALTER TABLE porch_idem_responses ADD COLUMN headers bytea NOT NULL DEFAULT ''::bytea;`,
+	// Keys are bytes (see dbKey): a text key refused invalid UTF-8 and
+	// NUL, and one too long for the index failed the statement counting
+	// a whole batch. The USING clause is dbKey in SQL, so that a stored
+	// key longer than maxRawKey keeps its row under its new encoding.
+	`ALTER TABLE porch_rate_counters ALTER COLUMN key TYPE bytea USING ` + pgDBKey + `;
+	ALTER TABLE porch_idem_responses ALTER COLUMN key TYPE bytea USING ` + pgDBKey + `;`,
 	// The policy's algorithm and GCRA's burst (store.Policy), so that an
 	// instance counting another algorithm under a name is refused as one
 	// with another limit is; every policy stored before was "fixed". The
@@ -48,6 +54,10 @@ var postgresMigrations = []string{
 	ALTER TABLE porch_rate_policies ADD COLUMN burst bigint NOT NULL DEFAULT 0;
 	ALTER TABLE porch_rate_counters ADD COLUMN prev bigint NOT NULL DEFAULT 0;`,
 }
+
+// pgDBKey is dbKey of a text column key, for the migration to bytea keys.
+const pgDBKey = `(CASE WHEN octet_length(convert_to(key, 'UTF8')) <= 256 THEN convert_to(key, 'UTF8')
+	ELSE substring(convert_to(key, 'UTF8') FROM 1 FOR 224) || sha256(convert_to(key, 'UTF8')) || '\x01'::bytea END)`
 
 // pgNowMS is the database's clock in Unix milliseconds. now() is the
 // transaction's start, so every statement of one batch agrees on it; another
@@ -71,7 +81,7 @@ const (
 	// SQLite's load does; its row takes the new length.
 	pgAddHits = `INSERT INTO porch_rate_counters AS c (key, window_start, window_ms, count, expires_at)
 		SELECT t.key, ` + pgNowMS + `, t.window_ms, t.hits, ` + pgNowMS + ` + t.window_ms
-		FROM unnest($1::text[], $2::bigint[], $3::bigint[]) AS t (key, window_ms, hits)
+		FROM unnest($1::bytea[], $2::bigint[], $3::bigint[]) AS t (key, window_ms, hits)
 		ON CONFLICT (key) DO UPDATE SET
 			window_start = CASE WHEN c.expires_at <= excluded.window_start THEN excluded.window_start
 				WHEN c.window_ms = excluded.window_ms THEN c.window_start
@@ -86,14 +96,14 @@ const (
 	// pgAddHits added them to, in the same transaction, which still holds
 	// the rows' locks.
 	pgRefundHits = `UPDATE porch_rate_counters AS c SET count = c.count - t.refused
-		FROM unnest($1::text[], $2::bigint[]) AS t (key, refused) WHERE c.key = t.key`
+		FROM unnest($1::bytea[], $2::bigint[]) AS t (key, refused) WHERE c.key = t.key`
 	// pgTakeBack gives back hits of requests refused after all (one
 	// (key, window_start) per row, weights summed), only from the window
 	// they were counted in and never below zero. The rows are locked in key
 	// order first, as pgAddHits locks them, so that two instances'
 	// transactions cannot wait on each other in a cycle.
 	pgTakeBack = `WITH t AS (
-			SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[]) AS t (key, window_start, n)),
+			SELECT * FROM unnest($1::bytea[], $2::bigint[], $3::bigint[]) AS t (key, window_start, n)),
 		locked AS (
 			SELECT c.key FROM porch_rate_counters AS c JOIN t USING (key)
 			WHERE c.window_start = t.window_start AND c.expires_at > ` + pgNowMS + `
@@ -113,7 +123,9 @@ const (
 		ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)`
 	// The key's lock is transaction-scoped: it ends with the owner's
 	// transaction, committed, rolled back or lost with its connection.
-	pgLockKey = `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`
+	// The lock id is a hash of the key's dbKey in hex: hashtextextended
+	// takes text, which a key's bytes may not be.
+	pgLockKey = `SELECT pg_advisory_xact_lock(hashtextextended(encode($1::bytea, 'hex'), 0))`
 	// Load prunes the key's row if it has expired and returns it otherwise,
 	// in one round trip.
 	// The clock is read once, so that a row is either pruned or returned:
