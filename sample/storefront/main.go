@@ -3,6 +3,17 @@
 // sample the acceptance gate drives; its flags and routes are a contract.
 //
 //	go run ./sample/storefront -addr 127.0.0.1:8080 -db storefront.db
+//
+// The limiter allows -rate-limit requests per client per -rate-window,
+// counted by -rate-algorithm: fixed (the default; a window opens at a
+// client's first request), sliding (the previous window's count weighted
+// by its overlap with the last -rate-window, as go-chi/httprate estimates
+// it) or gcra (one request per -rate-window/-rate-limit, with -rate-burst
+// at once, 0 meaning -rate-limit). -rate-burst is for gcra only: given
+// with another algorithm, even as 0, it is refused, as is an unknown
+// algorithm or a negative burst, with one line and exit status 2.
+//
+//	go run ./sample/storefront -rate-algorithm gcra -rate-limit 600 -rate-window 1m -rate-burst 20
 package main
 
 import (
