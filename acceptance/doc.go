@@ -18,6 +18,7 @@
 // storefront_test.go holds the process helper and the shared HTTP and table
 // readers, pgdb_test.go the PostgreSQL ones and pgproxy_test.go a relay the
 // gate can cut to simulate connection loss; each other *_test.go is one area
-// of the contract (rate, shop, idem, postgres, and serve: issue 9's
-// connection bounds, drain and 404/405/HEAD).
+// of the contract (rate, shop, idem, postgres, serve: issue 9's
+// connection bounds, drain and 404/405/HEAD, and algorithm: issue 16's
+// -rate-algorithm sliding and gcra, with pgalgorithm on PostgreSQL).
 package acceptance

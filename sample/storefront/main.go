@@ -3,6 +3,17 @@
 // sample the acceptance gate drives; its flags and routes are a contract.
 //
 //	go run ./sample/storefront -addr 127.0.0.1:8080 -db storefront.db
+//
+// The limiter allows -rate-limit requests per client per -rate-window,
+// counted by -rate-algorithm: fixed (the default; a window opens at a
+// client's first request), sliding (the previous window's count weighted
+// by its overlap with the last -rate-window, as go-chi/httprate estimates
+// it) or gcra (one request per -rate-window/-rate-limit, with -rate-burst
+// at once, 0 meaning -rate-limit). -rate-burst is for gcra only: given
+// with another algorithm, even as 0, it is refused, as is an unknown
+// algorithm or a negative burst, with one line and exit status 2.
+//
+//	go run ./sample/storefront -rate-algorithm gcra -rate-limit 600 -rate-window 1m -rate-burst 20
 package main
 
 import (
@@ -20,6 +31,7 @@ import (
 
 	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/metrics/prom"
+	"github.com/writeonce/porch-go/porch/rate"
 )
 
 // errFlagSyntax marks an error the flag package has already printed.
@@ -32,6 +44,8 @@ type config struct {
 	postgres       string
 	rateLimit      int
 	rateWindow     time.Duration
+	rateAlgorithm  rate.Algorithm
+	rateBurst      int
 	trustProxy     bool
 	rateWriteAhead int
 	noRateLimit    bool
@@ -60,12 +74,17 @@ type serveConfig struct {
 
 func parseFlags(args []string) (config, error) {
 	var c config
+	var algorithm string
 	fs := flag.NewFlagSet("storefront", flag.ContinueOnError)
 	fs.StringVar(&c.addr, "addr", "127.0.0.1:8080", "listen address (port 0 picks a free port)")
 	fs.StringVar(&c.db, "db", "storefront.db", "SQLite database file (ignored with -postgres)")
 	fs.StringVar(&c.postgres, "postgres", "", "PostgreSQL DSN: share counters, idempotency keys and orders with other instances")
 	fs.IntVar(&c.rateLimit, "rate-limit", 100, "requests allowed per client per window")
 	fs.DurationVar(&c.rateWindow, "rate-window", time.Minute, "rate-limit window")
+	// A string, checked after Parse: a flag.Value's error would be printed
+	// with the whole usage, and a start-up error is one line.
+	fs.StringVar(&algorithm, "rate-algorithm", "fixed", "how requests are counted against -rate-limit per -rate-window: fixed, sliding or gcra")
+	fs.IntVar(&c.rateBurst, "rate-burst", 0, "with -rate-algorithm gcra: requests allowed at once on top of the steady rate (0: -rate-limit)")
 	fs.IntVar(&c.rateWriteAhead, "rate-write-ahead", 0, "how far a stored count may run ahead of the true one (0: rate.DefaultWriteAhead; negative: write every hit exactly)")
 	fs.IntVar(&c.keyConns, "key-conns", 0, "with -postgres: idempotency keys held at once, one connection each (0: postgres.DefaultKeyConns)")
 	fs.BoolVar(&c.noRateLimit, "no-rate-limit", false, "serve without the rate limiter: a baseline for load runs only")
@@ -89,6 +108,20 @@ func parseFlags(args []string) (config, error) {
 			return c, err
 		}
 		return c, fmt.Errorf("%w: %w", errFlagSyntax, err)
+	}
+	burstSet := false
+	fs.Visit(func(f *flag.Flag) { burstSet = burstSet || f.Name == "rate-burst" })
+	var err error
+	if c.rateAlgorithm, err = rate.ParseAlgorithm(algorithm); err != nil {
+		return c, fmt.Errorf("-rate-algorithm must be fixed, sliding or gcra, got %q", algorithm)
+	}
+	switch {
+	case c.rateBurst < 0:
+		return c, fmt.Errorf("-rate-burst must not be negative, got %d", c.rateBurst)
+	case burstSet && c.rateAlgorithm != rate.GCRA:
+		// Even -rate-burst 0: a burst asked of an algorithm without one is
+		// a mistake in the command line, not a default.
+		return c, fmt.Errorf("-rate-burst is for -rate-algorithm gcra only, got -rate-burst %d with %s", c.rateBurst, c.rateAlgorithm)
 	}
 	switch {
 	case c.rateLimit < 1:

@@ -88,7 +88,8 @@ func newShop(cfg config, m *prom.Metrics) (*porch.App, error) {
 	app.OnShutdown(st.Close)
 	app.OnShutdown(pool.Close)
 	lim, err := rate.New(pool, st, cfg.rateLimit, cfg.rateWindow,
-		rate.Options{TrustProxy: cfg.trustProxy, WriteAhead: cfg.rateWriteAhead, Observer: rateObs})
+		rate.Options{TrustProxy: cfg.trustProxy, WriteAhead: cfg.rateWriteAhead, Observer: rateObs,
+			Algorithm: cfg.rateAlgorithm, Burst: cfg.rateBurst})
 	if err != nil {
 		app.Close(context.Background())
 		return nil, err

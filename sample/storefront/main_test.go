@@ -1,0 +1,105 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/writeonce/porch-go/porch/rate"
+)
+
+// The rate algorithm's flags as the limiter gets them.
+func TestParseFlagsRateAlgorithm(t *testing.T) {
+	tests := []struct {
+		args  []string
+		alg   rate.Algorithm
+		burst int
+	}{
+		{nil, rate.FixedWindow, 0},
+		{[]string{"-rate-algorithm", "fixed"}, rate.FixedWindow, 0},
+		{[]string{"-rate-algorithm", "sliding"}, rate.SlidingWindow, 0},
+		{[]string{"-rate-algorithm=gcra"}, rate.GCRA, 0},
+		{[]string{"-rate-algorithm", "gcra", "-rate-burst", "0"}, rate.GCRA, 0},
+		{[]string{"-rate-burst", "7", "-rate-algorithm", "gcra"}, rate.GCRA, 7},
+	}
+	for _, tt := range tests {
+		c, err := parseFlags(tt.args)
+		if err != nil {
+			t.Errorf("parseFlags(%q): %v", tt.args, err)
+			continue
+		}
+		if c.rateAlgorithm != tt.alg || c.rateBurst != tt.burst {
+			t.Errorf("parseFlags(%q): got %s burst %d, want %s burst %d", tt.args, c.rateAlgorithm, c.rateBurst, tt.alg, tt.burst)
+		}
+	}
+}
+
+// flagErrors are command lines the storefront refuses at start-up, each
+// with the one line it must print.
+var flagErrors = []struct {
+	args []string
+	want string
+}{
+	{[]string{"-rate-algorithm", "token-bucket"}, `-rate-algorithm must be fixed, sliding or gcra, got "token-bucket"`},
+	{[]string{"-rate-algorithm", "GCRA"}, `-rate-algorithm must be fixed, sliding or gcra, got "GCRA"`},
+	{[]string{"-rate-algorithm", ""}, `-rate-algorithm must be fixed, sliding or gcra, got ""`},
+	{[]string{"-rate-burst", "5"}, `-rate-burst is for -rate-algorithm gcra only, got -rate-burst 5 with fixed`},
+	{[]string{"-rate-burst", "0"}, `-rate-burst is for -rate-algorithm gcra only, got -rate-burst 0 with fixed`},
+	{[]string{"-rate-algorithm", "sliding", "-rate-burst", "5"}, `-rate-burst is for -rate-algorithm gcra only, got -rate-burst 5 with sliding`},
+	{[]string{"-rate-algorithm", "fixed", "-rate-burst=0"}, `-rate-burst is for -rate-algorithm gcra only, got -rate-burst 0 with fixed`},
+	{[]string{"-rate-algorithm", "gcra", "-rate-burst", "-1"}, `-rate-burst must not be negative, got -1`},
+	{[]string{"-rate-burst", "-3"}, `-rate-burst must not be negative, got -3`},
+	{[]string{"-rate-limit", "0"}, `-rate-limit must be at least 1, got 0`},
+}
+
+func TestParseFlagsErrors(t *testing.T) {
+	for _, tt := range flagErrors {
+		_, err := parseFlags(tt.args)
+		if err == nil || errors.Is(err, errFlagSyntax) || err.Error() != tt.want {
+			t.Errorf("parseFlags(%q): got %v, want %q", tt.args, err, tt.want)
+		}
+	}
+}
+
+// mainArgsEnv carries a command line to the test binary re-run as the
+// storefront (see TestStartupErrorExit2), one argument per line.
+const mainArgsEnv = "STOREFRONT_TEST_MAIN_ARGS"
+
+// Each refused command line exits 2 before anything starts, with one line
+// on stderr and nothing on stdout: the storefront's main, run in a child
+// process, since it calls os.Exit.
+func TestStartupErrorExit2(t *testing.T) {
+	if args, ok := os.LookupEnv(mainArgsEnv); ok {
+		os.Args = append([]string{"storefront"}, strings.Split(args, "\n")...)
+		main()
+		os.Exit(0) // main returned: a refused command line would not have
+	}
+	for _, tt := range flagErrors {
+		// A deadline, not a wait: a command line wrongly accepted would
+		// serve until killed.
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestStartupErrorExit2$")
+		// -addr on port 0 and -db in a temporary directory: a command line
+		// wrongly accepted must not touch anything real.
+		args := append([]string{"-addr", "127.0.0.1:0", "-db", filepath.Join(t.TempDir(), "sf.db")}, tt.args...)
+		cmd.Env = append(os.Environ(), mainArgsEnv+"="+strings.Join(args, "\n"))
+		var stdout, stderr strings.Builder
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		cmd.Run() //nolint:errcheck // the exit status is read from ProcessState
+		cancel()
+		if code := cmd.ProcessState.ExitCode(); code != 2 {
+			t.Errorf("storefront %q: got exit status %d, want 2", tt.args, code)
+		}
+		if want := "storefront: " + tt.want + "\n"; stderr.String() != want {
+			t.Errorf("storefront %q: stderr got %q, want the one line %q", tt.args, stderr.String(), want)
+		}
+		if stdout.Len() != 0 {
+			t.Errorf("storefront %q: stdout got %q, want nothing", tt.args, stdout.String())
+		}
+	}
+}
