@@ -171,12 +171,13 @@ func (c *local) takeBack(shard int, key string, start time.Time, n int64) {
 // back less than the one written; a fixed window keeps its start, as it
 // always has.
 func (c *local) counter(key string, w tally, count int64) store.Counter {
-	s := store.State{Start: w.start, Count: count, Prev: w.prev}
-	if _, fixed := c.l.rule.(fixedRule); !fixed {
-		s.Start = ceilMS(s.Start)
+	sc := store.Counter{Key: key, WindowStart: w.start, Window: c.l.window, Count: count, Prev: w.prev}
+	if _, fixed := c.l.rule.(fixedRule); fixed {
+		return sc // Expires unset: the window's close, as the store has always computed it
 	}
-	return store.Counter{Key: key, WindowStart: s.Start, Window: c.l.window, Count: s.Count, Prev: s.Prev,
-		Expires: ceilMS(c.l.rule.Expires(s))}
+	sc.WindowStart = ceilMS(sc.WindowStart)
+	sc.Expires = ceilMS(c.l.rule.Expires(sc.State()))
+	return sc
 }
 
 // open fills the views with the states still live in the store. It runs
