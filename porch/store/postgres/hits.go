@@ -17,7 +17,8 @@ import (
 
 // keyHits is one key's share of a batch.
 type keyHits struct {
-	key    string // dbKey of the hits' key
+	key    string     // dbKey of the hits' key
+	rule   store.Rule // every hit of a key has its limiter's
 	window time.Duration
 	ops    []*commit.Hit // in arrival order
 	sum    int64         // the weights of ops
@@ -26,16 +27,47 @@ type keyHits struct {
 	seen    bool // pgAddHits returned the key's row
 }
 
-// batchHits is a batch's hits grouped by key, as pgAddHits takes them:
-// keys sorted, so that two instances' batches lock rows in the same order
-// and cannot deadlock, each key once, with the sum of its hits' weights.
+// batchHits is a batch's hits grouped by algorithm and key, as the add
+// statements take them: one statement per algorithm, in algorithm order,
+// and in each the keys sorted, so that two instances' batches lock rows
+// in the same order ((algorithm, key): a key belongs to one limiter, so
+// to one algorithm) and cannot deadlock; each key once, with the sum of
+// its hits' weights.
 type batchHits struct {
-	byKey   map[string]*keyHits // by dbKey, as pgAddHits returns it
-	keys    []string            // dbKeys, sorted bytewise as bytea sorts
-	windows []int64             // ms, per key
-	hits    []int64             // per key
-	probe   bool                // the batch carries Health's probe
-	peeks   []*commit.Hit
+	byKey map[string]*keyHits // by dbKey, as the add statements return it
+	adds  []addGroup          // by algorithm name
+	probe bool                // the batch carries Health's probe
+	peeks []*commit.Hit
+}
+
+// addGroup is one algorithm's keys in a batch: the arguments of its add
+// statement.
+type addGroup struct {
+	algorithm string
+	keys      []string // dbKeys, sorted bytewise as bytea sorts
+	windows   []int64  // ms, per key
+	intervals []int64  // ns, per key (GCRA)
+	hits      []int64  // per key
+}
+
+// addStatements are the add statements by algorithm (store.Rule's
+// Algorithm): a new algorithm is a statement here and its rule in
+// porch/rate. Each advances a key's state to the batch's clock as the
+// rule's Advance does, adds the hits, and returns key, count, prev,
+// window_start and the clock, from which settle decides each hit by the
+// rule's Room.
+var addStatements = map[string]string{
+	"fixed":   pgAddHits,
+	"sliding": pgAddSlidingHits,
+	"gcra":    pgAddGCRAHits,
+}
+
+// args are g's statement's arguments.
+func (g *addGroup) args() []any {
+	if g.algorithm == "gcra" {
+		return []any{byteKeys(g.keys), g.windows, g.intervals, g.hits}
+	}
+	return []any{byteKeys(g.keys), g.windows, g.hits}
 }
 
 func groupHits(ops []*commit.Op) batchHits {
@@ -52,19 +84,32 @@ func groupHits(ops []*commit.Op) batchHits {
 		k := string(dbKey(h.Key))
 		kh := b.byKey[k]
 		if kh == nil {
-			kh = &keyHits{key: k, window: h.Rule.Window()}
+			kh = &keyHits{key: k, rule: h.Rule, window: h.Rule.Window()}
 			b.byKey[k] = kh
-			b.keys = append(b.keys, k)
 		}
 		kh.ops = append(kh.ops, h)
 		kh.sum += h.N
 	}
-	slices.Sort(b.keys)
-	b.windows = make([]int64, len(b.keys))
-	b.hits = make([]int64, len(b.keys))
-	for i, k := range b.keys {
-		b.windows[i] = b.byKey[k].window.Milliseconds()
-		b.hits[i] = b.byKey[k].sum
+	keys := make([]string, 0, len(b.byKey))
+	for k := range b.byKey {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(x, y string) int {
+		if c := strings.Compare(b.byKey[x].rule.Algorithm(), b.byKey[y].rule.Algorithm()); c != 0 {
+			return c
+		}
+		return strings.Compare(x, y)
+	})
+	for _, k := range keys {
+		kh := b.byKey[k]
+		if n := len(b.adds); n == 0 || b.adds[n-1].algorithm != kh.rule.Algorithm() {
+			b.adds = append(b.adds, addGroup{algorithm: kh.rule.Algorithm()})
+		}
+		g := &b.adds[len(b.adds)-1]
+		g.keys = append(g.keys, k)
+		g.windows = append(g.windows, kh.window.Milliseconds())
+		g.intervals = append(g.intervals, kh.rule.Interval().Nanoseconds())
+		g.hits = append(g.hits, kh.sum)
 	}
 	return b
 }
@@ -74,8 +119,8 @@ func groupHits(ops []*commit.Op) batchHits {
 // running total within its limit, and is refused otherwise, so that a
 // refused heavy hit leaves room for a lighter one after it, as on SQLite.
 // It records in kh.refused the weight to take back out.
-func (kh *keyHits) settle(count int64, windowStart, now time.Time) {
-	s := store.State{Start: windowStart, Count: count - kh.sum} // the state before this batch
+func (kh *keyHits) settle(count, prev int64, windowStart, now time.Time) {
+	s := store.State{Start: windowStart, Count: count - kh.sum, Prev: prev} // the state before this batch
 	kh.refused = 0
 	for _, h := range kh.ops {
 		if h.N <= h.Rule.Room(s, now) {
@@ -91,23 +136,25 @@ func (kh *keyHits) settle(count int64, windowStart, now time.Time) {
 // refunds returns the keys some of whose hits settle refused, and the
 // weights to take back out of their counts, for pgRefundHits.
 func (b *batchHits) refunds() (keys [][]byte, refused []int64) {
-	for _, k := range b.keys {
-		if r := b.byKey[k].refused; r > 0 {
-			keys = append(keys, []byte(k))
-			refused = append(refused, r)
+	for _, g := range b.adds {
+		for _, k := range g.keys {
+			if r := b.byKey[k].refused; r > 0 {
+				keys = append(keys, []byte(k))
+				refused = append(refused, r)
+			}
 		}
 	}
 	return keys, refused
 }
 
-// scanAddHits settles every key from pgAddHits' rows.
-func (b *batchHits) scanAddHits(rows pgx.Rows) error {
+// scanAddHits settles every key of g from its add statement's rows.
+func (b *batchHits) scanAddHits(g *addGroup, rows pgx.Rows) error {
 	defer rows.Close()
 	seen := 0
 	for rows.Next() {
 		var key []byte
-		var count, startMS, nowMS int64
-		if err := rows.Scan(&key, &count, &startMS, &nowMS); err != nil {
+		var count, prev, startMS, nowMS int64
+		if err := rows.Scan(&key, &count, &prev, &startMS, &nowMS); err != nil {
 			return fmt.Errorf("postgres: add hits: %w", err)
 		}
 		kh := b.byKey[string(key)]
@@ -115,14 +162,14 @@ func (b *batchHits) scanAddHits(rows pgx.Rows) error {
 			return fmt.Errorf("postgres: add hits: unexpected key %q returned", key)
 		}
 		kh.seen = true
-		kh.settle(count, time.UnixMilli(startMS), time.UnixMilli(nowMS))
+		kh.settle(count, prev, time.UnixMilli(startMS), time.UnixMilli(nowMS))
 		seen++
 	}
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("postgres: add hits: %w", err)
 	}
-	if seen != len(b.keys) {
-		return fmt.Errorf("postgres: add hits: %d of %d keys returned", seen, len(b.keys))
+	if seen != len(g.keys) {
+		return fmt.Errorf("postgres: add hits: %d of %d keys returned", seen, len(g.keys))
 	}
 	return nil
 }
@@ -182,7 +229,9 @@ const pgBegin = `BEGIN ISOLATION LEVEL READ COMMITTED`
 func (p *Store) countHits(ctx context.Context, conn *pgx.Conn, b *batchHits) error {
 	first := &pgx.Batch{}
 	first.Queue(pgBegin)
-	first.Queue(pgAddHits, byteKeys(b.keys), b.windows, b.hits)
+	for i := range b.adds {
+		first.Queue(addStatements[b.adds[i].algorithm], b.adds[i].args()...)
+	}
 	if b.probe {
 		for _, q := range commit.ProbeSQL {
 			first.Queue(q)
@@ -230,12 +279,14 @@ func (p *Store) sendFirst(ctx context.Context, conn *pgx.Conn, first *pgx.Batch,
 	if _, err := br.Exec(); err != nil {
 		return fmt.Errorf("postgres: begin: %w", err)
 	}
-	rows, err := br.Query()
-	if err != nil {
-		return fmt.Errorf("postgres: add hits: %w", err)
-	}
-	if err := b.scanAddHits(rows); err != nil {
-		return err
+	for i := range b.adds {
+		rows, err := br.Query()
+		if err != nil {
+			return fmt.Errorf("postgres: add %s hits: %w", b.adds[i].algorithm, err)
+		}
+		if err := b.scanAddHits(&b.adds[i], rows); err != nil {
+			return err
+		}
 	}
 	if b.probe {
 		for range commit.ProbeSQL {

@@ -165,8 +165,7 @@ func supported(rule store.Rule) error { return supportedAlgorithm(rule.Algorithm
 // supportedAlgorithm fails for an algorithm this driver has no statements
 // for; "" is a policy stored before there were others, "fixed".
 func supportedAlgorithm(name string) error {
-	switch name {
-	case "", "fixed":
+	if _, ok := addStatements[name]; ok || name == "" {
 		return nil
 	}
 	return fmt.Errorf("postgres: %w: %q", store.ErrAlgorithm, name)

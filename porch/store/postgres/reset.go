@@ -67,13 +67,13 @@ func peekHits(ctx context.Context, tx interface {
 	for rows.Next() {
 		var key []byte
 		var live bool
-		var startMS, count, nowMS int64
-		if err := rows.Scan(&key, &live, &startMS, &count, &nowMS); err != nil {
+		var startMS, count, prev, nowMS int64
+		if err := rows.Scan(&key, &live, &startMS, &count, &prev, &nowMS); err != nil {
 			return fmt.Errorf("postgres: peek counters: %w", err)
 		}
 		now = time.UnixMilli(nowMS)
 		if live {
-			found[string(key)] = store.State{Start: time.UnixMilli(startMS), Count: count}
+			found[string(key)] = store.State{Start: time.UnixMilli(startMS), Count: count, Prev: prev}
 		}
 	}
 	if err := rows.Err(); err != nil {
@@ -99,14 +99,14 @@ const (
 	// then closes up to a millisecond later than one opened now would: the
 	// safe side.
 	pgResetHits = `UPDATE porch_rate_counters SET
-			window_start = greatest(` + pgNowMS + `, window_start + 1), count = 0,
+			window_start = greatest(` + pgNowMS + `, window_start + 1), count = 0, prev = 0,
 			expires_at = greatest(` + pgNowMS + `, window_start + 1) + window_ms
 		WHERE key IN (
 			SELECT key FROM porch_rate_counters WHERE key = ANY($1::bytea[]) AND expires_at > ` + pgNowMS + `
 			ORDER BY key FOR UPDATE)`
 	// pgPeekHits reads live states only, and then the clock in a row of
 	// its own: the rule advances each state to it, as pgAddHits would.
-	pgPeekHits = `SELECT key, true, window_start, count, ` + pgNowMS + `
+	pgPeekHits = `SELECT key, true, window_start, count, prev, ` + pgNowMS + `
 		FROM porch_rate_counters WHERE key = ANY($1::bytea[]) AND expires_at > ` + pgNowMS + `
-		UNION ALL SELECT ''::bytea, false, 0, 0, ` + pgNowMS
+		UNION ALL SELECT ''::bytea, false, 0, 0, 0, ` + pgNowMS
 )

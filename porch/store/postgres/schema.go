@@ -52,7 +52,8 @@ var postgresMigrations = []string{
 	// sliding window's previous count (store.State.Prev) beside the count.
 	`ALTER TABLE porch_rate_policies ADD COLUMN algorithm text NOT NULL DEFAULT 'fixed';
 	ALTER TABLE porch_rate_policies ADD COLUMN burst bigint NOT NULL DEFAULT 0;
-	ALTER TABLE porch_rate_counters ADD COLUMN prev bigint NOT NULL DEFAULT 0;`,
+	ALTER TABLE porch_rate_counters ADD COLUMN prev bigint NOT NULL DEFAULT 0;
+	ALTER TABLE porch_rate_counters ADD COLUMN interval_ns bigint NOT NULL DEFAULT 0;`,
 }
 
 // pgDBKey is dbKey of a text column key, for the migration to bytea keys.
@@ -91,7 +92,56 @@ const (
 			expires_at   = CASE WHEN c.expires_at <= excluded.window_start THEN excluded.expires_at
 				WHEN c.window_ms = excluded.window_ms THEN c.expires_at
 				ELSE least(c.expires_at, excluded.expires_at) END
-		RETURNING c.key, c.count, c.window_start, ` + pgNowMS
+		RETURNING c.key, c.count, c.prev, c.window_start, ` + pgNowMS
+	// pgAddSlidingHits counts a batch of sliding-window hits: each key's
+	// windows roll over to the batch's clock as store.Rule.Advance rolls
+	// them (one window on: the count becomes the previous count; two or
+	// more: nothing is left), under the limiter's window, then the hits are
+	// added. The rule decides from what it returns (see settle). Windows
+	// follow each other from the key's first hit, so the next starts at
+	// window_start + window_ms exactly: rate.New asks a sliding window for
+	// whole milliseconds.
+	pgAddSlidingHits = `INSERT INTO porch_rate_counters AS c (key, window_start, window_ms, count, prev, expires_at)
+		SELECT t.key, ` + pgNowMS + `, t.window_ms, t.hits, 0, ` + pgNowMS + ` + 2 * t.window_ms
+		FROM unnest($1::bytea[], $2::bigint[], $3::bigint[]) AS t (key, window_ms, hits)
+		ON CONFLICT (key) DO UPDATE SET
+			window_start = CASE WHEN ` + pgNowMS + ` - c.window_start < excluded.window_ms THEN c.window_start
+				WHEN ` + pgNowMS + ` - c.window_start < 2 * excluded.window_ms THEN c.window_start + excluded.window_ms
+				ELSE ` + pgNowMS + ` END,
+			prev = CASE WHEN ` + pgNowMS + ` - c.window_start < excluded.window_ms THEN c.prev
+				WHEN ` + pgNowMS + ` - c.window_start < 2 * excluded.window_ms THEN c.count
+				ELSE 0 END,
+			count = CASE WHEN ` + pgNowMS + ` - c.window_start < excluded.window_ms THEN c.count ELSE 0 END + excluded.count,
+			window_ms = excluded.window_ms,
+			interval_ns = 0,
+			expires_at = CASE WHEN ` + pgNowMS + ` - c.window_start < excluded.window_ms THEN c.window_start
+				WHEN ` + pgNowMS + ` - c.window_start < 2 * excluded.window_ms THEN c.window_start + excluded.window_ms
+				ELSE ` + pgNowMS + ` END + 2 * excluded.window_ms
+		RETURNING c.key, c.count, c.prev, c.window_start, ` + pgNowMS
+	// pgAddGCRAHits counts a batch of GCRA hits. A key's state is an epoch
+	// start (ms) and the emission intervals counted since: its theoretical
+	// arrival time is window_start ms + count × interval_ns. A bucket idle
+	// at the batch's clock (TAT not after it) starts a new epoch there, as
+	// store.Rule.Advance does; then the hits are added. The rule decides
+	// from what it returns (see settle). The TAT is compared in
+	// nanoseconds, so an interval below the clock's millisecond counts
+	// exactly; expires_at is the TAT rounded up to the millisecond.
+	pgAddGCRAHits = `INSERT INTO porch_rate_counters AS c (key, window_start, window_ms, count, prev, interval_ns, expires_at)
+		SELECT t.key, ` + pgNowMS + `, t.window_ms, t.hits, 0, t.interval_ns,
+			(` + pgNowMS + ` * 1000000 + t.hits * t.interval_ns + 999999) / 1000000
+		FROM unnest($1::bytea[], $2::bigint[], $3::bigint[], $4::bigint[]) AS t (key, window_ms, interval_ns, hits)
+		ON CONFLICT (key) DO UPDATE SET
+			window_start = CASE WHEN c.window_start * 1000000 + c.count * excluded.interval_ns <= ` + pgNowMS + ` * 1000000
+				THEN ` + pgNowMS + ` ELSE c.window_start END,
+			count = CASE WHEN c.window_start * 1000000 + c.count * excluded.interval_ns <= ` + pgNowMS + ` * 1000000
+				THEN 0 ELSE c.count END + excluded.count,
+			prev = 0,
+			window_ms = excluded.window_ms,
+			interval_ns = excluded.interval_ns,
+			expires_at = (CASE WHEN c.window_start * 1000000 + c.count * excluded.interval_ns <= ` + pgNowMS + ` * 1000000
+				THEN ` + pgNowMS + ` * 1000000 + excluded.count * excluded.interval_ns
+				ELSE c.window_start * 1000000 + (c.count + excluded.count) * excluded.interval_ns END + 999999) / 1000000
+		RETURNING c.key, c.count, c.prev, c.window_start, ` + pgNowMS
 	// pgRefundHits takes the weights of refused hits back out of counts
 	// pgAddHits added them to, in the same transaction, which still holds
 	// the rows' locks.
