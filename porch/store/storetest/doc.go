@@ -28,7 +28,10 @@
 //
 // A shared store's DB names one database both instances open (for
 // PostgreSQL, pgtest.DSN(t): a fresh schema). The suite closes every store
-// it opens, after its limiters and pool, as porch.App does.
+// it opens, after its limiters and pool, as porch.App does. The package's
+// own test runs the suite over a store.SharedCounters kept in memory
+// (memory_test.go): the least a shared driver must do, and a reference for
+// what AddHit owes the rule.
 //
 // The windows are short (a second at most), so the suite takes a few
 // seconds of wall time per algorithm; its timing margins are wide enough
