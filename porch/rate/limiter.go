@@ -119,10 +119,12 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-// Limiter allows Limit requests per key in each fixed window of Window. A
-// key's window opens at its first request and closes Window later, measured
-// on the store's monotonic timeline, so a wall-clock jump (even across a
-// restart) grants no extra allowance.
+// Limiter allows Limit requests per key per Window, by its
+// Options.Algorithm: in fixed windows that open at a key's first request
+// (the default), in sliding windows, or as a GCRA bucket. Time is measured
+// on the store's monotonic timeline (SQLite) or the database's clock
+// (PostgreSQL), so a wall-clock jump (even across a restart) grants no
+// extra allowance.
 //
 // A Limiter is safe for concurrent use. Create it with [New]; the zero
 // value is not usable.
@@ -243,6 +245,11 @@ func newLimiter(pool *porch.Pool, st store.Counters, limit int, window time.Dura
 	}
 	if opt.Algorithm > GCRA {
 		panic(fmt.Sprintf("rate: New expects Options.Algorithm FixedWindow, SlidingWindow or GCRA, got %s", opt.Algorithm))
+	}
+	if opt.Algorithm == SlidingWindow && window%time.Millisecond != 0 {
+		// Its windows follow each other at start + window, and the stores
+		// keep starts to the millisecond.
+		panic(fmt.Sprintf("rate: New expects a SlidingWindow of whole milliseconds, got %s", window))
 	}
 	if opt.Burst != 0 && opt.Algorithm != GCRA {
 		panic(fmt.Sprintf("rate: New expects Options.Burst only with GCRA, got burst %d with %s", opt.Burst, opt.Algorithm))

@@ -200,7 +200,7 @@ type Keys interface {
 // of [ExclusiveCounters] (the process is the only writer of its rows, so
 // a limiter may keep an exact in-memory view) and [SharedCounters]
 // (several processes write the same rows, so every hit is decided in the
-// database). porchtest/storetest is the suite a driver's counters pass.
+// database). porch/store/storetest is the suite a driver's counters pass.
 type Counters interface {
 	Store
 	// ClaimPolicy records that a limiter counts under p until release; it
