@@ -8,8 +8,6 @@ import (
 	"github.com/writeonce/porch-go/porch/store"
 )
 
-
-
 // admit counts n at now under r as a limiter does, if it fits.
 func admit(r rule, s store.State, now time.Time, n int64) (store.State, bool) {
 	s = r.Advance(s, now)
