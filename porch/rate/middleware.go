@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"reflect"
 
 	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/internal/problemtype"
@@ -28,6 +29,13 @@ type counted struct {
 	context.Context
 	l *Limiter
 	v Verdict
+	// hdr is the counted request's header map, which names the request:
+	// r.WithContext and chi's routing copy a request but share its map,
+	// so a mount further in on the same request finds it, while a
+	// sub-request an application builds on the same context (a batch
+	// endpoint replaying operations through its router) has a map of its
+	// own and is counted as the new request it is.
+	hdr http.Header
 	// through marks the record of a mount that passed the request on: its
 	// After leaves the headers to the mount that counted, whose verdict it
 	// would otherwise write over a Set's report of it.
@@ -44,16 +52,24 @@ func (c *counted) Value(key any) any {
 	return c.Context.Value(key)
 }
 
-// countOf finds, in ctx, the innermost record of l's count of the request,
-// or nil if l has not counted it.
-func countOf(ctx context.Context, l *Limiter) *counted {
+// countOf finds, in r's context, the innermost record of l's count of r,
+// or nil if l has not counted r: a record of another request on the same
+// context (see counted.hdr) does not count.
+func countOf(r *http.Request, l *Limiter) *counted {
+	ctx := r.Context()
 	for {
 		c, _ := ctx.Value(countedKey{}).(*counted)
-		if c == nil || c.l == l {
+		if c == nil || (c.l == l && sameRequest(c.hdr, r.Header)) {
 			return c
 		}
 		ctx = c.Context
 	}
+}
+
+// sameRequest reports whether two header maps are one map: the mark of one
+// request through its copies. A nil map names no request.
+func sameRequest(a, b http.Header) bool {
+	return a != nil && b != nil && reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
 }
 
 // Before counts the request. A refusal short-circuits with 429; a failure
@@ -61,11 +77,11 @@ func countOf(ctx context.Context, l *Limiter) *counted {
 // route, passes on uncounted. It implements porch.Middleware.
 func (l *Limiter) Before(r *http.Request) (*http.Request, *porch.Response) {
 	ctx := r.Context()
-	if c := countOf(ctx, l); c != nil {
+	if c := countOf(r, l); c != nil {
 		if c.through {
 			return r, nil // marked by a pass-through mount further out
 		}
-		return r.WithContext(&counted{Context: ctx, l: l, v: c.v, through: true}), nil
+		return r.WithContext(&counted{Context: ctx, l: l, v: c.v, hdr: r.Header, through: true}), nil
 	}
 	v, err := l.count(r)
 	if errors.Is(err, ErrSkip) {
@@ -74,7 +90,7 @@ func (l *Limiter) Before(r *http.Request) (*http.Request, *porch.Response) {
 	if err != nil {
 		return r, l.failure(r, err)
 	}
-	r = r.WithContext(&counted{Context: ctx, l: l, v: v})
+	r = r.WithContext(&counted{Context: ctx, l: l, v: v, hdr: r.Header})
 	if !v.Allowed && !v.DryRun {
 		return r, l.refusal(r, v)
 	}
@@ -91,7 +107,7 @@ func (l *Limiter) Before(r *http.Request) (*http.Request, *porch.Response) {
 // limits. A mount that passed the request on (see Before) leaves the
 // headers to the one that counted it.
 func (l *Limiter) After(r *http.Request, res *porch.Response, _ porch.Completion) {
-	if c := countOf(r.Context(), l); c != nil && !c.through && !refusedByOther(res, c.v.Allowed || c.v.DryRun) {
+	if c := countOf(r, l); c != nil && !c.through && !refusedByOther(res, c.v.Allowed || c.v.DryRun) {
 		if res.Header == nil {
 			res.Header = make(http.Header)
 		}
@@ -106,7 +122,7 @@ func (l *Limiter) After(r *http.Request, res *porch.Response, _ porch.Completion
 func (l *Limiter) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx := r.Context()
-		if countOf(ctx, l) != nil {
+		if countOf(r, l) != nil {
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -124,7 +140,7 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 			return
 		}
 		l.setHeaders(w.Header(), v)
-		next.ServeHTTP(w, r.WithContext(&counted{Context: ctx, l: l, v: v}))
+		next.ServeHTTP(w, r.WithContext(&counted{Context: ctx, l: l, v: v, hdr: r.Header}))
 	})
 }
 

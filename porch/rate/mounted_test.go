@@ -3,6 +3,7 @@ package rate_test
 import (
 	"context"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"testing"
 	"time"
@@ -125,4 +126,49 @@ func peek(t *testing.T, l *rate.Limiter) int64 {
 		t.Fatal(err)
 	}
 	return v.Remaining
+}
+
+// A sub-request an application builds on the request's context (a batch
+// endpoint replaying its operations through the router) is a request of
+// its own, and is counted as one, whatever the mount record of the request
+// it came from says: once, ten sub-requests for another principal all
+// passed a limit of 3 uncounted.
+func TestSubRequestOnTheSameContextIsCounted(t *testing.T) {
+	for _, mount := range []struct {
+		name string
+		wrap func(l *rate.Limiter, h http.Handler) http.Handler
+	}{
+		{"Handler", func(l *rate.Limiter, h http.Handler) http.Handler { return l.Handler(h) }},
+		{"Chain", func(l *rate.Limiter, h http.Handler) http.Handler { return porch.Chain(l)(h) }},
+		{"Set", func(l *rate.Limiter, h http.Handler) http.Handler { return rate.All(l).Handler(h) }},
+	} {
+		t.Run(mount.name, func(t *testing.T) {
+			rg := newRig(t, 3, time.Hour, rigOptions{rate: rate.Options{KeyFunc: rate.KeyByHeader("X-User")}})
+			served := 0
+			var router http.Handler
+			op := http.HandlerFunc(func(http.ResponseWriter, *http.Request) { served++ })
+			batch := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				for range 10 {
+					sub, _ := http.NewRequestWithContext(r.Context(), http.MethodGet, "/op", nil)
+					sub.RemoteAddr = r.RemoteAddr
+					sub.Header.Set("X-User", "victim")
+					router.ServeHTTP(httptest.NewRecorder(), sub)
+				}
+			})
+			router = mount.wrap(rg.lim, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path == "/batch" {
+					batch.ServeHTTP(w, r)
+					return
+				}
+				op.ServeHTTP(w, r)
+			}))
+			req := request("192.0.2.1:1")
+			req.URL.Path = "/batch"
+			req.Header.Set("X-User", "attacker")
+			router.ServeHTTP(httptest.NewRecorder(), req)
+			if served != 3 {
+				t.Errorf("sub-requests served: %d of 10, want the victim's limit, 3", served)
+			}
+		})
+	}
 }

@@ -164,7 +164,7 @@ func (s *Set) count(r *http.Request) (decision, []member) {
 // withCounts records in ctx each member the set counted, so that a mount of
 // one of them further in passes the request on (see counted). The records
 // share one allocation.
-func withCounts(ctx context.Context, ms []member) context.Context {
+func withCounts(ctx context.Context, r *http.Request, ms []member) context.Context {
 	n := 0
 	for i := range ms {
 		if ms[i].counted() {
@@ -177,7 +177,7 @@ func withCounts(ctx context.Context, ms []member) context.Context {
 	recs := make([]counted, 0, n)
 	for i := range ms {
 		if m := &ms[i]; m.counted() {
-			recs = append(recs, counted{Context: ctx, l: m.l, v: m.v})
+			recs = append(recs, counted{Context: ctx, l: m.l, v: m.v, hdr: r.Header})
 			ctx = &recs[len(recs)-1]
 		}
 	}
@@ -192,7 +192,7 @@ func (s *Set) resolve(r *http.Request) (ms []member, d decision, ok bool) {
 	ms = make([]member, 0, len(s.lims))
 	fresh := false // some limiter is to count r here
 	for _, l := range s.lims {
-		if c := countOf(r.Context(), l); c != nil {
+		if c := countOf(r, l); c != nil {
 			ms = append(ms, member{l: l, v: c.v, prior: true})
 			continue
 		}
