@@ -25,7 +25,15 @@ import (
 // takes nothing with it: the batch is written again without it, and only
 // its caller learns the error.
 func (s *Store) writeBatch(batch []commit.Op) error {
+	s.appDeadline = time.Time{}
+	if b := s.execBudget(); b > 0 {
+		s.appDeadline = time.Now().Add(b)
+	}
+	s.appRan = false // across passes: a pass written again must not run another owner first
 	for range len(batch) + 1 {
+		for i := range batch {
+			batch[i].Deferred = false // each pass decides afresh
+		}
 		err := s.writeBatchOnce(batch)
 		var ab *appAborted
 		if !errors.As(err, &ab) {
@@ -115,6 +123,10 @@ func (s *Store) apply(ctx context.Context, batch []commit.Op, i int) error {
 			return err
 		}
 	case o.Response != nil && len(o.Owner) > 0:
+		if s.deferApp() {
+			batch[i].Deferred = true
+			return nil
+		}
 		ownErr, txErr := s.inSavepoint(ctx, func() error { return s.applyOwner(ctx, o) })
 		if errors.Is(txErr, errTxGone) {
 			if errors.Is(ownErr, store.ErrWriteFailed) {
@@ -143,6 +155,10 @@ func (s *Store) apply(ctx context.Context, batch []commit.Op, i int) error {
 			return fmt.Errorf("sqlite: delete response: %w", err)
 		}
 	case o.Exec != nil:
+		if s.deferApp() {
+			batch[i].Deferred = true
+			return nil
+		}
 		execErr, txErr := s.inSavepoint(ctx, func() error {
 			bctx, cancel := s.budget(ctx)
 			defer cancel()
@@ -280,14 +296,36 @@ func (s *Store) execApp(ctx context.Context, e *commit.Statement) error {
 // the process waits on the committer, so without it one slow statement
 // (6.4 s measured) stalled every limiter hit for as long.
 func (s *Store) budget(ctx context.Context) (context.Context, context.CancelFunc) {
-	b := s.opt.ExecBudget
-	if b == 0 {
-		b = store.DefaultExecBudget
-	}
+	b := s.execBudget()
 	if b < 0 {
 		return ctx, func() {}
 	}
 	return context.WithTimeout(ctx, b)
+}
+
+// execBudget is store.Options.ExecBudget resolved: negative is none.
+func (s *Store) execBudget() time.Duration {
+	if b := s.opt.ExecBudget; b != 0 {
+		return b
+	}
+	return store.DefaultExecBudget
+}
+
+// deferApp reports whether the batch's time for applications' statements
+// has run out, so that the next owner's (or Exec's) statements wait for
+// the next batch instead of running in this one; it records, otherwise,
+// that one runs. Each owner has the whole budget, but a batch spends on
+// owners at most the budget plus the last one's: without the batch's
+// bound, twenty owners each just under the budget held every limiter hit
+// of the batch for twenty budgets. The first application statement of a
+// batch always runs, so the deferred ones, which lead the next batch, make
+// progress.
+func (s *Store) deferApp() bool {
+	if s.appRan && !s.appDeadline.IsZero() && !time.Now().Before(s.appDeadline) {
+		return true
+	}
+	s.appRan = true
+	return false
 }
 
 // ErrRefused wraps an application's statement that the writer's authorizer

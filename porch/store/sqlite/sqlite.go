@@ -45,9 +45,14 @@ type Store struct {
 	// appStatement is set while the committer runs an application's
 	// statement; authorize reads it. Only the committer touches it.
 	appStatement bool
-	refusal      string        // why authorize refused the statement being prepared, if it did
-	claims       policy.Claims // the rate policies this process counts under
-	jr           journal       // the hit journal's bookkeeping; see journal.go
+	// appDeadline ends the batch's time for applications' statements, and
+	// appRan records that one ran in this pass (see deferApp). Only the
+	// committer touches them.
+	appDeadline time.Time
+	appRan      bool
+	refusal     string        // why authorize refused the statement being prepared, if it did
+	claims      policy.Claims // the rate policies this process counts under
+	jr          journal       // the hit journal's bookkeeping; see journal.go
 	// responsesDue is when (store ms) a stored response may first have
 	// expired, so that a commit before it skips the responses prune; see
 	// pruneResponses. Only the committer touches it, after open.

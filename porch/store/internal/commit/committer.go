@@ -48,6 +48,13 @@ type Op struct {
 	// Dropped is set by a batch writer that left this write out of the
 	// batch (its statement aborted the whole transaction); Failed says why.
 	Dropped bool
+	// Deferred is set by a batch writer that left this write for the next
+	// batch without running it: the batch's time for applications'
+	// statements (store.Options.ExecBudget) ran out on the ones before
+	// it. It is not answered with this batch; the committer carries it
+	// into the next one, first, so that it runs before anything queued
+	// after it.
+	Deferred bool
 	// Settled is set by a batch writer that committed (or failed) this
 	// write in a transaction of its own: Failed, nil or not, is its
 	// outcome whatever becomes of the rest of the batch. Without it, a
@@ -159,8 +166,17 @@ func (c *Committer) tryEnqueue(o Op) (bool, error) {
 func (c *Committer) run() {
 	defer close(c.done)
 	batch := make([]Op, 0, c.maxBatch)
-	for first := range c.queue {
-		batch = append(batch[:0], first)
+	var carry []Op // deferred by the last batch: they lead the next
+	for {
+		batch = append(batch[:0], carry...)
+		carry = carry[:0]
+		if len(batch) == 0 {
+			first, ok := <-c.queue
+			if !ok {
+				return
+			}
+			batch = append(batch, first)
+		}
 	drain:
 		for len(batch) < c.maxBatch {
 			select {
@@ -179,9 +195,22 @@ func (c *Committer) run() {
 			c.failed.Add(1)
 		} else {
 			c.commits.Add(1)
-			c.writes.Add(int64(len(batch)))
+			written := 0
+			for i := range batch {
+				if !batch[i].Deferred {
+					written++
+				}
+			}
+			c.writes.Add(int64(written))
 		}
 		for i := range batch {
+			if batch[i].Deferred {
+				o := batch[i]
+				o.Deferred, o.Failed, o.Settled, o.Dropped = false, nil, false, false
+				carry = append(carry, o)
+				batch[i] = Op{}
+				continue
+			}
 			opErr := err
 			if opErr == nil || batch[i].Settled {
 				opErr = batch[i].Failed

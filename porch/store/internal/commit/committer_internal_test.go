@@ -123,3 +123,69 @@ func TestHealthOfAFullQueue(t *testing.T) {
 		t.Fatalf("queue full behind a stuck write: got %v, want ErrUnhealthy", err)
 	}
 }
+
+// A write the batch writer defers is not answered with its batch: it leads
+// the next one, is written there, and is answered once, with that
+// batch's outcome; a write queued meanwhile comes after it.
+func TestCommitterCarriesDeferredWrites(t *testing.T) {
+	var mu sync.Mutex
+	var seen [][]string // the Exec queries of each batch, in order
+	deferOnce := true
+	c := New(func(batch []Op) error {
+		mu.Lock()
+		defer mu.Unlock()
+		var qs []string
+		for i := range batch {
+			qs = append(qs, batch[i].Exec.Query)
+			if batch[i].Exec.Query == "b" && deferOnce {
+				deferOnce = false
+				batch[i].Deferred = true
+			}
+		}
+		seen = append(seen, qs)
+		return nil
+	}, clock.System{}, 16, 16, nil)
+	answers := make(chan string, 8)
+	op := func(q string) Op {
+		return Op{Exec: &Statement{Query: q}, Done: func(err error) {
+			if err != nil {
+				t.Errorf("%s: %v", q, err)
+			}
+			answers <- q
+		}}
+	}
+	// a and b in one batch: hold the writer until both are queued.
+	mu.Lock()
+	for _, q := range []string{"a", "b"} {
+		if err := c.Enqueue(op(q)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mu.Unlock()
+	if got := <-answers; got != "a" {
+		t.Fatalf("first answer %q, want a (b was deferred)", got)
+	}
+	if err := c.Enqueue(op("c")); err != nil {
+		t.Fatal(err)
+	}
+	got := []string{<-answers, <-answers}
+	if !slices.Equal(got, []string{"b", "c"}) {
+		t.Errorf("then answered %v, want [b c]", got)
+	}
+	if err := c.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) < 2 || seen[1][0] != "b" {
+		t.Errorf("batches %v: want the deferred b to lead the second", seen)
+	}
+	if st := c.Stats(); st.Writes != 3 {
+		t.Errorf("Stats.Writes = %d, want 3 (a deferred write counts once)", st.Writes)
+	}
+	select {
+	case q := <-answers:
+		t.Errorf("%s answered twice", q)
+	default:
+	}
+}
