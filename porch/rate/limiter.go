@@ -64,7 +64,10 @@ type Options struct {
 	Algorithm Algorithm
 	// Burst is how many requests GCRA lets arrive at once, on top of its
 	// steady rate of limit per window. If zero, the limit. New panics if
-	// it is set for another algorithm, or above MaxLimit.
+	// it is set for another algorithm, above MaxLimit, or so deep that its
+	// emission intervals (window/limit, rounded up, each) span more than
+	// MaxWindow: a GCRA window near MaxWindow needs a burst below the
+	// limit.
 	Burst int
 	// DryRun makes the middleware count and report but never refuse: for
 	// rolling out a new limit. A request over the limit is served, with the
@@ -198,9 +201,10 @@ const MaxWindow = 100 * 365 * 24 * time.Hour
 // Options.ProblemBase that is not a URI. It checks all of these before any
 // I/O. It returns an error only for what the store answers: the policy
 // refused (store.ErrPolicyConflict), or the store failing to record the
-// policy or to load the open windows. Options.Algorithm beyond GCRA, or
-// Options.Burst with another algorithm, negative or over MaxLimit, panics
-// too.
+// policy or to load the open windows. Options.Algorithm beyond GCRA, a
+// SlidingWindow not of whole milliseconds, or an Options.Burst with another
+// algorithm, negative, over MaxLimit or spanning more than MaxWindow (see
+// Options.Burst) panics too.
 func New(pool *porch.Pool, st store.Counters, limit int, window time.Duration, opt Options) (*Limiter, error) {
 	l := newLimiter(pool, st, limit, window, opt)
 	if err := l.open(); err != nil {
