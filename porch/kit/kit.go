@@ -1,0 +1,183 @@
+// Package kit is porch in three lines: one value that owns a pool and a
+// store, hands out limiters and idempotency middlewares built on them, and
+// closes everything in the one order that loses nothing.
+//
+//	k := kit.Must(kit.Open(sqlite.Open("app.db", store.Options{})))
+//	defer k.Close(context.Background())
+//	r.Use(k.Limit(100, time.Minute))
+//
+// The parts stay available for what kit does not cover: k.Pool() and the
+// store you opened are the ones rate.New and idem.New take, and New builds
+// a Kit on a pool and stores of your own (counters on Redis, idempotency
+// keys on PostgreSQL).
+//
+// Close is the order porch needs: the limiters first (they write their
+// exact counts through the pool's actors), then the pool (its last jobs
+// write to the store), then the store or stores (they flush what was
+// written). Closing them by hand in another order loses counts or fails.
+package kit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/writeonce/porch-go/porch"
+	"github.com/writeonce/porch-go/porch/idem"
+	"github.com/writeonce/porch-go/porch/rate"
+	"github.com/writeonce/porch-go/porch/store"
+)
+
+// Kit is a pool and its stores, with the limiters and idempotency
+// middlewares built on them. Create it with Open or New; it is safe for
+// concurrent use.
+type Kit struct {
+	pool     *porch.Pool
+	counters store.Counters // the limiters' store; nil: Limiter fails
+	keys     store.Keys     // the idempotency keys' store; nil: Idempotency fails
+
+	mu       sync.Mutex
+	limiters []*rate.Limiter
+	closed   bool
+}
+
+// ErrNoStore is returned (or panicked with, by Limit) when a Kit has no
+// store for what is asked of it: counters for a limiter, keys for
+// idempotency.
+var ErrNoStore = errors.New("kit: no store for this middleware")
+
+// ErrClosed is returned by a Kit's methods after Close.
+var ErrClosed = errors.New("kit: closed")
+
+// Open returns a Kit on st, which holds both the limiters' counters and
+// the idempotency keys (SQLite's and PostgreSQL's stores do), with a pool
+// of porch's default size. It takes a driver's Open results as they come,
+// so that kit.Open(sqlite.Open(path, opt)) is one call: a non-nil err is
+// returned as it is. A store without idempotency keys (Redis) does not
+// compile here; give it to New.
+func Open[S interface {
+	store.Counters
+	store.Keys
+}](st S, err error) (*Kit, error) {
+	if err != nil {
+		return nil, err
+	}
+	return New(porch.NewPool(porch.PoolOptions{}), st, st), nil
+}
+
+// Must returns k, or panics with err: for a program's setup, as
+// template.Must is.
+func Must(k *Kit, err error) *Kit {
+	if err != nil {
+		panic(fmt.Sprintf("kit: %v", err))
+	}
+	return k
+}
+
+// New returns a Kit on pool, with counters for its limiters and keys for
+// its idempotency middlewares (one store may be both, and either may be
+// nil if unused). The Kit closes pool and the stores in Close; a store
+// given as both is closed once.
+func New(pool *porch.Pool, counters store.Counters, keys store.Keys) *Kit {
+	if pool == nil {
+		panic("kit: New expects a non-nil pool")
+	}
+	return &Kit{pool: pool, counters: counters, keys: keys}
+}
+
+// Pool is the Kit's pool, for rate.New and idem.New of your own.
+func (k *Kit) Pool() *porch.Pool { return k.pool }
+
+// Limiter returns a limiter of limit requests per window (see rate.New)
+// on the Kit's counters. Close closes it first.
+func (k *Kit) Limiter(limit int, window time.Duration, opt rate.Options) (*rate.Limiter, error) {
+	if k.counters == nil {
+		return nil, fmt.Errorf("%w: a limiter needs counters", ErrNoStore)
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.closed {
+		return nil, ErrClosed
+	}
+	l, err := rate.New(k.pool, k.counters, limit, window, opt)
+	if err != nil {
+		return nil, err
+	}
+	k.limiters = append(k.limiters, l)
+	return l, nil
+}
+
+// Limit is Limiter with the default options, as chi middleware: limit
+// requests per window per client address. It panics if the limiter cannot
+// be built (a policy conflict, a store failing at start): it is for a
+// program's setup, where that is fatal anyway. Use Limiter to handle the
+// error, or to pass options.
+func (k *Kit) Limit(limit int, window time.Duration) func(http.Handler) http.Handler {
+	l, err := k.Limiter(limit, window, rate.Options{})
+	if err != nil {
+		panic(fmt.Sprintf("kit: Limit(%d, %s): %v", limit, window, err))
+	}
+	return l.Handler
+}
+
+// Idempotency returns the idempotency-key middleware on the Kit's keys
+// (see idem.New). It fails with ErrNoStore on a Kit without keys.
+func (k *Kit) Idempotency(opt idem.Options) (*idem.Keys, error) {
+	if k.keys == nil {
+		return nil, fmt.Errorf("%w: idempotency needs a store of keys (SQLite or PostgreSQL)", ErrNoStore)
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.closed {
+		return nil, ErrClosed
+	}
+	return idem.New(k.pool, k.keys, opt), nil
+}
+
+// Close closes, in order, every limiter the Kit handed out (so that they
+// write their exact counts), the pool (whose last jobs write to the
+// store), and the stores (which flush what was written). Call it after
+// the server has stopped serving. Each step gets what is left of ctx; it
+// returns every step's error, joined, and the later steps run even when
+// an earlier one fails, so that nothing is left open. A second Close
+// returns ErrClosed.
+func (k *Kit) Close(ctx context.Context) error {
+	k.mu.Lock()
+	if k.closed {
+		k.mu.Unlock()
+		return ErrClosed
+	}
+	k.closed = true
+	limiters := k.limiters
+	k.mu.Unlock()
+	var errs []error
+	for _, l := range limiters {
+		if err := l.Close(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("kit: close limiter: %w", err))
+		}
+	}
+	if err := k.pool.Close(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("kit: close pool: %w", err))
+	}
+	closedCounters := false
+	if k.counters != nil {
+		closedCounters = true
+		if err := k.counters.Close(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("kit: close store: %w", err))
+		}
+	}
+	if k.keys != nil && !(closedCounters && sameStore(k.keys, k.counters)) {
+		if err := k.keys.Close(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("kit: close store: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// sameStore reports whether the two interfaces hold one store.
+func sameStore(a store.Keys, b store.Counters) bool {
+	return store.Store(a) == store.Store(b)
+}
