@@ -13,7 +13,9 @@
 //   - no record and no owner: this request owns the key and runs the handler;
 //     its response is stored (group commit) before it is sent;
 //   - an owner is running: park until it reports, then answer as a replay
-//     would. No 409 and no polling.
+//     would. No 409 and no polling, unless Options.MaxWait runs out: then
+//     422 if the owner runs a different request (the key was reused), and
+//     409 otherwise.
 //
 // Ownership is volatile: a crash mid-handler leaves no owner, so the next
 // duplicate runs the handler again, and a key is never wedged pending. A 5xx
