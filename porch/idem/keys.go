@@ -24,8 +24,9 @@ import (
 
 // Defaults for [Options].
 const (
-	DefaultTTL     = 24 * time.Hour
-	DefaultMaxBody = 1 << 20
+	DefaultTTL           = 24 * time.Hour
+	DefaultMaxBody       = 1 << 20
+	DefaultMaxStoredBody = 1 << 20
 )
 
 // ReplayedHeader marks a response served from the store rather than by the
@@ -60,6 +61,25 @@ type Options struct {
 	// is refused with 413 before anything is reserved. If zero,
 	// DefaultMaxBody.
 	MaxBody int64
+	// StoreStatus reports whether a response of the given status is stored
+	// and replayed to the key's retries. A response it refuses is sent as
+	// it is and its handler's [Exec] writes are discarded, as a 5xx's are:
+	// the writes commit only with the response they belong to, so that a
+	// retry runs the handler again on a clean slate. Storing a 4xx keeps a
+	// client's corrected retry under the same key from running: it is
+	// replayed the stored 4xx (or, with a different body, refused 422)
+	// until the TTL ends, so a client must send a new key with each
+	// correction; not storing it lets the handler run on every retry,
+	// which is right only for answers whose handler changed nothing. A
+	// handler or middleware that did not complete (a panic, a refusal) is
+	// never stored. If nil, every status below 500.
+	StoreStatus func(status int) bool
+	// MaxStoredBody is the largest response body stored, in bytes. A
+	// handler that answers a larger one, with a status that is stored, has
+	// its Exec writes discarded and its answer withheld: its client gets
+	// 500 (…/idempotency-response-too-large) saying nothing was done, and
+	// the key is free for a retry. If zero, DefaultMaxStoredBody.
+	MaxStoredBody int64
 	// MaxWait bounds how long a duplicate waits for a running owner before
 	// it is answered 409 with Retry-After, the draft's in-flight answer. If
 	// zero, a duplicate waits as long as its request context lasts.
@@ -136,8 +156,8 @@ func New(pool *porch.Pool, st store.Keys, opt Options) *Keys {
 	if st == nil {
 		panic("idem: New expects a store")
 	}
-	if opt.TTL < 0 || opt.MaxBody < 0 || opt.MaxWait < 0 {
-		panic("idem: New expects TTL, MaxBody and MaxWait >= 0")
+	if opt.TTL < 0 || opt.MaxBody < 0 || opt.MaxWait < 0 || opt.MaxStoredBody < 0 {
+		panic("idem: New expects TTL, MaxBody, MaxStoredBody and MaxWait >= 0")
 	}
 	if !problemtype.Valid(opt.ProblemBase) {
 		panic(fmt.Sprintf("idem: New expects ProblemBase to be a URI, got %q", opt.ProblemBase))
@@ -147,6 +167,9 @@ func New(pool *porch.Pool, st store.Keys, opt Options) *Keys {
 	}
 	if opt.MaxBody == 0 {
 		opt.MaxBody = DefaultMaxBody
+	}
+	if opt.MaxStoredBody == 0 {
+		opt.MaxStoredBody = DefaultMaxStoredBody
 	}
 	m := &Keys{pool: pool, store: st, opt: opt, shards: make([]*shard, pool.Size())}
 	if opt.Logger != nil {
@@ -243,12 +266,14 @@ func (m *Keys) own(r *http.Request, f *flight, digest []byte, hold store.Reserva
 }
 
 // After stores the owner's response, with the writes its handler made
-// through [Exec], and lets it out only once both are durable. A 5xx, a
-// panic, or a refusal by a middleware after this one (the handler never
-// ran) is not stored and the handler's writes are discarded: the key is
-// handed back, and a waiting duplicate decides afresh. If the handler's
-// writes fail at commit, nothing is stored and the client gets a 500
-// problem instead of the handler's answer. It implements porch.Middleware.
+// through [Exec], and lets it out only once both are durable. A 5xx (or a
+// status Options.StoreStatus refuses), a panic, or a refusal by a
+// middleware after this one (the handler never ran) is not stored and the
+// handler's writes are discarded: the key is handed back, and a waiting
+// duplicate decides afresh. If the handler's writes fail at commit, or its
+// body is larger than Options.MaxStoredBody, nothing is stored and the
+// client gets a 500 problem instead of the handler's answer. It implements
+// porch.Middleware.
 func (m *Keys) After(r *http.Request, res *porch.Response, c porch.Completion) {
 	o, _ := r.Context().Value(ownershipKey{m}).(*ownership)
 	if o == nil {
@@ -264,8 +289,15 @@ func (m *Keys) After(r *http.Request, res *porch.Response, c porch.Completion) {
 // stored is replaced by the problem its client gets instead.
 func (m *Keys) save(r *http.Request, o *ownership, res *porch.Response, c porch.Completion) result {
 	status := res.StatusCode()
-	if c != porch.Handled || status >= 500 {
+	if c != porch.Handled || !m.stores(status) {
 		o.hold.Release()
+		return released()
+	}
+	if n := int64(len(res.Body)); n > m.opt.MaxStoredBody {
+		// Sent unstored, a retry would run the handler again while its
+		// writes stood: discard them, and say so.
+		o.hold.Release()
+		*res = *m.tooLarge(r, n)
 		return released()
 	}
 	row := store.Response{
@@ -289,6 +321,14 @@ func (m *Keys) save(r *http.Request, o *ownership, res *porch.Response, c porch.
 		*res = *m.unavailable(r, err)
 		return failed(err)
 	}
+}
+
+// stores applies Options.StoreStatus.
+func (m *Keys) stores(status int) bool {
+	if m.opt.StoreStatus == nil {
+		return status < 500
+	}
+	return m.opt.StoreStatus(status)
 }
 
 // Handler is the middleware as plain chi middleware. It buffers the
