@@ -218,7 +218,7 @@ func (m *Keys) wait(r *http.Request, f *flight, digest []byte) *porch.Response {
 	case <-timeout:
 		if owner := f.owner.Load(); owner != nil && !bytes.Equal(*owner, digest) {
 			m.observe(r, Mismatch)
-			return m.problem(ProblemKeyReused, http.StatusUnprocessableEntity, "Idempotency-Key reused",
+			return m.problem(ProblemKeyReused, http.StatusUnprocessableEntity, m.keyHeader+" reused",
 				"a request with a different method, path or body is running under this key")
 		}
 		m.observe(r, InFlight)
@@ -233,7 +233,7 @@ func (m *Keys) wait(r *http.Request, f *flight, digest []byte) *porch.Response {
 // key's owner: 409, and when to retry.
 func (m *Keys) inFlight() *porch.Response {
 	res := m.problem(ProblemInFlight, http.StatusConflict, "Request in flight",
-		"a request with this Idempotency-Key is still being processed; retry later")
+		"a request with this "+m.keyHeader+" is still being processed; retry later")
 	res.SetHeader("Retry-After", strconv.Itoa(porch.RetryAfterSeconds(m.opt.MaxWait)))
 	return res
 }
@@ -244,11 +244,11 @@ func (m *Keys) inFlight() *porch.Response {
 func (m *Keys) answer(r *http.Request, row store.Response, digest []byte) *porch.Response {
 	if !bytes.Equal(row.Digest, digest) {
 		m.observe(r, Mismatch)
-		return m.problem(ProblemKeyReused, http.StatusUnprocessableEntity, "Idempotency-Key reused",
+		return m.problem(ProblemKeyReused, http.StatusUnprocessableEntity, m.keyHeader+" reused",
 			"this key was used for a request with a different method, path or body")
 	}
 	m.observe(r, Replayed)
-	return replay(row, m.keep)
+	return replay(row, m.keep, m.replayedHeader)
 }
 
 // finish ends f with res on its key's actor, waiting for mailbox room: the

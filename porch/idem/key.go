@@ -22,11 +22,11 @@ var (
 	errKeyQuoted   = errors.New("the Idempotency-Key is a malformed quoted string")
 )
 
-// parseKey reads the Idempotency-Key of r. The draft makes it a
+// parseKey reads the Idempotency-Key of r, in the header name. The draft makes it a
 // structured-field string ("abc"); many clients send it bare (abc), so both
 // are accepted and mean the same key.
-func parseKey(r *http.Request) (string, error) {
-	vals := r.Header.Values(Header)
+func parseKey(r *http.Request, name string) (string, error) {
+	vals := r.Header.Values(name)
 	switch len(vals) {
 	case 0:
 		return "", errKeyMissing

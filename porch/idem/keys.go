@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -30,7 +31,7 @@ const (
 )
 
 // ReplayedHeader marks a response served from the store rather than by the
-// handler.
+// handler, with the value "true"; Options.ReplayedHeader renames it.
 const ReplayedHeader = "Idempotency-Replayed"
 
 // Options configure the middleware [New] returns. The zero value applies to
@@ -40,6 +41,17 @@ type Options struct {
 	Methods []string
 	// RequireKey answers 400 to a request of those methods without a key.
 	RequireKey bool
+	// KeyHeader names the request header that carries the key, for clients
+	// that send another (Fiber's default is X-Idempotency-Key). New panics
+	// on a name that is not a field name. If empty, [Header],
+	// "Idempotency-Key", the draft's.
+	KeyHeader string
+	// ReplayedHeader names the response header, set to "true", that marks
+	// a replay (Stripe's is Idempotent-Replayed). New panics on a name
+	// that is not a field name, that KeepHeaders names, or whose value a
+	// replay must not set (Content-Type, Set-Cookie, the framing fields).
+	// If empty, [ReplayedHeader], "Idempotency-Replayed".
+	ReplayedHeader string
 	// Principal scopes keys: two principals using the same key get separate
 	// records. Set it to the authenticated account (the auth middleware
 	// must run first). If nil, or when it returns "", a key is scoped by
@@ -140,6 +152,8 @@ type Keys struct {
 	methods []string
 	keep    []string // Options.KeepHeaders, canonical
 
+	keyHeader, replayedHeader string // Options.KeyHeader and ReplayedHeader, canonical
+
 	warnRewritten sync.Once
 	errs          *porch.ErrorLog // for Options.Logger; nil: the process's
 }
@@ -147,8 +161,9 @@ type Keys struct {
 // New returns the middleware, its in-flight state kept by pool's actors and
 // its responses stored in st. It does no I/O, so it returns no error; like
 // chi's middleware constructors, it panics on a programming error: a nil
-// pool or store, a negative TTL, MaxBody or MaxWait, a KeepHeaders name
-// it may not keep, or a ProblemBase that is not a URI.
+// pool or store, a negative TTL, MaxBody, MaxStoredBody or MaxWait, a
+// KeepHeaders name it may not keep, a KeyHeader or ReplayedHeader that is
+// not a field name it may use, or a ProblemBase that is not a URI.
 func New(pool *porch.Pool, st store.Keys, opt Options) *Keys {
 	if pool == nil {
 		panic("idem: New expects a pool")
@@ -176,7 +191,8 @@ func New(pool *porch.Pool, st store.Keys, opt Options) *Keys {
 		m.errs = porch.NewErrorLog(clock.System{}, 0, opt.Logger)
 	}
 	m.methods = opt.Methods
-	m.keep = keepHeaders(opt.KeepHeaders)
+	m.keyHeader, m.replayedHeader = headerNames(opt.KeyHeader, opt.ReplayedHeader)
+	m.keep = keepHeaders(opt.KeepHeaders, m.replayedHeader)
 	if m.methods == nil {
 		m.methods = []string{http.MethodPost, http.MethodPatch}
 	}
@@ -221,18 +237,19 @@ func (m *Keys) Before(r *http.Request) (*http.Request, *porch.Response) {
 	if !slices.Contains(m.methods, r.Method) {
 		return r, nil
 	}
-	key, err := parseKey(r)
+	key, err := parseKey(r, m.keyHeader)
 	if errors.Is(err, errKeyMissing) {
 		if !m.opt.RequireKey {
 			return r, nil
 		}
 		m.observe(r, Invalid)
-		return r, m.problem(ProblemKeyRequired, http.StatusBadRequest, "Idempotency-Key required",
-			"this endpoint requires an Idempotency-Key header")
+		return r, m.problem(ProblemKeyRequired, http.StatusBadRequest, m.keyHeader+" required",
+			"this endpoint requires an "+m.keyHeader+" header")
 	}
 	if err != nil {
 		m.observe(r, Invalid)
-		return r, m.problem(ProblemKeyInvalid, http.StatusBadRequest, "Invalid Idempotency-Key", err.Error())
+		return r, m.problem(ProblemKeyInvalid, http.StatusBadRequest, "Invalid "+m.keyHeader,
+			strings.ReplaceAll(err.Error(), Header, m.keyHeader))
 	}
 	digest, res := m.digest(r)
 	if res != nil {
@@ -248,7 +265,7 @@ func (m *Keys) Before(r *http.Request) (*http.Request, *porch.Response) {
 		// nothing, so its After must not find the outer ownership.
 		if !bytes.Equal(outer.digest, digest) {
 			m.observe(r, Mismatch)
-			return r, m.problem(ProblemKeyReused, http.StatusUnprocessableEntity, "Idempotency-Key reused",
+			return r, m.problem(ProblemKeyReused, http.StatusUnprocessableEntity, m.keyHeader+" reused",
 				"an enclosing request owns this key for a different method, path or body")
 		}
 		return r.WithContext(context.WithValue(r.Context(), ownershipKey{m}, (*ownership)(nil))), nil
@@ -395,7 +412,7 @@ func (m *Keys) clientAddr(r *http.Request) string {
 // replay renders a stored response: its status, body, content type and the
 // stored headers keep still names. Other headers (Set-Cookie, Date) would
 // be wrong to repeat, and are not stored.
-func replay(s store.Response, keep []string) *porch.Response {
+func replay(s store.Response, keep []string, marker string) *porch.Response {
 	res := &porch.Response{Status: s.Status, Header: kept(s.Header, keep), Body: s.Body}
 	if res.Header == nil {
 		res.Header = make(http.Header)
@@ -403,6 +420,6 @@ func replay(s store.Response, keep []string) *porch.Response {
 	if s.ContentType != "" {
 		res.Header.Set("Content-Type", s.ContentType)
 	}
-	res.Header.Set(ReplayedHeader, "true")
+	res.Header.Set(marker, "true")
 	return res
 }
