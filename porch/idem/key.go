@@ -45,18 +45,27 @@ func parseKey(r *http.Request, name string) (string, error) {
 			return "", err
 		}
 	}
+	if err := checkKey(key); err != nil {
+		return "", err
+	}
+	return key, nil
+}
+
+// checkKey refuses a key (unquoted) that is empty, too long, or holds a
+// byte outside printable ASCII.
+func checkKey(key string) error {
 	switch {
 	case key == "":
-		return "", errKeyEmpty
+		return errKeyEmpty
 	case len(key) > MaxKeyLen:
-		return "", errKeyLong
+		return errKeyLong
 	}
 	for i := 0; i < len(key); i++ {
 		if c := key[i]; c < 0x20 || c > 0x7e {
-			return "", errKeyChars
+			return errKeyChars
 		}
 	}
-	return key, nil
+	return nil
 }
 
 // unquote decodes an RFC 8941 sf-string: printable ASCII between quotes,

@@ -389,10 +389,19 @@ func (m *Keys) digest(r *http.Request) ([]byte, *porch.Response) {
 func (m *Keys) scope(r *http.Request, key string) string {
 	if m.opt.Principal != nil {
 		if p := m.opt.Principal(r); p != "" {
-			return "idem:" + strconv.Itoa(len(p)) + ":" + p + ":" + key
+			return principalKey(p, key)
 		}
 	}
-	a := m.clientAddr(r)
+	return addrKey(m.clientAddr(r), key)
+}
+
+// principalKey and addrKey are scope's two forms; Lookup and Forget make
+// them too.
+func principalKey(p, key string) string {
+	return "idem:" + strconv.Itoa(len(p)) + ":" + p + ":" + key
+}
+
+func addrKey(a, key string) string {
 	return "idem:ip:" + strconv.Itoa(len(a)) + ":" + a + ":" + key
 }
 
