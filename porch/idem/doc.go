@@ -19,7 +19,10 @@
 //
 // Ownership is volatile: a crash mid-handler leaves no owner, so the next
 // duplicate runs the handler again, and a key is never wedged pending. A 5xx
-// or a panic is not stored; ownership passes to a parked duplicate.
+// (or a status Options.StoreStatus refuses) or a panic is not stored, nor
+// are its Exec writes; ownership passes to a parked duplicate. A support
+// tool sees a key's state with [Keys.Lookup] and clears a stored answer
+// with [Keys.Forget].
 //
 // A handler makes its side effect exactly-once by writing it with [Exec]:
 // the write commits in the transaction that stores the response, so a
