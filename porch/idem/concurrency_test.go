@@ -338,3 +338,27 @@ func TestReusedKeyBehindFailedOwner(t *testing.T) {
 		t.Errorf("handler calls: got %d, want 2", n)
 	}
 }
+
+// TestReusedKeyBeforeInFlight: a different request under a key whose owner
+// is still running, parked past MaxWait, is told 422 (it reused the key),
+// not 409 (retry later): the draft's order, and a client retrying a 409
+// would only have been refused later. The same request still gets 409.
+func TestReusedKeyBeforeInFlight(t *testing.T) {
+	g := newGate()
+	o := held(g)
+	e := newEnv(t, envConfig{opt: idem.Options{MaxWait: 20 * time.Millisecond}}, o)
+	t.Cleanup(g.open)
+
+	owner := e.sendAll(t, 1, http.MethodPost, "/orders", same("one"), same("k"))
+	g.waitEntered(t)
+
+	wantProblem(t, e.do(t, http.MethodPost, "/orders", "two", "k"), http.StatusUnprocessableEntity, idem.ProblemKeyReused)
+	wantProblem(t, e.do(t, http.MethodPost, "/orders", "one", "k"), http.StatusConflict, idem.ProblemInFlight)
+	g.open()
+	if first := owner()[0]; first.status != http.StatusCreated {
+		t.Errorf("owner: got %s, want 201", first)
+	}
+	if n := o.calls.Load(); n != 1 {
+		t.Errorf("handler calls: got %d, want 1", n)
+	}
+}

@@ -13,11 +13,16 @@
 //   - no record and no owner: this request owns the key and runs the handler;
 //     its response is stored (group commit) before it is sent;
 //   - an owner is running: park until it reports, then answer as a replay
-//     would. No 409 and no polling.
+//     would. No 409 and no polling, unless Options.MaxWait runs out: then
+//     422 if the owner runs a different request (the key was reused), and
+//     409 otherwise.
 //
 // Ownership is volatile: a crash mid-handler leaves no owner, so the next
 // duplicate runs the handler again, and a key is never wedged pending. A 5xx
-// or a panic is not stored; ownership passes to a parked duplicate.
+// (or a status Options.StoreStatus refuses) or a panic is not stored, nor
+// are its Exec writes; ownership passes to a parked duplicate. A support
+// tool sees a key's state with [Keys.Lookup] and clears a stored answer
+// with [Keys.Forget].
 //
 // A handler makes its side effect exactly-once by writing it with [Exec]:
 // the write commits in the transaction that stores the response, so a

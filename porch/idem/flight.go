@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/writeonce/porch-go/porch"
@@ -30,6 +31,12 @@ type flight struct {
 	key  string        // the scoped key, under which the actor holds the flight
 	done chan struct{} // closed by shard.finish, once
 	res  result        // written before done is closed, read only after
+	// owner is the digest of the request running the handler, set once its
+	// leader owns the key in the store: a duplicate that runs out of MaxWait
+	// compares it with its own, so that a reused key is told 422 rather
+	// than to retry. nil while the leader is still reserving the key, or
+	// when it never owned it.
+	owner atomic.Pointer[[]byte]
 }
 
 func newFlight(key string) *flight {
@@ -75,7 +82,7 @@ func (m *Keys) decide(r *http.Request, key string, digest []byte) (*http.Request
 		if leads {
 			return m.lead(r, f, digest)
 		}
-		if res := m.wait(r, f); res != nil {
+		if res := m.wait(r, f, digest); res != nil {
 			return r, res
 		}
 		switch f.res.kind {
@@ -124,6 +131,7 @@ func (m *Keys) lead(r *http.Request, f *flight, digest []byte) (*http.Request, *
 				panic(v)
 			}
 		}()
+		f.owner.Store(&digest)
 		m.observe(r, Executed)
 		return m.own(r, f, digest, hold), nil
 	}
@@ -191,7 +199,13 @@ func loaded(ctx context.Context, row store.Response, err error) result {
 
 // wait parks a duplicate until the leader's flight is over. It returns a
 // response only when the wait itself ends the request (context, MaxWait).
-func (m *Keys) wait(r *http.Request, f *flight) *porch.Response {
+// A duplicate whose MaxWait runs out while an owner runs a different
+// request under its key (method, path or body) is told 422, as it would be
+// once that owner's response is stored: the draft puts a reused key before
+// a request in flight, and a client retrying a 409 would only be refused
+// later, or, if the owner stored nothing, run a request it never meant to
+// repeat under that key.
+func (m *Keys) wait(r *http.Request, f *flight, digest []byte) *porch.Response {
 	var timeout <-chan time.Time
 	if m.opt.MaxWait > 0 {
 		t := time.NewTimer(m.opt.MaxWait)
@@ -202,6 +216,11 @@ func (m *Keys) wait(r *http.Request, f *flight) *porch.Response {
 	case <-f.done:
 		return nil
 	case <-timeout:
+		if owner := f.owner.Load(); owner != nil && !bytes.Equal(*owner, digest) {
+			m.observe(r, Mismatch)
+			return m.problem(ProblemKeyReused, http.StatusUnprocessableEntity, m.keyHeader+" reused",
+				"a request with a different method, path or body is running under this key")
+		}
 		m.observe(r, InFlight)
 		return m.inFlight()
 	case <-r.Context().Done():
@@ -214,7 +233,7 @@ func (m *Keys) wait(r *http.Request, f *flight) *porch.Response {
 // key's owner: 409, and when to retry.
 func (m *Keys) inFlight() *porch.Response {
 	res := m.problem(ProblemInFlight, http.StatusConflict, "Request in flight",
-		"a request with this Idempotency-Key is still being processed; retry later")
+		"a request with this "+m.keyHeader+" is still being processed; retry later")
 	res.SetHeader("Retry-After", strconv.Itoa(porch.RetryAfterSeconds(m.opt.MaxWait)))
 	return res
 }
@@ -225,11 +244,11 @@ func (m *Keys) inFlight() *porch.Response {
 func (m *Keys) answer(r *http.Request, row store.Response, digest []byte) *porch.Response {
 	if !bytes.Equal(row.Digest, digest) {
 		m.observe(r, Mismatch)
-		return m.problem(ProblemKeyReused, http.StatusUnprocessableEntity, "Idempotency-Key reused",
+		return m.problem(ProblemKeyReused, http.StatusUnprocessableEntity, m.keyHeader+" reused",
 			"this key was used for a request with a different method, path or body")
 	}
 	m.observe(r, Replayed)
-	return replay(row, m.keep)
+	return replay(row, m.keep, m.replayedHeader)
 }
 
 // finish ends f with res on its key's actor, waiting for mailbox room: the

@@ -18,7 +18,7 @@ func quote(key string) string {
 // parseOne parses v sent as the only Idempotency-Key header.
 func parseOne(v string) (string, error) {
 	r := &http.Request{Header: http.Header{Header: {v}}}
-	return parseKey(r)
+	return parseKey(r, Header)
 }
 
 // FuzzParseKey checks what every accepted key is, that the raw and the

@@ -31,8 +31,8 @@ var neverKept = map[string]string{
 
 // keepHeaders resolves Options.KeepHeaders: canonical names, without
 // Content-Type (always kept) and repeats. It panics on a name that is not a
-// field name or is never kept.
-func keepHeaders(names []string) []string {
+// field name or is never kept, replayed (the replay marker) among them.
+func keepHeaders(names []string, replayed string) []string {
 	var keep []string
 	for _, name := range names {
 		if !validFieldName(name) {
@@ -41,6 +41,9 @@ func keepHeaders(names []string) []string {
 		name = http.CanonicalHeaderKey(name)
 		if why, ok := neverKept[name]; ok {
 			panic(fmt.Sprintf("idem: KeepHeaders may not name %s: %s", name, why))
+		}
+		if name == replayed {
+			panic(fmt.Sprintf("idem: KeepHeaders may not name %s: %s", name, neverKept[ReplayedHeader]))
 		}
 		if name != "Content-Type" && !slices.Contains(keep, name) {
 			keep = append(keep, name)
@@ -77,4 +80,31 @@ func kept(h http.Header, keep []string) http.Header {
 		}
 	}
 	return out
+}
+
+// headerNames resolves Options.KeyHeader and ReplayedHeader to canonical
+// names, defaults for empty ones. It panics on a name that is not a field
+// name, and on a replay marker whose value porch or net/http sets, or a
+// replay must not.
+func headerNames(key, replayed string) (string, string) {
+	if key == "" {
+		key = Header
+	}
+	if replayed == "" {
+		replayed = ReplayedHeader
+	}
+	if !validFieldName(key) {
+		panic(fmt.Sprintf("idem: New expects KeyHeader to be a field name, got %q", key))
+	}
+	if !validFieldName(replayed) {
+		panic(fmt.Sprintf("idem: New expects ReplayedHeader to be a field name, got %q", replayed))
+	}
+	replayed = http.CanonicalHeaderKey(replayed)
+	if why, ok := neverKept[replayed]; (ok && replayed != ReplayedHeader) || replayed == "Content-Type" {
+		if !ok {
+			why = "it is the stored response's"
+		}
+		panic(fmt.Sprintf("idem: ReplayedHeader may not be %s: %s", replayed, why))
+	}
+	return http.CanonicalHeaderKey(key), replayed
 }

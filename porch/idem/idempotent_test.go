@@ -29,6 +29,13 @@ func TestNewPanicsOnBadConfig(t *testing.T) {
 		{name: "KeepHeaders: not a field name", opt: idem.Options{KeepHeaders: []string{"Location:"}}},
 		{name: "KeepHeaders: Set-Cookie", opt: idem.Options{KeepHeaders: []string{"set-cookie"}}},
 		{name: "KeepHeaders: Retry-After", opt: idem.Options{KeepHeaders: []string{"Location", "Retry-After"}}},
+		{name: "negative MaxStoredBody", opt: idem.Options{MaxStoredBody: -1}},
+		{name: "KeyHeader: not a field name", opt: idem.Options{KeyHeader: "Idempotency Key"}},
+		{name: "ReplayedHeader: not a field name", opt: idem.Options{ReplayedHeader: "Replayed:"}},
+		{name: "ReplayedHeader: Content-Type", opt: idem.Options{ReplayedHeader: "content-type"}},
+		{name: "ReplayedHeader: Set-Cookie", opt: idem.Options{ReplayedHeader: "Set-Cookie"}},
+		{name: "KeepHeaders: the replay marker", opt: idem.Options{ReplayedHeader: "Idempotent-Replayed",
+			KeepHeaders: []string{"idempotent-replayed"}}},
 		{name: "ProblemBase not a URI", opt: idem.Options{ProblemBase: "https://example.test/%zz/"}},
 	}
 	for _, tc := range tests {

@@ -22,11 +22,11 @@ var (
 	errKeyQuoted   = errors.New("the Idempotency-Key is a malformed quoted string")
 )
 
-// parseKey reads the Idempotency-Key of r. The draft makes it a
+// parseKey reads the Idempotency-Key of r, in the header name. The draft makes it a
 // structured-field string ("abc"); many clients send it bare (abc), so both
 // are accepted and mean the same key.
-func parseKey(r *http.Request) (string, error) {
-	vals := r.Header.Values(Header)
+func parseKey(r *http.Request, name string) (string, error) {
+	vals := r.Header.Values(name)
 	switch len(vals) {
 	case 0:
 		return "", errKeyMissing
@@ -45,18 +45,27 @@ func parseKey(r *http.Request) (string, error) {
 			return "", err
 		}
 	}
+	if err := checkKey(key); err != nil {
+		return "", err
+	}
+	return key, nil
+}
+
+// checkKey refuses a key (unquoted) that is empty, too long, or holds a
+// byte outside printable ASCII.
+func checkKey(key string) error {
 	switch {
 	case key == "":
-		return "", errKeyEmpty
+		return errKeyEmpty
 	case len(key) > MaxKeyLen:
-		return "", errKeyLong
+		return errKeyLong
 	}
 	for i := 0; i < len(key); i++ {
 		if c := key[i]; c < 0x20 || c > 0x7e {
-			return "", errKeyChars
+			return errKeyChars
 		}
 	}
-	return key, nil
+	return nil
 }
 
 // unquote decodes an RFC 8941 sf-string: printable ASCII between quotes,

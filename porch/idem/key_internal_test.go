@@ -52,7 +52,7 @@ func TestParseKey(t *testing.T) {
 			for _, h := range tc.headers {
 				r.Header.Add(Header, h)
 			}
-			got, err := parseKey(r)
+			got, err := parseKey(r, Header)
 			if !errors.Is(err, tc.wantErr) {
 				t.Fatalf("error: got %v, want %v", err, tc.wantErr)
 			}

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -24,12 +25,13 @@ import (
 
 // Defaults for [Options].
 const (
-	DefaultTTL     = 24 * time.Hour
-	DefaultMaxBody = 1 << 20
+	DefaultTTL           = 24 * time.Hour
+	DefaultMaxBody       = 1 << 20
+	DefaultMaxStoredBody = 1 << 20
 )
 
 // ReplayedHeader marks a response served from the store rather than by the
-// handler.
+// handler, with the value "true"; Options.ReplayedHeader renames it.
 const ReplayedHeader = "Idempotency-Replayed"
 
 // Options configure the middleware [New] returns. The zero value applies to
@@ -39,6 +41,17 @@ type Options struct {
 	Methods []string
 	// RequireKey answers 400 to a request of those methods without a key.
 	RequireKey bool
+	// KeyHeader names the request header that carries the key, for clients
+	// that send another (Fiber's default is X-Idempotency-Key). New panics
+	// on a name that is not a field name. If empty, [Header],
+	// "Idempotency-Key", the draft's.
+	KeyHeader string
+	// ReplayedHeader names the response header, set to "true", that marks
+	// a replay (Stripe's is Idempotent-Replayed). New panics on a name
+	// that is not a field name, that KeepHeaders names, or whose value a
+	// replay must not set (Content-Type, Set-Cookie, the framing fields).
+	// If empty, [ReplayedHeader], "Idempotency-Replayed".
+	ReplayedHeader string
 	// Principal scopes keys: two principals using the same key get separate
 	// records. Set it to the authenticated account (the auth middleware
 	// must run first). If nil, or when it returns "", a key is scoped by
@@ -60,6 +73,25 @@ type Options struct {
 	// is refused with 413 before anything is reserved. If zero,
 	// DefaultMaxBody.
 	MaxBody int64
+	// StoreStatus reports whether a response of the given status is stored
+	// and replayed to the key's retries. A response it refuses is sent as
+	// it is and its handler's [Exec] writes are discarded, as a 5xx's are:
+	// the writes commit only with the response they belong to, so that a
+	// retry runs the handler again on a clean slate. Storing a 4xx keeps a
+	// client's corrected retry under the same key from running: it is
+	// replayed the stored 4xx (or, with a different body, refused 422)
+	// until the TTL ends, so a client must send a new key with each
+	// correction; not storing it lets the handler run on every retry,
+	// which is right only for answers whose handler changed nothing. A
+	// handler or middleware that did not complete (a panic, a refusal) is
+	// never stored. If nil, every status below 500.
+	StoreStatus func(status int) bool
+	// MaxStoredBody is the largest response body stored, in bytes. A
+	// handler that answers a larger one, with a status that is stored, has
+	// its Exec writes discarded and its answer withheld: its client gets
+	// 500 (…/idempotency-response-too-large) saying nothing was done, and
+	// the key is free for a retry. If zero, DefaultMaxStoredBody.
+	MaxStoredBody int64
 	// MaxWait bounds how long a duplicate waits for a running owner before
 	// it is answered 409 with Retry-After, the draft's in-flight answer. If
 	// zero, a duplicate waits as long as its request context lasts.
@@ -120,6 +152,8 @@ type Keys struct {
 	methods []string
 	keep    []string // Options.KeepHeaders, canonical
 
+	keyHeader, replayedHeader string // Options.KeyHeader and ReplayedHeader, canonical
+
 	warnRewritten sync.Once
 	errs          *porch.ErrorLog // for Options.Logger; nil: the process's
 }
@@ -127,8 +161,9 @@ type Keys struct {
 // New returns the middleware, its in-flight state kept by pool's actors and
 // its responses stored in st. It does no I/O, so it returns no error; like
 // chi's middleware constructors, it panics on a programming error: a nil
-// pool or store, a negative TTL, MaxBody or MaxWait, a KeepHeaders name
-// it may not keep, or a ProblemBase that is not a URI.
+// pool or store, a negative TTL, MaxBody, MaxStoredBody or MaxWait, a
+// KeepHeaders name it may not keep, a KeyHeader or ReplayedHeader that is
+// not a field name it may use, or a ProblemBase that is not a URI.
 func New(pool *porch.Pool, st store.Keys, opt Options) *Keys {
 	if pool == nil {
 		panic("idem: New expects a pool")
@@ -136,8 +171,8 @@ func New(pool *porch.Pool, st store.Keys, opt Options) *Keys {
 	if st == nil {
 		panic("idem: New expects a store")
 	}
-	if opt.TTL < 0 || opt.MaxBody < 0 || opt.MaxWait < 0 {
-		panic("idem: New expects TTL, MaxBody and MaxWait >= 0")
+	if opt.TTL < 0 || opt.MaxBody < 0 || opt.MaxWait < 0 || opt.MaxStoredBody < 0 {
+		panic("idem: New expects TTL, MaxBody, MaxStoredBody and MaxWait >= 0")
 	}
 	if !problemtype.Valid(opt.ProblemBase) {
 		panic(fmt.Sprintf("idem: New expects ProblemBase to be a URI, got %q", opt.ProblemBase))
@@ -148,12 +183,16 @@ func New(pool *porch.Pool, st store.Keys, opt Options) *Keys {
 	if opt.MaxBody == 0 {
 		opt.MaxBody = DefaultMaxBody
 	}
+	if opt.MaxStoredBody == 0 {
+		opt.MaxStoredBody = DefaultMaxStoredBody
+	}
 	m := &Keys{pool: pool, store: st, opt: opt, shards: make([]*shard, pool.Size())}
 	if opt.Logger != nil {
 		m.errs = porch.NewErrorLog(clock.System{}, 0, opt.Logger)
 	}
 	m.methods = opt.Methods
-	m.keep = keepHeaders(opt.KeepHeaders)
+	m.keyHeader, m.replayedHeader = headerNames(opt.KeyHeader, opt.ReplayedHeader)
+	m.keep = keepHeaders(opt.KeepHeaders, m.replayedHeader)
 	if m.methods == nil {
 		m.methods = []string{http.MethodPost, http.MethodPatch}
 	}
@@ -198,18 +237,19 @@ func (m *Keys) Before(r *http.Request) (*http.Request, *porch.Response) {
 	if !slices.Contains(m.methods, r.Method) {
 		return r, nil
 	}
-	key, err := parseKey(r)
+	key, err := parseKey(r, m.keyHeader)
 	if errors.Is(err, errKeyMissing) {
 		if !m.opt.RequireKey {
 			return r, nil
 		}
 		m.observe(r, Invalid)
-		return r, m.problem(ProblemKeyRequired, http.StatusBadRequest, "Idempotency-Key required",
-			"this endpoint requires an Idempotency-Key header")
+		return r, m.problem(ProblemKeyRequired, http.StatusBadRequest, m.keyHeader+" required",
+			"this endpoint requires an "+m.keyHeader+" header")
 	}
 	if err != nil {
 		m.observe(r, Invalid)
-		return r, m.problem(ProblemKeyInvalid, http.StatusBadRequest, "Invalid Idempotency-Key", err.Error())
+		return r, m.problem(ProblemKeyInvalid, http.StatusBadRequest, "Invalid "+m.keyHeader,
+			strings.ReplaceAll(err.Error(), Header, m.keyHeader))
 	}
 	digest, res := m.digest(r)
 	if res != nil {
@@ -225,7 +265,7 @@ func (m *Keys) Before(r *http.Request) (*http.Request, *porch.Response) {
 		// nothing, so its After must not find the outer ownership.
 		if !bytes.Equal(outer.digest, digest) {
 			m.observe(r, Mismatch)
-			return r, m.problem(ProblemKeyReused, http.StatusUnprocessableEntity, "Idempotency-Key reused",
+			return r, m.problem(ProblemKeyReused, http.StatusUnprocessableEntity, m.keyHeader+" reused",
 				"an enclosing request owns this key for a different method, path or body")
 		}
 		return r.WithContext(context.WithValue(r.Context(), ownershipKey{m}, (*ownership)(nil))), nil
@@ -243,12 +283,14 @@ func (m *Keys) own(r *http.Request, f *flight, digest []byte, hold store.Reserva
 }
 
 // After stores the owner's response, with the writes its handler made
-// through [Exec], and lets it out only once both are durable. A 5xx, a
-// panic, or a refusal by a middleware after this one (the handler never
-// ran) is not stored and the handler's writes are discarded: the key is
-// handed back, and a waiting duplicate decides afresh. If the handler's
-// writes fail at commit, nothing is stored and the client gets a 500
-// problem instead of the handler's answer. It implements porch.Middleware.
+// through [Exec], and lets it out only once both are durable. A 5xx (or a
+// status Options.StoreStatus refuses), a panic, or a refusal by a
+// middleware after this one (the handler never ran) is not stored and the
+// handler's writes are discarded: the key is handed back, and a waiting
+// duplicate decides afresh. If the handler's writes fail at commit, or its
+// body is larger than Options.MaxStoredBody, nothing is stored and the
+// client gets a 500 problem instead of the handler's answer. It implements
+// porch.Middleware.
 func (m *Keys) After(r *http.Request, res *porch.Response, c porch.Completion) {
 	o, _ := r.Context().Value(ownershipKey{m}).(*ownership)
 	if o == nil {
@@ -264,8 +306,15 @@ func (m *Keys) After(r *http.Request, res *porch.Response, c porch.Completion) {
 // stored is replaced by the problem its client gets instead.
 func (m *Keys) save(r *http.Request, o *ownership, res *porch.Response, c porch.Completion) result {
 	status := res.StatusCode()
-	if c != porch.Handled || status >= 500 {
+	if c != porch.Handled || !m.stores(status) {
 		o.hold.Release()
+		return released()
+	}
+	if n := int64(len(res.Body)); n > m.opt.MaxStoredBody {
+		// Sent unstored, a retry would run the handler again while its
+		// writes stood: discard them, and say so.
+		o.hold.Release()
+		*res = *m.tooLarge(r, n)
 		return released()
 	}
 	row := store.Response{
@@ -289,6 +338,14 @@ func (m *Keys) save(r *http.Request, o *ownership, res *porch.Response, c porch.
 		*res = *m.unavailable(r, err)
 		return failed(err)
 	}
+}
+
+// stores applies Options.StoreStatus.
+func (m *Keys) stores(status int) bool {
+	if m.opt.StoreStatus == nil {
+		return status < 500
+	}
+	return m.opt.StoreStatus(status)
 }
 
 // Handler is the middleware as plain chi middleware. It buffers the
@@ -332,10 +389,19 @@ func (m *Keys) digest(r *http.Request) ([]byte, *porch.Response) {
 func (m *Keys) scope(r *http.Request, key string) string {
 	if m.opt.Principal != nil {
 		if p := m.opt.Principal(r); p != "" {
-			return "idem:" + strconv.Itoa(len(p)) + ":" + p + ":" + key
+			return principalKey(p, key)
 		}
 	}
-	a := m.clientAddr(r)
+	return addrKey(m.clientAddr(r), key)
+}
+
+// principalKey and addrKey are scope's two forms; Lookup and Forget make
+// them too.
+func principalKey(p, key string) string {
+	return "idem:" + strconv.Itoa(len(p)) + ":" + p + ":" + key
+}
+
+func addrKey(a, key string) string {
 	return "idem:ip:" + strconv.Itoa(len(a)) + ":" + a + ":" + key
 }
 
@@ -355,7 +421,7 @@ func (m *Keys) clientAddr(r *http.Request) string {
 // replay renders a stored response: its status, body, content type and the
 // stored headers keep still names. Other headers (Set-Cookie, Date) would
 // be wrong to repeat, and are not stored.
-func replay(s store.Response, keep []string) *porch.Response {
+func replay(s store.Response, keep []string, marker string) *porch.Response {
 	res := &porch.Response{Status: s.Status, Header: kept(s.Header, keep), Body: s.Body}
 	if res.Header == nil {
 		res.Header = make(http.Header)
@@ -363,6 +429,6 @@ func replay(s store.Response, keep []string) *porch.Response {
 	if s.ContentType != "" {
 		res.Header.Set("Content-Type", s.ContentType)
 	}
-	res.Header.Set(ReplayedHeader, "true")
+	res.Header.Set(marker, "true")
 	return res
 }

@@ -33,9 +33,11 @@ const (
 	Executed Outcome = iota + 1
 	// Replayed: the stored response of the same request was replayed.
 	Replayed
-	// Mismatch: the key is stored for a different request; 422.
+	// Mismatch: the key is stored for a different request, or a duplicate
+	// ran out of MaxWait while the key's owner ran a different request; 422.
 	Mismatch
-	// InFlight: a duplicate waited MaxWait for the key's owner; 409.
+	// InFlight: a duplicate waited MaxWait for the key's owner, running the
+	// same request or one not known yet (an owner on another instance); 409.
 	InFlight
 	// Unavailable: answered 503: the pool was saturated, the store failed,
 	// no key connection was free, or the request ended first.

@@ -2,6 +2,7 @@ package idem
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -22,6 +23,9 @@ const (
 	ProblemUnavailable    = "https://porch.dev/problems/idempotency-unavailable"
 	ProblemWriteFailed    = "https://porch.dev/problems/idempotency-write-failed"
 	ProblemBodyInvalid    = "https://porch.dev/problems/idempotency-body-invalid"
+	// ProblemResponseTooLarge: the handler's answer was larger than
+	// Options.MaxStoredBody, so it was withheld and its writes discarded.
+	ProblemResponseTooLarge = "https://porch.dev/problems/idempotency-response-too-large"
 )
 
 // problem renders a problem of type typ, one of the Problem… constants,
@@ -54,4 +58,17 @@ func (m *Keys) writeFailed(r *http.Request, err error) *porch.Response {
 		"method", r.Method, "path", r.URL.Path, "err", err)
 	return m.problem(ProblemWriteFailed, http.StatusInternalServerError, "Write failed",
 		"the request's writes could not be committed, so nothing was done or stored; the handler's answer was withheld")
+}
+
+// tooLarge answers an owner whose response body (n bytes) is larger than
+// Options.MaxStoredBody. It is 500, not 507: the limit is the server's
+// configuration, not storage that ran out, and WebDAV's 507 reads as a
+// transient condition to clients and proxies. Its writes were discarded,
+// so the problem says that nothing was done.
+func (m *Keys) tooLarge(r *http.Request, n int64) *porch.Response {
+	m.errs.Error(r.Context(), "idem: the handler's response is larger than MaxStoredBody; nothing was stored",
+		"method", r.Method, "path", r.URL.Path, "bytes", n, "max", m.opt.MaxStoredBody)
+	return m.problem(ProblemResponseTooLarge, http.StatusInternalServerError, "Response too large to store",
+		fmt.Sprintf("the response was %d bytes, more than the %d this endpoint stores, so nothing was done or stored; "+
+			"the handler's answer was withheld", n, m.opt.MaxStoredBody))
 }

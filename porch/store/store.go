@@ -33,6 +33,10 @@ var (
 	// would let in-flight keys starve each other, and the handler must not
 	// run unreserved.
 	ErrNoKeyConn = errors.New("store: no connection free to hold an idempotency key")
+	// ErrKeyHeld is returned by Keys.Inspect and Keys.Forget while an
+	// owner, in any process sharing the store, holds the key: its response
+	// is not known yet, and must not be forgotten under it.
+	ErrKeyHeld = errors.New("store: an owner holds the idempotency key")
 	// ErrAlgorithm is returned by a shared store for a Rule whose
 	// algorithm it has no statements for; ClaimPolicy returns it too, so
 	// that rate.New fails before any request is counted.
@@ -194,6 +198,15 @@ type Keys interface {
 	// Reserve adds what a shared database needs. It blocks under ctx while
 	// another process holds key.
 	Reserve(ctx context.Context, key string) (Reservation, error)
+	// Inspect reads key's stored response for a support tool, without
+	// waiting for the key: ok is false when none is stored or it has
+	// expired. It fails with ErrKeyHeld while an owner holds key.
+	Inspect(ctx context.Context, key string) (r Response, ok bool, err error)
+	// Forget deletes key's stored response, if any, and returns once the
+	// deletion is durable, so that the key's next request runs its
+	// handler. It fails with ErrKeyHeld, deleting nothing, while an owner
+	// holds key.
+	Forget(ctx context.Context, key string) error
 }
 
 // Counters is what the rate limiter needs of a store, besides exactly one

@@ -68,3 +68,19 @@ const RewrittenWarning = "the request's RemoteAddr has no port, so a middleware 
 	"middleware.RealIP from X-Forwarded-For, X-Real-IP or True-Client-IP, which any client can forge " +
 	"to pose as any other: remove it, and behind a proxy you control use " +
 	"middleware.ClientIPFromXFFTrustedProxies with TrustProxy instead"
+
+// AddrKey is Key's key for a client named by addr, as an operator has it:
+// an IP, an IP with a port, or an IPv6 /64 prefix as Key prints it. addr
+// that is none of these is the key as given, as Key keys such a peer.
+func AddrKey(addr string) string {
+	if ap, err := netip.ParseAddrPort(addr); err == nil {
+		return string(appendAddrKey(nil, ap.Addr()))
+	}
+	if ip, err := netip.ParseAddr(addr); err == nil {
+		return string(appendAddrKey(nil, ip))
+	}
+	if p, err := netip.ParsePrefix(addr); err == nil && p.Addr().Is6() && p.Bits() == 64 {
+		return string(appendAddrKey(nil, p.Addr()))
+	}
+	return addr
+}

@@ -408,3 +408,41 @@ func TestPostgresDeferredViolationFailsSave(t *testing.T) {
 		t.Errorf("Load after the failed Save: ok %v, err %v; want a miss", ok, err)
 	}
 }
+
+// Inspect and Forget on one instance refuse a key another instance's owner
+// holds, without waiting for it (store.ErrKeyHeld), and Forget's deletion
+// is committed once it returns: the other instance's Reserve finds no row.
+func TestPostgresInspectAndForgetAcrossInstances(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	a, b := openPostgres(t, dsn), openPostgres(t, dsn)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	hold, err := a.Reserve(ctx, "k")
+	if err != nil {
+		t.Fatalf("reserve: %v", err)
+	}
+	if _, _, err := b.Inspect(ctx, "k"); !errors.Is(err, store.ErrKeyHeld) {
+		t.Errorf("inspect a key held elsewhere: got %v, want ErrKeyHeld", err)
+	}
+	if err := b.Forget(ctx, "k"); !errors.Is(err, store.ErrKeyHeld) {
+		t.Errorf("forget a key held elsewhere: got %v, want ErrKeyHeld", err)
+	}
+	if err := hold.Save(ctx, store.Response{Digest: []byte("d"), Status: 201, Body: []byte("ok")}, time.Hour); err != nil {
+		t.Fatalf("save: %v", err)
+	}
+	res, ok, err := b.Inspect(ctx, "k")
+	if err != nil || !ok || res.Status != 201 || string(res.Body) != "ok" {
+		t.Fatalf("inspect: got %+v %v %v, want the stored 201", res, ok, err)
+	}
+	if err := b.Forget(ctx, "k"); err != nil {
+		t.Fatalf("forget: %v", err)
+	}
+	hold, err = a.Reserve(ctx, "k")
+	if err != nil {
+		t.Fatalf("reserve after forget: %v", err)
+	}
+	defer hold.Release()
+	if _, ok, err := hold.Load(ctx); ok || err != nil {
+		t.Errorf("load after forget: got %v %v, want nothing", ok, err)
+	}
+}

@@ -176,6 +176,10 @@ const (
 	// The lock id is a hash of the key's dbKey in hex: hashtextextended
 	// takes text, which a key's bytes may not be.
 	pgLockKey = `SELECT pg_advisory_xact_lock(hashtextextended(encode($1::bytea, 'hex'), 0))`
+	// pgTryLockKey is pgLockKey without the wait: false while an owner
+	// holds the key.
+	pgTryLockKey     = `SELECT pg_try_advisory_xact_lock(hashtextextended(encode($1::bytea, 'hex'), 0))`
+	pgForgetResponse = `DELETE FROM porch_idem_responses WHERE key = $1`
 	// Load prunes the key's row if it has expired and returns it otherwise,
 	// in one round trip.
 	// The clock is read once, so that a row is either pruned or returned:

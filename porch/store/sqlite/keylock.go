@@ -38,6 +38,20 @@ func (l *keyLocks) lock(ctx context.Context, key string) error {
 	}
 }
 
+// tryLock takes key if no holder has it, without waiting.
+func (l *keyLocks) tryLock(key string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, taken := l.held[key]; taken {
+		return false
+	}
+	if l.held == nil {
+		l.held = make(map[string]chan struct{})
+	}
+	l.held[key] = make(chan struct{})
+	return true
+}
+
 // unlock gives key up and wakes its waiters; the first back takes it.
 func (l *keyLocks) unlock(key string) {
 	l.mu.Lock()

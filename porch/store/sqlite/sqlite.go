@@ -272,6 +272,38 @@ func (s *Store) Reserve(ctx context.Context, key string) (store.Reservation, err
 	return &reservation{s: s, key: key}, nil
 }
 
+// Inspect reads key's stored response unless an owner in this process
+// holds key (store.ErrKeyHeld). It holds key while it reads, so that no
+// owner starts meanwhile.
+func (s *Store) Inspect(ctx context.Context, key string) (store.Response, bool, error) {
+	if !s.keys.tryLock(key) {
+		return store.Response{}, false, fmt.Errorf("sqlite: inspect: %w", store.ErrKeyHeld)
+	}
+	defer s.keys.unlock(key)
+	res, ok, err := s.loadResponse(ctx, key)
+	if err != nil || !ok || !s.Now().Before(res.Expires) {
+		return store.Response{}, false, err
+	}
+	return res, true, nil
+}
+
+// Forget deletes key's stored response in the committer's next
+// transaction and returns once it has committed, holding key meanwhile so
+// that no owner reads the row about to go. It fails with store.ErrKeyHeld
+// while an owner holds key.
+func (s *Store) Forget(ctx context.Context, key string) error {
+	if !s.keys.tryLock(key) {
+		return fmt.Errorf("sqlite: forget: %w", store.ErrKeyHeld)
+	}
+	defer s.keys.unlock(key)
+	// The prune of a row expiring before the end of time: any row of key.
+	del := &commit.Deletion{Key: key, Now: math.MaxInt64}
+	if err := s.c.Do(ctx, commit.Op{Delete: del}); err != nil {
+		return fmt.Errorf("sqlite: forget: %w", err)
+	}
+	return nil
+}
+
 // reservation queues the owner's statements and hands them to the
 // committer with the response: SQLite has one writer, so the owner cannot
 // hold a transaction of its own for its handler's whole run without
