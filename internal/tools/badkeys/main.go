@@ -1,10 +1,8 @@
-//go:build ignore
-
 // Command badkeys measures issue 15 item 1 on PostgreSQL: 300 concurrent
 // Allow calls through one limiter, 10 of them with a bad key, and how many
 // of the 290 good ones failed. Run from the repository root:
 //
-//	PORCH_TEST_POSTGRES='postgres://postgres@127.0.0.1:5432/test?sslmode=disable' go run notes/badkeys/main.go
+//	PORCH_TEST_POSTGRES='postgres://postgres@127.0.0.1:5432/test?sslmode=disable' go run ./internal/tools/badkeys
 package main
 
 import (
