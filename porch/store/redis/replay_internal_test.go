@@ -174,7 +174,7 @@ func TestScriptsExactAtExtremes(t *testing.T) {
 				lag := time.Duration(rng.Int64N(int64(time.Duration(c) * rule.Interval())))
 				st = store.State{Start: now.Add(-lag).Truncate(time.Millisecond), Count: c}
 			default:
-				e := time.Duration(rng.Int64N(int64(rr.window / time.Millisecond))) * time.Millisecond
+				e := time.Duration(rng.Int64N(int64(rr.window/time.Millisecond))) * time.Millisecond
 				st = store.State{Start: now.Add(-e).Truncate(time.Millisecond), Count: rng.Int64N(most/2 + 1)}
 				if rr.alg == rate.SlidingWindow {
 					st.Prev = most - rng.Int64N(most/4+1)
