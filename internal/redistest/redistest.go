@@ -26,6 +26,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -245,6 +246,21 @@ func (s *Server) Kill9() {
 	s.cmd.Process.Kill()
 	<-s.exit
 	s.cmd = nil
+}
+
+// Pause stops the server (SIGSTOP): connections stay open and nothing
+// answers, as on a hung host. Resume continues it.
+func (s *Server) Pause() { s.signal(syscall.SIGSTOP) }
+
+// Resume continues a paused server (SIGCONT).
+func (s *Server) Resume() { s.signal(syscall.SIGCONT) }
+
+func (s *Server) signal(sig os.Signal) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd != nil {
+		s.cmd.Process.Signal(sig)
+	}
 }
 
 // Restart starts the server again, on its port and directory, with its
