@@ -1,0 +1,312 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"strings"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/internal/commit"
+)
+
+// counterKey is key's Redis key: Prefix, a hash tag, then key itself.
+//
+// The tag is a digest of the key's principal part (everything after
+// "rate:<name>:", so "p:<principal>" or "ip:<address>"), so that every
+// limiter's key for one principal lands in one hash slot of a cluster:
+// the members of a rate.All keyed alike are counted on one node. It is
+// hex, so it never holds a brace whatever bytes the principal has. Each
+// hit is still its own script: a rate.All's members count separately,
+// and give a refused request's hits back (TakeBack), as on the SQL stores.
+func (s *Store) counterKey(key string) string {
+	return s.opt.Prefix + "{" + hashTag(key) + "}" + key
+}
+
+// hashTag is the hex digest of key's principal part (see counterKey).
+func hashTag(key string) string {
+	rest := key
+	if after, ok := strings.CutPrefix(key, "rate:"); ok {
+		if i := strings.IndexByte(after, ':'); i >= 0 {
+			rest = after[i+1:]
+		}
+	}
+	h := fnv.New64a()
+	h.Write([]byte(rest))
+	return fmt.Sprintf("%016x", h.Sum64())
+}
+
+// Bounds on a rule's parameters beyond which the scripts' arithmetic
+// (doubles) might not be exact; rate.New's own bounds (rate.MaxLimit,
+// rate.MaxWindow) lie well within them.
+const (
+	maxLimit    = 1 << 48 // a limit or burst
+	maxWindowMS = 1 << 48 // a window, or burst × interval, in ms
+)
+
+// hitArgs are a hit's script and its arguments after the weight n.
+type hitArgs struct {
+	script *goredis.Script
+	args   []any
+}
+
+// ruleArgs returns rule's script and arguments, or an error for a rule the
+// scripts do not compute (exactly).
+func ruleArgs(rule store.Rule) (hitArgs, error) {
+	alg := rule.Algorithm()
+	sc := hitScripts[alg]
+	if sc == nil {
+		return hitArgs{}, fmt.Errorf("redis: %w: %q", store.ErrAlgorithm, alg)
+	}
+	// The limit (GCRA's burst): what a state never seen admits.
+	t := time.Unix(1<<31, 0)
+	most := rule.Room(rule.Advance(store.State{}, t), t)
+	w := rule.Window()
+	wc := ceilMS(w)
+	if most < 1 || most > maxLimit || w <= 0 || wc > maxWindowMS {
+		return hitArgs{}, fmt.Errorf("redis: %s rule of %d per %s is outside what the scripts count exactly (limit 1 to 2^48, window up to 2^48 ms)", alg, most, w)
+	}
+	switch alg {
+	case "sliding":
+		if w%time.Millisecond != 0 {
+			return hitArgs{}, fmt.Errorf("redis: a sliding window must be whole milliseconds, got %s", w)
+		}
+		return hitArgs{sc, []any{most, wc}}, nil
+	case "gcra":
+		iv := rule.Interval()
+		if iv <= 0 {
+			return hitArgs{}, fmt.Errorf("redis: a GCRA rule needs a positive interval, got %s", iv)
+		}
+		tq, tr := int64(iv/time.Millisecond), int64(iv%time.Millisecond)
+		if tq > 0 && most > maxWindowMS/tq {
+			return hitArgs{}, fmt.Errorf("redis: GCRA burst %d of %s spans more than 2^48 ms", most, iv)
+		}
+		return hitArgs{sc, []any{most, tq, tr, wc}}, nil
+	}
+	return hitArgs{sc, []any{most, wc}}, nil
+}
+
+// ceilMS is d in milliseconds, rounded up.
+func ceilMS(d time.Duration) int64 {
+	ms := int64(d / time.Millisecond)
+	if d%time.Millisecond != 0 {
+		ms++
+	}
+	return ms
+}
+
+// AddHit queues one hit of weight n for key, counted if it fits rule's
+// Room; done runs once the batch carrying it has been answered (and, with
+// WAITAOF, fsynced).
+func (s *Store) AddHit(key string, rule store.Rule, n int64, done func(store.Hit, error)) error {
+	if _, err := ruleArgs(rule); err != nil {
+		return err
+	}
+	if n < 1 || n > maxLimit {
+		return fmt.Errorf("redis: a hit's weight must be 1 to 2^48, got %d", n)
+	}
+	return s.commit.Enqueue(commit.Op{Hit: &commit.Hit{Key: key, Rule: rule, N: n, Done: done}})
+}
+
+// PeekHit queues a read of key's state, advanced to the server's clock.
+func (s *Store) PeekHit(key string, rule store.Rule, done func(store.Hit, error)) error {
+	if _, err := ruleArgs(rule); err != nil {
+		return err
+	}
+	return s.commit.Enqueue(commit.Op{Peek: &commit.Hit{Key: key, Rule: rule, Done: done}})
+}
+
+// ResetHit queues the reset of key's live state (see
+// store.SharedCounters.ResetHit): it starts over at the server's now, or a
+// millisecond after its old start if that is later.
+func (s *Store) ResetHit(key string, done func(error)) error {
+	return s.commit.Enqueue(commit.Op{Reset: &commit.Reset{Key: key}, Done: done})
+}
+
+// TakeBack queues the removal of n from key's count if its state is live
+// and still the epoch that started at start.
+func (s *Store) TakeBack(key string, start time.Time, n int64, done func(error)) error {
+	return s.commit.Enqueue(commit.Op{TakeBack: &commit.TakeBack{Key: key, WindowStart: start.UnixMilli(), N: n}, Done: done})
+}
+
+// noRetry is a script call go-redis must not send again after a network
+// error: the server may have run it, and a second run would count twice.
+type noRetry struct{ *goredis.Cmd }
+
+func (noRetry) NoRetry() bool { return true }
+
+// call is one op's command in a batch's pipeline.
+type call struct {
+	op     *commit.Op
+	script *goredis.Script // nil for Health's probe
+	key    string
+	args   []any
+	cmd    *goredis.Cmd
+}
+
+// writeBatch sends every op of batch as one EVALSHA each, in arrival
+// order, in one pipeline (a cluster client splits it by node, keeping each
+// node's share in order, so a key's ops stay in order). Ops whose script
+// the server lacked (NOSCRIPT: a restarted node) are sent again once the
+// scripts are loaded. Each op is settled with its own outcome; the batch
+// fails as a whole (every op gets the error) when its round trip failed or
+// timed out, or WAITAOF did not confirm the fsync.
+func (s *Store) writeBatch(batch []commit.Op) error {
+	if s.opt.CommitDelay > 0 {
+		time.Sleep(s.opt.CommitDelay) // fault injection: a slow server
+	}
+	calls := make([]*call, 0, len(batch))
+	for i := range batch {
+		o := &batch[i]
+		c := &call{op: o}
+		switch {
+		case o.Hit != nil:
+			a, err := ruleArgs(o.Hit.Rule)
+			if err != nil {
+				o.Settled, o.Failed = true, err
+				continue
+			}
+			c.script, c.key, c.args = a.script, s.counterKey(o.Hit.Key), append([]any{o.Hit.N}, a.args...)
+		case o.Peek != nil:
+			a, err := ruleArgs(o.Peek.Rule)
+			if err != nil {
+				o.Settled, o.Failed = true, err
+				continue
+			}
+			c.script, c.key, c.args = a.script, s.counterKey(o.Peek.Key), append([]any{0}, a.args...)
+		case o.Reset != nil:
+			c.script, c.key = scriptReset, s.counterKey(o.Reset.Key)
+		case o.TakeBack != nil:
+			c.script, c.key, c.args = scriptTakeBack, s.counterKey(o.TakeBack.Key), []any{o.TakeBack.WindowStart, o.TakeBack.N}
+		case o.Probe:
+			c.key = s.opt.Prefix + "health:" + s.id
+		default:
+			o.Settled, o.Failed = true, errors.New("redis: the store keeps only rate counters")
+			continue
+		}
+		calls = append(calls, c)
+	}
+	if len(calls) == 0 {
+		return nil
+	}
+	if err := s.send(calls); err != nil {
+		return err
+	}
+	var missing []*call
+	for _, c := range calls {
+		if c.script != nil && goredis.HasErrorPrefix(c.cmd.Err(), "NOSCRIPT") {
+			missing = append(missing, c)
+		}
+	}
+	if len(missing) > 0 {
+		// The scripts did not run: sending them again cannot count twice.
+		if err := s.loadScripts(context.Background()); err != nil {
+			return err
+		}
+		if err := s.send(missing); err != nil {
+			return err
+		}
+	}
+	var batchErr error
+	for _, c := range calls {
+		err := s.settle(c)
+		if err != nil && batchErr == nil && !opOnly(err) {
+			batchErr = err
+		}
+	}
+	return batchErr
+}
+
+// send runs calls in one pipeline, ended by WAITAOF when the store needs
+// it. Its error fails the whole batch: the calls' results must then not be
+// read (a timed-out pipeline may still be filling them in).
+func (s *Store) send(calls []*call) error {
+	return s.roundTrip(context.Background(), func(ctx context.Context) error {
+		pipe := s.c.Pipeline()
+		for _, c := range calls {
+			if c.script == nil {
+				c.cmd = goredis.NewCmd(ctx, "set", c.key, "1", "px", 1000)
+				pipe.Process(ctx, c.cmd)
+				continue
+			}
+			args := append([]any{"evalsha", c.script.Hash(), 1, c.key}, c.args...)
+			c.cmd = goredis.NewCmd(ctx, args...)
+			pipe.Process(ctx, noRetry{c.cmd})
+		}
+		var wait *goredis.IntSliceCmd
+		if s.waitAOF {
+			wait = goredis.NewIntSliceCmd(ctx, "waitaof", 1, 0, s.opt.Timeout.Milliseconds())
+			pipe.Process(ctx, wait)
+		}
+		_, err := pipe.Exec(ctx)
+		var rerr goredis.Error
+		if err != nil && !errors.As(err, &rerr) {
+			return fmt.Errorf("redis: %w", err) // the connection, not a command
+		}
+		if wait != nil {
+			r, err := wait.Result()
+			if err != nil {
+				return fmt.Errorf("redis: WAITAOF: %w", err)
+			}
+			if len(r) == 0 || r[0] < 1 {
+				return fmt.Errorf("redis: WAITAOF 1 0 %d: the AOF was not fsynced in time (%v)", s.opt.Timeout.Milliseconds(), r)
+			}
+		}
+		return nil
+	})
+}
+
+// settle fills in c's op from its command's reply, and returns its error.
+func (s *Store) settle(c *call) error {
+	o := c.op
+	o.Settled = true
+	if err := c.cmd.Err(); err != nil {
+		o.Failed = fmt.Errorf("redis: %w", err)
+		return err
+	}
+	if c.script == nil || o.Reset != nil || o.TakeBack != nil {
+		return nil
+	}
+	h := o.Hit
+	if h == nil {
+		h = o.Peek
+	}
+	v, err := c.cmd.Int64Slice()
+	if err == nil && len(v) != 5 {
+		err = fmt.Errorf("want 5 integers, got %d", len(v))
+	}
+	if err != nil {
+		o.Failed = fmt.Errorf("redis: script reply: %w", err)
+		return o.Failed
+	}
+	h.Result = store.Hit{
+		Allowed: v[0] == 1,
+		State:   store.State{Start: time.UnixMilli(v[1]), Count: v[2], Prev: v[3]},
+		Now:     time.UnixMilli(v[4]),
+	}
+	return nil
+}
+
+// opOnly reports whether a command's error is its own key's doing (a
+// foreign value at the key, a script error on its data), so that the rest
+// of the batch stands and Health stays good; other errors (the server
+// loading, read-only, out of memory, refusing writes after a failed save,
+// a cluster without a slot's node) are the server's, and the batch fails
+// as a whole.
+func opOnly(err error) bool {
+	var rerr goredis.Error
+	if !errors.As(err, &rerr) {
+		return false
+	}
+	for _, p := range []string{"LOADING", "READONLY", "OOM", "MISCONF", "CLUSTERDOWN", "MASTERDOWN",
+		"TRYAGAIN", "BUSY", "NOREPLICAS", "NOSCRIPT", "MOVED", "ASK"} {
+		if goredis.HasErrorPrefix(err, p) {
+			return false
+		}
+	}
+	return true
+}

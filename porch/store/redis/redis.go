@@ -1,0 +1,308 @@
+package redis
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/internal/commit"
+	"github.com/writeonce/porch-go/porch/store/internal/policy"
+)
+
+// DefaultTimeout is Options.Timeout's default: a round trip to a healthy
+// Redis takes well under a millisecond, and a hit waits at most this long
+// before its request is answered 503.
+const DefaultTimeout = 250 * time.Millisecond
+
+// DefaultPrefix is Options.Prefix's default.
+const DefaultPrefix = "porch:"
+
+// ErrNotDurable is returned by Open with Options.RequireDurable when the
+// server cannot make a count durable before its reply: neither
+// appendonly yes with appendfsync always, nor (Redis 7.2 or later, one
+// node) appendonly yes with WAITAOF.
+var ErrNotDurable = errors.New("redis: the server cannot make a count durable before its reply (set appendonly yes and appendfsync always)")
+
+// Options configure a Store.
+type Options struct {
+	// Options are the committer's: Clock (the wall clock, for headers
+	// only: windows are measured on the server's clock), QueueSize,
+	// MaxBatch, Observer, Logger and CommitDelay. PruneRows, KeyConns and
+	// ExecBudget do not apply: Redis expires keys itself, and holds no
+	// idempotency keys.
+	store.Options
+	// Prefix starts every key porch writes. If empty, DefaultPrefix. It
+	// must not contain '{' or '}', which would move the keys' hash slot.
+	Prefix string
+	// Timeout bounds each round trip to Redis. A batch whose round trip
+	// errs or outlasts it fails closed: its hits get the error (their
+	// requests are answered 503), though Redis may still apply them, which
+	// only ever counts high. If zero, DefaultTimeout.
+	Timeout time.Duration
+	// RequireDurable makes Open refuse, with ErrNotDurable, a server that
+	// cannot make a count durable before it replies (see Open).
+	RequireDurable bool
+}
+
+// Store counts rate limits in Redis (a single server, Sentinel's primary,
+// or a Redis Cluster), shared by every instance that opens it: each hit is
+// decided by one Lua script on the server, atomically for its key, on the
+// server's clock. It implements store.SharedCounters and not store.Keys:
+// idempotency keys never live in Redis (see the package doc). Create it
+// with Open; it is safe for concurrent use.
+type Store struct {
+	c       goredis.UniversalClient
+	cluster bool
+	opt     Options
+	id      string // this instance, in policy claims
+	waitAOF bool   // end every batch with WAITAOF 1 0 (see Open)
+	commit  *commit.Committer
+
+	claims   policy.Claims
+	policyMu sync.Mutex              // serializes claims, releases and heartbeats; protects held
+	held     map[string]store.Policy // names claimed in Redis, by name
+
+	stop      chan struct{}
+	stopped   chan struct{}
+	closeOnce sync.Once
+}
+
+var (
+	_ store.Store          = (*Store)(nil)
+	_ store.SharedCounters = (*Store)(nil)
+)
+
+// Open returns a store that counts in c's server(s). It pings the server,
+// loads the scripts and checks how durable a count is:
+//
+//   - appendonly yes with appendfsync always on every node: a count is on
+//     disk before Redis replies, so before a hit's done runs;
+//   - with RequireDurable, otherwise, on one node of Redis 7.2 or later
+//     with appendonly yes: every batch ends with WAITAOF 1 0, and fails
+//     unless the server reports its AOF fsynced; Open checks once that
+//     WAITAOF answers so;
+//   - otherwise, with RequireDurable, Open fails with ErrNotDurable naming
+//     the setting; without it, Open logs once (Options.Logger) that a
+//     restart or a failover may forget counts: clients then get a fresh
+//     allowance, never a second execution of anything, since idempotency
+//     keys never live here.
+//
+// The check reads INFO server and CONFIG GET appendonly/appendfsync; a
+// server where CONFIG is renamed or disabled counts as not durable unless
+// WAITAOF answers. It is made at Open only: a CONFIG SET afterwards is not
+// noticed.
+//
+// The caller owns c: Close does not close it. A client with
+// ContextTimeoutEnabled drops a connection whose round trip outlasted
+// Options.Timeout instead of waiting out its ReadTimeout.
+func Open(ctx context.Context, c goredis.UniversalClient, opt Options) (*Store, error) {
+	if c == nil {
+		return nil, errors.New("redis: Open needs a client")
+	}
+	if opt.Prefix == "" {
+		opt.Prefix = DefaultPrefix
+	}
+	if strings.ContainsAny(opt.Prefix, "{}") {
+		return nil, fmt.Errorf("redis: Options.Prefix %q contains a brace, which would set the keys' hash slot", opt.Prefix)
+	}
+	if opt.Timeout <= 0 {
+		opt.Timeout = DefaultTimeout
+	}
+	opt.Options = commit.WithDefaults(opt.Options)
+	var b [8]byte
+	rand.Read(b[:])
+	_, cluster := c.(*goredis.ClusterClient)
+	s := &Store{c: c, cluster: cluster, opt: opt, id: hex.EncodeToString(b[:]),
+		held: make(map[string]store.Policy), stop: make(chan struct{}), stopped: make(chan struct{})}
+	if err := s.roundTrip(ctx, func(ctx context.Context) error { return c.Ping(ctx).Err() }); err != nil {
+		return nil, fmt.Errorf("redis: ping: %w", err)
+	}
+	if err := s.checkDurable(ctx); err != nil {
+		return nil, err
+	}
+	if err := s.loadScripts(ctx); err != nil {
+		return nil, err
+	}
+	s.commit = commit.New(s.writeBatch, opt.Clock, opt.QueueSize, opt.MaxBatch, opt.Observer)
+	go s.heartbeat()
+	return s, nil
+}
+
+// roundTrip runs f under ctx and Options.Timeout, and returns once either
+// ends: f's client may not honour the deadline (ContextTimeoutEnabled
+// unset), so a late f is left to finish on its own, and what it fills in
+// must not be read after a timeout.
+func (s *Store) roundTrip(ctx context.Context, f func(ctx context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, s.opt.Timeout)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- f(ctx) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("redis: no reply within %s: %w", s.opt.Timeout, ctx.Err())
+	}
+}
+
+// loadScripts loads every script into every node's script cache.
+func (s *Store) loadScripts(ctx context.Context) error {
+	for _, sc := range allScripts {
+		err := s.roundTrip(ctx, func(ctx context.Context) error { return sc.Load(ctx, s.c).Err() })
+		if err != nil {
+			return fmt.Errorf("redis: load scripts: %w", err)
+		}
+	}
+	return nil
+}
+
+// nodeConfig is what checkDurable learns of one node; "" is unknown.
+type nodeConfig struct {
+	addr, version, appendonly, appendfsync string
+}
+
+// checkDurable decides how durable a count is (see Open).
+func (s *Store) checkDurable(ctx context.Context) error {
+	var (
+		mu    sync.Mutex
+		nodes []nodeConfig
+	)
+	read := func(ctx context.Context, addr string, c goredis.UniversalClient) error {
+		n := nodeConfig{addr: addr}
+		info, err := c.Info(ctx, "server").Result()
+		if err != nil {
+			return fmt.Errorf("redis: INFO server on %s: %w", addr, err)
+		}
+		n.version = infoField(info, "redis_version")
+		if cfg, err := c.ConfigGet(ctx, "append*").Result(); err == nil {
+			n.appendonly, n.appendfsync = cfg["appendonly"], cfg["appendfsync"]
+		}
+		mu.Lock()
+		nodes = append(nodes, n)
+		mu.Unlock()
+		return nil
+	}
+	err := s.roundTrip(ctx, func(ctx context.Context) error {
+		if cc, ok := s.c.(*goredis.ClusterClient); ok {
+			return cc.ForEachMaster(ctx, func(ctx context.Context, c *goredis.Client) error {
+				return read(ctx, c.Options().Addr, c)
+			})
+		}
+		addr := "the server"
+		if c, ok := s.c.(*goredis.Client); ok {
+			addr = c.Options().Addr
+		}
+		return read(ctx, addr, s.c)
+	})
+	if err != nil {
+		return err
+	}
+	var weak *nodeConfig
+	for i := range nodes {
+		if nodes[i].appendonly != "yes" || nodes[i].appendfsync != "always" {
+			weak = &nodes[i]
+			break
+		}
+	}
+	if weak == nil {
+		return nil
+	}
+	if !s.opt.RequireDurable {
+		commit.Log(s.opt.Logger).Warn("redis: counts are not durable before their reply (appendonly yes and appendfsync always are not both set): a Redis restart or failover may forget counts, giving clients a fresh allowance",
+			"node", weak.addr, "appendonly", unknown(weak.appendonly), "appendfsync", unknown(weak.appendfsync))
+		return nil
+	}
+	if !s.cluster && versionAtLeast(weak.version, 7, 2) && weak.appendonly != "no" {
+		// WAITAOF waits for this connection's writes to be fsynced to the
+		// local AOF; a cluster's pipeline spans nodes and connections, so
+		// only a single node can use it.
+		var local int64
+		err := s.roundTrip(ctx, func(ctx context.Context) error {
+			cmd := goredis.NewIntSliceCmd(ctx, "waitaof", 1, 0, s.opt.Timeout.Milliseconds())
+			s.c.Process(ctx, cmd)
+			r, err := cmd.Result()
+			if err == nil && len(r) > 0 {
+				local = r[0]
+			}
+			return err
+		})
+		if err == nil && local >= 1 {
+			s.waitAOF = true
+			return nil
+		}
+		return fmt.Errorf("%w: %s (Redis %s) has appendonly=%s, appendfsync=%s, and WAITAOF 1 0 answered %d local fsyncs, %v",
+			ErrNotDurable, weak.addr, weak.version, unknown(weak.appendonly), unknown(weak.appendfsync), local, err)
+	}
+	return fmt.Errorf("%w: %s (Redis %s) has appendonly=%s, appendfsync=%s",
+		ErrNotDurable, weak.addr, unknown(weak.version), unknown(weak.appendonly), unknown(weak.appendfsync))
+}
+
+func unknown(v string) string {
+	if v == "" {
+		return "unknown (CONFIG GET refused)"
+	}
+	return v
+}
+
+// infoField reads one "name:value" line of INFO's reply.
+func infoField(info, name string) string {
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+":"); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// versionAtLeast reports whether a "major.minor.patch" version is at
+// least major.minor.
+func versionAtLeast(v string, major, minor int) bool {
+	parts := strings.SplitN(v, ".", 3)
+	if len(parts) < 2 {
+		return false
+	}
+	ma, err1 := strconv.Atoi(parts[0])
+	mi, err2 := strconv.Atoi(parts[1])
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	return ma > major || (ma == major && mi >= minor)
+}
+
+// Wall reads the wall clock.
+func (s *Store) Wall() time.Time { return s.opt.Clock.Wall() }
+
+// Health reports whether the store can count: the committer's last batch,
+// when it ended within store.HealthMaxAge, else a probe write through it
+// (a SET with a short expiry, in a batch of its own or with others' hits).
+// An unreachable or refusing server is store.ErrUnhealthy.
+func (s *Store) Health(ctx context.Context) error { return s.commit.Check(ctx) }
+
+// Stats reports the committer's counters: a commit is one batch's
+// pipeline.
+func (s *Store) Stats() store.Stats { return s.commit.Stats() }
+
+// Close sends every queued hit, then stops the policy heartbeats and
+// gives up this instance's policy claims. It does not close the client,
+// which the caller owns. If ctx ends first it returns ctx.Err() and leaves
+// the flush running.
+func (s *Store) Close(ctx context.Context) error {
+	if err := s.commit.Close(ctx); err != nil {
+		return err
+	}
+	s.closeOnce.Do(func() {
+		close(s.stop)
+		<-s.stopped
+		s.releaseAll()
+	})
+	return nil
+}

@@ -1,0 +1,204 @@
+package redis
+
+import (
+	goredis "github.com/redis/go-redis/v9"
+)
+
+// A key's state is a hash: s (the epoch's start, Unix ms on the server's
+// clock), c (the count), p (the previous window's count, sliding only) and
+// w (how long a reset state is kept, ms). Every script reads the server's
+// clock itself (TIME), so instances with skewed clocks agree.
+//
+// Lua numbers are doubles: every value a script computes is an integer
+// below 2^53, and so exact, for every rule rate.New accepts (limits and
+// bursts up to rate.MaxLimit = 2^40, windows up to rate.MaxWindow, 100
+// years ≈ 2^41.5 ms), by these arguments:
+//
+//   - times are milliseconds (2^40.6 now);
+//   - the sliding window's prev × (W − e) ≤ (limit − count − n) × W is
+//     compared as exact 144-bit products, in 24-bit limbs (mul, le);
+//   - GCRA's interval T (nanoseconds, rate's Window/Limit rounded up) is
+//     split into whole milliseconds tq and the remainder tr < 10^6 ns, and
+//     every instant start + count × T into milliseconds and a nanosecond
+//     remainder (tat), so no product exceeds the milliseconds the epoch
+//     has lasted, or burst × T ≤ rate.MaxWindow in milliseconds.
+//
+// A GCRA epoch is not re-anchored while it stays busy (rate's Advance
+// moves a busy epoch's start on by whole intervals; its Room depends only
+// on the TAT, which both leave alike), so its count grows by one per
+// emission: exact while a key stays busy for fewer than 2^53 emissions.
+const luaCommon = `
+if redis.replicate_commands then pcall(redis.replicate_commands) end
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function int(x) return string.format('%d', x) end
+local B = 16777216
+local function limbs(a)
+  local a0 = a % B
+  local a1 = math.floor(a / B) % B
+  return a0, a1, math.floor(a / (B * B))
+end
+local function mul(a, b)
+  local a0, a1, a2 = limbs(a)
+  local b0, b1, b2 = limbs(b)
+  local r = {a0*b0, a0*b1 + a1*b0, a0*b2 + a1*b1 + a2*b0, a1*b2 + a2*b1, a2*b2, 0}
+  for i = 1, 5 do
+    local carry = math.floor(r[i] / B)
+    r[i] = r[i] - carry * B
+    r[i+1] = r[i+1] + carry
+  end
+  return r
+end
+local function le(x, y)
+  for i = 6, 1, -1 do
+    if x[i] ~= y[i] then return x[i] < y[i] end
+  end
+  return true
+end
+local key = KEYS[1]
+`
+
+// luaFixed: ARGV n (0: peek), limit, wc (the window rounded up to ms).
+// Returns {allowed, start, count, prev, now}.
+const luaFixed = luaCommon + `
+local n, limit, w = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local now = now_ms()
+local st = redis.call('HMGET', key, 's', 'c')
+local s, c = tonumber(st[1]), tonumber(st[2]) or 0
+if s == nil or now - s >= w then s, c = now, 0 end
+if n == 0 or n > limit - c then return {0, s, c, 0, now} end
+c = c + n
+redis.call('HSET', key, 's', int(s), 'c', int(c), 'p', '0', 'w', int(w))
+redis.call('PEXPIREAT', key, int(s + w))
+return {1, s, c, 0, now}
+`
+
+// luaSliding: ARGV n (0: peek), limit, w (the window, whole ms).
+const luaSliding = luaCommon + `
+local n, limit, w = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local now = now_ms()
+local st = redis.call('HMGET', key, 's', 'c', 'p')
+local s, c, p = tonumber(st[1]), tonumber(st[2]) or 0, tonumber(st[3]) or 0
+if s == nil then
+  s, c, p = now, 0, 0
+else
+  local e = now - s
+  if e < w then
+  elseif e < 2 * w then s, c, p = s + w, 0, c
+  else s, c, p = now, 0, 0 end
+end
+if n == 0 then return {0, s, c, p, now} end
+local left = limit - c - n
+if left < 0 then return {0, s, c, p, now} end
+local e = math.min(math.max(now - s, 0), w)
+if p > 0 and not le(mul(p, w - e), mul(left, w)) then return {0, s, c, p, now} end
+c = c + n
+redis.call('HSET', key, 's', int(s), 'c', int(c), 'p', int(p), 'w', int(w))
+redis.call('PEXPIREAT', key, int(s + 2 * w))
+return {1, s, c, p, now}
+`
+
+// luaGCRA: ARGV n (0: peek), burst, tq and tr (the interval: tq ms and
+// tr ns, tr < 10^6), w (the window rounded up to ms, a reset's life).
+const luaGCRA = luaCommon + `
+local n, burst, tq, tr, w = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local M = 1000000
+-- start + k intervals, as whole ms and a remainder in ns
+local function at(start, k)
+  local kh = math.floor(k / M)
+  local x = (k - kh * M) * tr
+  local xm = math.floor(x / M)
+  return start + k * tq + kh * tr + xm, x - xm * M
+end
+local now = now_ms()
+local st = redis.call('HMGET', key, 's', 'c')
+local s, c = tonumber(st[1]), tonumber(st[2]) or 0
+if s ~= nil then
+  local tm, tn = at(s, c)
+  if tm < now or (tm == now and tn == 0) then s = nil end
+end
+if s == nil then s, c = now, 0 end
+if n == 0 then return {0, s, c, 0, now} end
+local m = burst - n
+if m < 0 then return {0, s, c, 0, now} end
+-- fits while TAT - now <= m intervals
+local tm, tn = at(s, c)
+local lm, ln = at(now, m)
+if tm > lm or (tm == lm and tn > ln) then return {0, s, c, 0, now} end
+c = c + n
+tm, tn = at(s, c)
+if tn > 0 then tm = tm + 1 end
+redis.call('HSET', key, 's', int(s), 'c', int(c), 'p', '0', 'w', int(w))
+redis.call('PEXPIREAT', key, int(tm))
+return {1, s, c, 0, now}
+`
+
+// luaReset starts a live state over: start max(now, start + 1 ms), so
+// that a reset window never starts where the old one did (a late
+// take-back finds its epoch by its start), count and prev 0, kept for w.
+// A key without a live state is left alone. Returns 1 if it reset one.
+const luaReset = luaCommon + `
+local st = redis.call('HMGET', key, 's', 'w')
+if not st[1] then return 0 end
+local s = math.max(now_ms(), tonumber(st[1]) + 1)
+local w = math.max(tonumber(st[2]) or 0, 1)
+redis.call('HSET', key, 's', int(s), 'c', '0', 'p', '0')
+redis.call('PEXPIREAT', key, int(s + w))
+return 1
+`
+
+// luaTakeBack lowers a live state's count by ARGV n, never below 0, if its
+// start is ARGV start. Returns 1 if it did.
+const luaTakeBack = luaCommon + `
+local start, n = tonumber(ARGV[1]), tonumber(ARGV[2])
+local st = redis.call('HMGET', key, 's', 'c')
+if not st[1] or tonumber(st[1]) ~= start then return 0 end
+redis.call('HSET', key, 'c', int(math.max((tonumber(st[2]) or 0) - n, 0)))
+return 1
+`
+
+// luaClaim records KEYS[1]'s policy for instance ARGV id as ARGV policy,
+// alive for ARGV ttl ms on the server's clock, unless a live instance
+// holds another one. Each field of the hash is an instance: "<deadline
+// ms> <policy>". Dead fields are dropped. Returns {1, a dead field's other
+// policy or ""} or {0, the live other policy}.
+const luaClaim = luaCommon + `
+local id, mine, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local now = now_ms()
+local all = redis.call('HGETALL', key)
+local last = now + ttl
+local was = ''
+for i = 1, #all, 2 do
+  local f, v = all[i], all[i + 1]
+  local sp = string.find(v, ' ', 1, true)
+  local d, pol = tonumber(string.sub(v, 1, (sp or 1) - 1)) or 0, string.sub(v, (sp or #v) + 1)
+  if f == id then
+  elseif d <= now then
+    redis.call('HDEL', key, f)
+    if pol ~= mine then was = pol end
+  elseif pol ~= mine then
+    return {0, pol}
+  elseif d > last then
+    last = d
+  end
+end
+redis.call('HSET', key, id, int(now + ttl) .. ' ' .. mine)
+redis.call('PEXPIREAT', key, int(last))
+return {1, was}
+`
+
+var (
+	scriptFixed    = goredis.NewScript(luaFixed)
+	scriptSliding  = goredis.NewScript(luaSliding)
+	scriptGCRA     = goredis.NewScript(luaGCRA)
+	scriptReset    = goredis.NewScript(luaReset)
+	scriptTakeBack = goredis.NewScript(luaTakeBack)
+	scriptClaim    = goredis.NewScript(luaClaim)
+
+	allScripts = []*goredis.Script{scriptFixed, scriptSliding, scriptGCRA, scriptReset, scriptTakeBack, scriptClaim}
+
+	// hitScripts are the add (and peek) scripts by store.Rule's Algorithm.
+	hitScripts = map[string]*goredis.Script{"fixed": scriptFixed, "sliding": scriptSliding, "gcra": scriptGCRA}
+)
