@@ -123,6 +123,11 @@
 // its own limiter (its own Name) and choose between them in a small
 // middleware.
 //
+// Options.CountStatus counts only some outcomes: with rate.Failures, a
+// login limiter counts failed attempts only. Every hit is counted before
+// its handler runs, so parallel attempts cannot pass the limit meanwhile;
+// one whose final status does not count is given back after it.
+//
 // Options.DryRun counts and reports but never refuses, for rolling out a
 // new limit: a request over it is served with X-RateLimit-Dry-Run: limited
 // beside the usual headers, and logged at most once per 10 s (with how many
