@@ -120,8 +120,11 @@
 // There is no per-request limit: a Name's limit is a policy that New
 // records and checks across instances, and that RateLimit-Policy announces;
 // a limit that varied per request would make both untrue. Give each tier
-// its own limiter (its own Name) and choose between them in a small
-// middleware.
+// its own limiter (its own Name) and let Tiers pick one per request:
+//
+//	r.Use(rate.Tiers(planOf, map[string]rate.Tier{"free": free, "paid": paid}).Handler)
+//
+// A request whose tier cannot be told is a 500, as a failing KeyFunc is.
 //
 // Options.CountStatus counts only some outcomes: with rate.Failures, a
 // login limiter counts failed attempts only. Every hit is counted before
