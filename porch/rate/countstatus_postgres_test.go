@@ -14,7 +14,7 @@ import (
 
 // openShared opens one instance's store, pool and limiter on dsn, closed
 // at cleanup in the order App closes them.
-func openShared(t *testing.T, dsn string, limit int, window time.Duration, opt rate.Options) (*postgres.Store, *rate.Limiter) {
+func openShared(t testing.TB, dsn string, limit int, window time.Duration, opt rate.Options) (*postgres.Store, *rate.Limiter) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

@@ -99,6 +99,23 @@ type Options struct {
 	// outside a handler, a caller that wants a hit back counts its
 	// outcomes itself (or calls Reset). If nil, every hit stands.
 	CountStatus func(status int) bool
+	// RefusalCacheFor bounds how long a limiter on a shared store
+	// (PostgreSQL) answers a refused key from memory: once the store has
+	// refused a key's request of weight n, this process refuses the key's
+	// requests of weight n or more itself, without a round trip, so that a
+	// client hammering past its limit costs the database nothing. An entry
+	// never outlives the moment the store would allow the request again
+	// (Verdict.RetryAt, measured from before the store decided, less a
+	// millisecond), so the cache refuses nothing the store would allow;
+	// and it lives at most RefusalCacheFor, so that a Reset, or a hit
+	// given back, on another instance is honoured here within that bound.
+	// A Reset or a give-back on this instance clears the key's entry at
+	// once. A cached refusal is answered with the verdict the store gave
+	// (its Retry-After counting down to the same RetryAt) and observed as
+	// Limited. If zero, DefaultRefusalCacheFor (1s); negative asks the
+	// store every time. A store that is its counters' only writer (SQLite)
+	// decides in memory already, and ignores it.
+	RefusalCacheFor time.Duration
 	// WriteAhead bounds how far ahead of a key's count the stored count may
 	// run, with a store that is the counters' only writer (SQLite). Writing
 	// ahead lets later hits answer without a write of their own once the
@@ -313,7 +330,7 @@ func newLimiter(pool *porch.Pool, st store.Counters, limit int, window time.Dura
 	case store.ExclusiveCounters:
 		l.counting = newLocal(l, c)
 	case store.SharedCounters:
-		l.counting = shared{l: l, st: c}
+		l.counting = newShared(l, c)
 	default:
 		panic(fmt.Sprintf("rate: New expects a store with counters (store.ExclusiveCounters or store.SharedCounters), got %T", st))
 	}
