@@ -11,6 +11,11 @@
 // A saturated pool or a failed write answers 503 with Retry-After: a limiter
 // that stops counting under load would make overload the bypass.
 //
+// On a shared store (PostgreSQL) a key the store refused is answered from
+// memory, without a round trip, until the store would allow it again and
+// for at most Options.RefusalCacheFor (1s): a Reset on another instance is
+// honoured within that bound, one on this instance at once.
+//
 // Both answers are problem+json by default. Options.LimitResponse and
 // Options.ErrorResponse render others in their place (an HTML page, an
 // API's own error shape), as go-chi/httprate's WithLimitHandler and
