@@ -11,6 +11,11 @@
 // A saturated pool or a failed write answers 503 with Retry-After: a limiter
 // that stops counting under load would make overload the bypass.
 //
+// On a shared store (PostgreSQL) a key the store refused is answered from
+// memory, without a round trip, until the store would allow it again and
+// for at most Options.RefusalCacheFor (1s): a Reset on another instance is
+// honoured within that bound, one on this instance at once.
+//
 // Both answers are problem+json by default. Options.LimitResponse and
 // Options.ErrorResponse render others in their place (an HTML page, an
 // API's own error shape), as go-chi/httprate's WithLimitHandler and
@@ -120,8 +125,16 @@
 // There is no per-request limit: a Name's limit is a policy that New
 // records and checks across instances, and that RateLimit-Policy announces;
 // a limit that varied per request would make both untrue. Give each tier
-// its own limiter (its own Name) and choose between them in a small
-// middleware.
+// its own limiter (its own Name) and let Tiers pick one per request:
+//
+//	r.Use(rate.Tiers(planOf, map[string]rate.Tier{"free": free, "paid": paid}).Handler)
+//
+// A request whose tier cannot be told is a 500, as a failing KeyFunc is.
+//
+// Options.CountStatus counts only some outcomes: with rate.Failures, a
+// login limiter counts failed attempts only. Every hit is counted before
+// its handler runs, so parallel attempts cannot pass the limit meanwhile;
+// one whose final status does not count is given back after it.
 //
 // Options.DryRun counts and reports but never refuses, for rolling out a
 // new limit: a request over it is served with X-RateLimit-Dry-Run: limited

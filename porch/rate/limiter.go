@@ -79,6 +79,46 @@ type Options struct {
 	// enforcing would have counted, so turning DryRun off later keeps them.
 	// Allow and AllowN report true verdicts whatever DryRun says.
 	DryRun bool
+	// CountStatus, if set, decides from the final status of a request the
+	// middleware served whether its hit stands: [Failures] limits failed
+	// logins only (brute-force protection), [Successes] and
+	// [UnlessServerError] spare a client the requests that failed it. The
+	// hit is counted before the handler runs, as every hit is, so parallel
+	// attempts cannot slip past the limit while their handlers run (with
+	// a limit of 5, at most 5 handlers run at once, whatever they will
+	// answer); a hit whose status does not count is given back after the
+	// handler, through the key's actor, as a Set gives back a refused
+	// request's hits (exact and ordered with the key's hits; a crash in
+	// between can only over-count). Until it is given back, it holds room.
+	//
+	// The status is the final response's: under porch.Chain, what the
+	// handler, or a middleware after the limiter, answered (500 if the
+	// handler panicked); under Handler, what the handler passed to
+	// WriteHeader, 200 if it wrote nothing (or hijacked the connection),
+	// 500 if it panicked before writing a status. A refused request ran no
+	// handler and counted nothing, so there is nothing to decide. With
+	// DryRun a counted hit is given back just the same, so the counts stay
+	// what enforcing would count. Allow and AllowN are not affected:
+	// outside a handler, a caller that wants a hit back counts its
+	// outcomes itself (or calls Reset). If nil, every hit stands.
+	CountStatus func(status int) bool
+	// RefusalCacheFor bounds how long a limiter on a shared store
+	// (PostgreSQL) answers a refused key from memory: once the store has
+	// refused a key's request of weight n, this process refuses the key's
+	// requests of weight n or more itself, without a round trip, so that a
+	// client hammering past its limit costs the database nothing. An entry
+	// never outlives the moment the store would allow the request again
+	// (Verdict.RetryAt, measured from before the store decided, less a
+	// millisecond), so the cache refuses nothing the store would allow;
+	// and it lives at most RefusalCacheFor, so that a Reset, or a hit
+	// given back, on another instance is honoured here within that bound.
+	// A Reset or a give-back on this instance clears the key's entry at
+	// once. A cached refusal is answered with the verdict the store gave
+	// (its Retry-After counting down to the same RetryAt) and observed as
+	// Limited. If zero, DefaultRefusalCacheFor (1s); negative asks the
+	// store every time. A store that is its counters' only writer (SQLite)
+	// decides in memory already, and ignores it.
+	RefusalCacheFor time.Duration
 	// WriteAhead bounds how far ahead of a key's count the stored count may
 	// run, with a store that is the counters' only writer (SQLite). Writing
 	// ahead lets later hits answer without a write of their own once the
@@ -294,7 +334,7 @@ func newLimiter(pool *porch.Pool, st store.Counters, limit int, window time.Dura
 	case store.ExclusiveCounters:
 		l.counting = newLocal(l, c)
 	case store.SharedCounters:
-		l.counting = shared{l: l, st: c}
+		l.counting = newShared(l, c)
 	default:
 		panic(fmt.Sprintf("rate: New expects a store with counters (store.ExclusiveCounters or store.SharedCounters), got %T", st))
 	}

@@ -40,6 +40,9 @@ type counted struct {
 	// After leaves the headers to the mount that counted, whose verdict it
 	// would otherwise write over a Set's report of it.
 	through bool
+	// h is the hit this mount counted, to give back when the final
+	// status does not count (see Options.CountStatus).
+	h hit
 }
 
 type countedKey struct{}
@@ -83,22 +86,23 @@ func (l *Limiter) Before(r *http.Request) (*http.Request, *porch.Response) {
 		}
 		return r.WithContext(&counted{Context: ctx, l: l, v: c.v, hdr: r.Header, through: true}), nil
 	}
-	v, err := l.count(r)
+	v, h, err := l.count(r)
 	if errors.Is(err, ErrSkip) {
 		return r, nil
 	}
 	if err != nil {
 		return r, l.failure(r, err)
 	}
-	r = r.WithContext(&counted{Context: ctx, l: l, v: v, hdr: r.Header})
+	r = r.WithContext(&counted{Context: ctx, l: l, v: v, h: h, hdr: r.Header})
 	if !v.Allowed && !v.DryRun {
 		return r, l.refusal(r, v)
 	}
 	return r, nil
 }
 
-// After puts the rate-limit headers on the final response. It implements
-// porch.Middleware.
+// After puts the rate-limit headers on the final response, and gives the
+// request's hit back if Options.CountStatus does not count its status. It
+// implements porch.Middleware.
 //
 // A 429 with Retry-After that this limiter did not make (a limiter after it
 // in the chain refused, or the handler did) is left as it is: its
@@ -107,7 +111,11 @@ func (l *Limiter) Before(r *http.Request) (*http.Request, *porch.Response) {
 // limits. A mount that passed the request on (see Before) leaves the
 // headers to the one that counted it.
 func (l *Limiter) After(r *http.Request, res *porch.Response, _ porch.Completion) {
-	if c := countOf(r, l); c != nil && !c.through && !refusedByOther(res, c.v.Allowed || c.v.DryRun) {
+	c := countOf(r, l)
+	if c != nil && !c.through {
+		l.settle(c.h, c.v, res.StatusCode())
+	}
+	if c != nil && !c.through && !refusedByOther(res, c.v.Allowed || c.v.DryRun) {
 		if res.Header == nil {
 			res.Header = make(http.Header)
 		}
@@ -126,7 +134,7 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		v, err := l.count(r)
+		v, h, err := l.count(r)
 		if errors.Is(err, ErrSkip) {
 			next.ServeHTTP(w, r)
 			return
@@ -140,7 +148,12 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 			return
 		}
 		l.setHeaders(w.Header(), v)
-		next.ServeHTTP(w, r.WithContext(&counted{Context: ctx, l: l, v: v, hdr: r.Header}))
+		r = r.WithContext(&counted{Context: ctx, l: l, v: v, hdr: r.Header})
+		if l.opt.CountStatus == nil || !v.Allowed {
+			next.ServeHTTP(w, r)
+			return
+		}
+		serveSettling(next, w, r, func(status int) { l.settle(h, v, status) })
 	})
 }
 

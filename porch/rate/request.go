@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/writeonce/porch-go/porch"
 )
@@ -26,17 +27,19 @@ func (e *keyError) Unwrap() error { return e.err }
 
 // count counts r as the middleware does: against its key, by its weight,
 // reported as DryRun says. It returns ErrSkip for a request to serve
-// uncounted and without headers.
-func (l *Limiter) count(r *http.Request) (Verdict, error) {
+// uncounted and without headers, and otherwise the hit, for a take-back
+// once the handler's status is known (see Options.CountStatus).
+func (l *Limiter) count(r *http.Request) (Verdict, hit, error) {
 	key, n, err := l.resolve(r)
 	var v Verdict
+	var start time.Time
 	if err == nil {
-		v, err = l.allow(r.Context(), key, n)
+		v, start, err = l.allowAt(r.Context(), key, n)
 	}
 	if l.opt.DryRun {
-		return l.dryRun(r, key, n, v, err)
+		v, err = l.dryRun(r, key, n, v, err)
 	}
-	return v, err
+	return v, hit{key: key, start: start, n: n}, err
 }
 
 // resolve names r's counter key and weight, or why r cannot be counted.

@@ -14,7 +14,9 @@ import (
 // with [All].
 //
 // Each limiter counts the request under its own Options (KeyFunc, Weight,
-// DryRun); they count at once, not one after another, so a request waits
+// DryRun, and CountStatus: once a served request's final status is known,
+// each limiter whose CountStatus does not count it gets its hit back);
+// they count at once, not one after another, so a request waits
 // for the slowest rather than for the sum. The request is served only if
 // every enforcing limiter allows it.
 //
@@ -66,6 +68,9 @@ import (
 type Set struct {
 	lims        []*Limiter
 	policyValue []string // RateLimit-Policy: every limiter's policy, in order
+	// settles is whether a limiter of the set has Options.CountStatus, so
+	// that the set must learn the final status.
+	settles bool
 }
 
 // All returns the set of the given limiters, which answers as one (see
@@ -88,7 +93,11 @@ func All(limiters ...*Limiter) *Set {
 		seen[l.opt.Name] = true
 		policies[i] = l.policy
 	}
-	return &Set{lims: append([]*Limiter(nil), limiters...), policyValue: []string{strings.Join(policies, ", ")}}
+	s := &Set{lims: append([]*Limiter(nil), limiters...), policyValue: []string{strings.Join(policies, ", ")}}
+	for _, l := range limiters {
+		s.settles = s.settles || l.opt.CountStatus != nil
+	}
+	return s
 }
 
 // member is one limiter's part in counting one request.

@@ -24,13 +24,22 @@ func (s *Set) Before(r *http.Request) (*http.Request, *porch.Response) {
 		return r, s.refusal(r, d)
 	}
 	r = r.WithContext(context.WithValue(withCounts(r.Context(), r, ms), setKey{s}, d))
+	if s.settles {
+		r = r.WithContext(context.WithValue(r.Context(), setHitsKey{s}, ms))
+	}
 	return r, nil
 }
 
+type setHitsKey struct{ s *Set }
+
 // After puts the set's rate-limit headers on the final response, unless
-// another middleware or the handler refused it (see Limiter.After). It
-// implements porch.Middleware.
+// another middleware or the handler refused it (see Limiter.After), and
+// gives back the hits whose limiter's Options.CountStatus does not count
+// its status. It implements porch.Middleware.
 func (s *Set) After(r *http.Request, res *porch.Response, _ porch.Completion) {
+	if ms, ok := r.Context().Value(setHitsKey{s}).([]member); ok {
+		settleMembers(ms, res.StatusCode())
+	}
 	d, ok := r.Context().Value(setKey{s}).(decision)
 	if !ok || refusedByOther(res, d.v.Allowed) {
 		return
@@ -58,7 +67,11 @@ func (s *Set) Handler(next http.Handler) http.Handler {
 			if ctx := withCounts(r.Context(), r, ms); ctx != r.Context() {
 				r = r.WithContext(ctx)
 			}
-			next.ServeHTTP(w, r)
+			if !s.settles {
+				next.ServeHTTP(w, r)
+				return
+			}
+			serveSettling(next, w, r, func(status int) { settleMembers(ms, status) })
 		}
 	})
 }
@@ -88,4 +101,15 @@ func (s *Set) setHeaders(h http.Header, d decision) {
 // Retry-After.
 func refusedByOther(res *porch.Response, allowed bool) bool {
 	return allowed && res.Status == http.StatusTooManyRequests && res.Header.Get("Retry-After") != ""
+}
+
+// settleMembers gives back, for a request the set served with the final
+// status, the hit of each member whose Options.CountStatus does not count
+// it. A member that counted the request further out settles it there.
+func settleMembers(ms []member, status int) {
+	for i := range ms {
+		if m := &ms[i]; m.given() {
+			m.l.settle(hit{key: m.key, start: m.start, n: m.n}, m.v, status)
+		}
+	}
 }

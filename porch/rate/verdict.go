@@ -66,21 +66,27 @@ func (l *Limiter) Allow(ctx context.Context, principal string) (Verdict, error) 
 // allow counts one request of weight n (1 <= n <= limit) against the
 // counter key.
 func (l *Limiter) allow(ctx context.Context, key string, n int64) (Verdict, error) {
-	v, err := l.send(ctx, key, n)
-	if l.opt.Observer != nil {
-		l.observe(ctx, v, err)
-	}
+	v, _, err := l.allowAt(ctx, key, n)
 	return v, err
 }
 
+// allowAt is allow that also returns when the epoch the hit was counted in
+// started, for a take-back (see Options.CountStatus).
+func (l *Limiter) allowAt(ctx context.Context, key string, n int64) (Verdict, time.Time, error) {
+	v, start, err := l.send(ctx, key, n)
+	if l.opt.Observer != nil {
+		l.observe(ctx, v, err)
+	}
+	return v, start, err
+}
+
 // send takes the hit to key's actor and waits for its verdict.
-func (l *Limiter) send(ctx context.Context, key string, n int64) (Verdict, error) {
+func (l *Limiter) send(ctx context.Context, key string, n int64) (Verdict, time.Time, error) {
 	c, err := l.post(key, n)
 	if err != nil {
-		return Verdict{}, err
+		return Verdict{}, time.Time{}, err
 	}
-	v, _, err := l.await(ctx, c)
-	return v, err
+	return l.await(ctx, c)
 }
 
 // post hands a hit of weight n to key's actor without waiting, so that a
