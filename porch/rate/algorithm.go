@@ -109,5 +109,14 @@ func NewRule(a Algorithm, limit int, window time.Duration, burst int) store.Rule
 	if a > GCRA || limit < 1 || window < time.Millisecond || burst < 0 || (burst != 0 && a != GCRA) {
 		panic(fmt.Sprintf("rate: NewRule: invalid rule %s, %d per %s, burst %d", a, limit, window, burst))
 	}
-	return newRule(a, int64(limit), window, int64(burst))
+	return newRule(a, int64(limit), wholeMS(window), int64(burst))
+}
+
+// wholeMS rounds a window up to the millisecond, the stores' resolution
+// (see New).
+func wholeMS(d time.Duration) time.Duration {
+	if r := d % time.Millisecond; r != 0 {
+		return d + time.Millisecond - r
+	}
+	return d
 }

@@ -46,6 +46,21 @@ func (r gcraRule) most() int64             { return r.burst }
 // no request after that, its TAT is at most Burst intervals later.
 func (r gcraRule) life() time.Duration { return r.window + time.Duration(r.burst)*r.interval }
 
+// withinLife moves a loaded state's Start on by whole intervals, keeping
+// its TAT, until the TAT lies within life() of it. A state counted under
+// another policy (a lower limit after a deploy: longer intervals) can
+// hold a key back for longer than this policy's life, and the limiter's
+// memory lets a key go at Start + life: an idle pause would then have
+// forgotten a client still held back.
+func (r gcraRule) withinLife(s store.State) store.State {
+	if !r.tat(s).After(s.Start.Add(r.life())) {
+		return s
+	}
+	keep := int64(r.life() / r.interval) // intervals that fit in one life
+	k := s.Count - keep
+	return store.State{Start: s.Start.Add(time.Duration(k) * r.interval), Count: keep}
+}
+
 // tat is the state's theoretical arrival time.
 func (r gcraRule) tat(s store.State) time.Time {
 	return s.Start.Add(time.Duration(s.Count) * r.interval)

@@ -215,7 +215,9 @@ const MaxLimit = 1 << 40
 const MaxWindow = 100 * 365 * 24 * time.Hour
 
 // New returns a limiter of limit requests per window, counted by pool's
-// actors and persisted in st.
+// actors and persisted in st. A window is rounded up to the millisecond,
+// the stores' resolution: one with a remainder would otherwise be stored
+// shorter than it counts, and close early after a restart.
 //
 // With a store that is its counters' only writer (SQLite) each actor keeps
 // its keys' counts in memory and writes them through; New loads the counters
@@ -241,8 +243,8 @@ const MaxWindow = 100 * 365 * 24 * time.Hour
 // Options.ProblemBase that is not a URI. It checks all of these before any
 // I/O. It returns an error only for what the store answers: the policy
 // refused (store.ErrPolicyConflict), or the store failing to record the
-// policy or to load the open windows. Options.Algorithm beyond GCRA, a
-// SlidingWindow not of whole milliseconds, or an Options.Burst with another
+// policy or to load the open windows. Options.Algorithm beyond GCRA, or an
+// Options.Burst with another
 // algorithm, negative, over MaxLimit or spanning more than MaxWindow (see
 // Options.Burst) panics too.
 func New(pool *porch.Pool, st store.Counters, limit int, window time.Duration, opt Options) (*Limiter, error) {
@@ -275,6 +277,12 @@ func newLimiter(pool *porch.Pool, st store.Counters, limit int, window time.Dura
 	if window > MaxWindow {
 		panic(fmt.Sprintf("rate: New expects window <= rate.MaxWindow (%s), got %s", MaxWindow, window))
 	}
+	// The stores keep windows and starts to the millisecond: a window
+	// with a remainder was stored rounded down, and a restart closed it
+	// that much early (a free allowance). Rounded up, it is held a little
+	// longer instead: the safe side. MaxWindow is whole milliseconds, so
+	// this cannot pass it.
+	window = wholeMS(window)
 	if opt.Name == "" {
 		opt.Name = "default"
 	}
@@ -289,11 +297,6 @@ func newLimiter(pool *porch.Pool, st store.Counters, limit int, window time.Dura
 	}
 	if opt.Algorithm > GCRA {
 		panic(fmt.Sprintf("rate: New expects Options.Algorithm FixedWindow, SlidingWindow or GCRA, got %s", opt.Algorithm))
-	}
-	if opt.Algorithm == SlidingWindow && window%time.Millisecond != 0 {
-		// Its windows follow each other at start + window, and the stores
-		// keep starts to the millisecond.
-		panic(fmt.Sprintf("rate: New expects a SlidingWindow of whole milliseconds, got %s", window))
 	}
 	if opt.Burst != 0 && opt.Algorithm != GCRA {
 		panic(fmt.Sprintf("rate: New expects Options.Burst only with GCRA, got burst %d with %s", opt.Burst, opt.Algorithm))

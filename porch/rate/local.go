@@ -190,10 +190,15 @@ func (c *local) open(ctx context.Context) error {
 		if !strings.HasPrefix(sc.Key, l.prefix) {
 			return // another limiter's row
 		}
-		start := resumedStart(sc, l.window, now)
+		s := sc.State()
+		if g, ok := l.rule.(gcraRule); ok {
+			s = g.withinLife(s)
+		} else {
+			s.Start = resumedStart(sc, l.window, now)
+		}
 		v := c.views[l.pool.Shard(sc.Key)]
-		v.counts[sc.Key] = tally{start: start, count: sc.Count, prev: sc.Prev, durable: sc.Count}
-		v.expiry = append(v.expiry, opened{key: sc.Key, start: start})
+		v.counts[sc.Key] = tally{start: s.Start, count: s.Count, prev: s.Prev, durable: s.Count}
+		v.expiry = append(v.expiry, opened{key: sc.Key, start: s.Start})
 	})
 	if err != nil {
 		return fmt.Errorf("rate: %w", err)

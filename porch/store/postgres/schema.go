@@ -99,7 +99,7 @@ const (
 	// more: nothing is left), under the limiter's window, then the hits are
 	// added. The rule decides from what it returns (see settle). Windows
 	// follow each other from the key's first hit, so the next starts at
-	// window_start + window_ms exactly: rate.New asks a sliding window for
+	// window_start + window_ms exactly: rate.New rounds every window up to
 	// whole milliseconds.
 	pgAddSlidingHits = `INSERT INTO porch_rate_counters AS c (key, window_start, window_ms, count, prev, expires_at)
 		SELECT t.key, ` + pgNowMS + `, t.window_ms, t.hits, 0, ` + pgNowMS + ` + 2 * t.window_ms

@@ -36,7 +36,7 @@ func r16PGInstance(t *testing.T, dsn string, limit int, window time.Duration, o 
 // A fixed window that is not whole milliseconds is counted on PostgreSQL
 // under its milliseconds rounded down (window_ms): 1 per 1.999ms serves
 // about one per millisecond.
-func TestR16PostgresFixedWindowNotWholeMS(t *testing.T) {
+func TestPostgresFixedWindowNotWholeMS(t *testing.T) {
 	dsn := pgtest.DSN(t)
 	in := r16PGInstance(t, dsn, 1, 1999*time.Microsecond, rate.Options{})
 	const key = "rate:default:ip:192.0.2.90"
@@ -82,7 +82,7 @@ func r16RowSpan(t *testing.T, dsn string) int64 {
 // Two instances, GCRA and sliding, weights 1..3 in parallel for a long
 // window: exactly Limit (sliding) / Burst (GCRA) of weight are served, and
 // Peek agrees with Allow afterwards.
-func TestR16PostgresTwoInstancesExact(t *testing.T) {
+func TestPostgresTwoInstancesExact(t *testing.T) {
 	dsn := pgtest.DSN(t)
 	for _, tc := range []struct {
 		alg   rate.Algorithm

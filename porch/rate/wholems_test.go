@@ -14,7 +14,7 @@ import (
 // back by the lost fraction: GCRA's TAT, and a fixed window's close, come
 // that much earlier. Limit 1 per 1.999ms, one hit at a whole millisecond,
 // a restart 1ms later: the next hit must still be refused (0.999ms early).
-func TestR16RestartWindowNotWholeMS(t *testing.T) {
+func TestRestartWindowNotWholeMS(t *testing.T) {
 	const key = "rate:default:ip:192.0.2.78"
 	const window = 1999 * time.Microsecond
 	for _, alg := range []rate.Algorithm{rate.FixedWindow, rate.GCRA} {

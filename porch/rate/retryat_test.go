@@ -11,7 +11,7 @@ import (
 // A refusal's RetryAt is exact: a request of the same weight at RetryAt is
 // allowed, one a nanosecond... (the clock steps in µs) a µs before is not;
 // Remaining is within 0..Limit and a weight of Remaining fits at once.
-func TestR16RetryAtExact(t *testing.T) {
+func TestRetryAtExact(t *testing.T) {
 	for _, tc := range []struct {
 		alg          rate.Algorithm
 		limit, burst int

@@ -46,7 +46,7 @@ func maxInSpan(served []time.Time, w time.Duration) int {
 // Crash (no Close) at random instants, sub-millisecond steps, GCRA below a
 // millisecond's interval: the served hits, across every restart, must
 // conform to an exact GCRA.
-func TestR16CrashGCRASubMS(t *testing.T) {
+func TestCrashGCRASubMS(t *testing.T) {
 	for _, crashes := range []bool{false, true} {
 		t.Logf("crashes %v", crashes)
 		for _, tc := range []struct {
@@ -91,7 +91,7 @@ func TestR16CrashGCRASubMS(t *testing.T) {
 
 // Sliding: never more than 2×limit in any window span, across crashes at
 // window boundaries (the roll) and inside windows.
-func TestR16CrashSlidingBoundary(t *testing.T) {
+func TestCrashSlidingBoundary(t *testing.T) {
 	const limit, w = 10, 100 * time.Millisecond
 	rng := rand.New(rand.NewPCG(2, 3))
 	opt := rigOptions{rate: rate.Options{Algorithm: rate.SlidingWindow, WriteAhead: 4}}

@@ -11,7 +11,7 @@ import (
 // GCRA limit lowered across a restart (SQLite accepts any policy on
 // restart): 100 per 10s used up, then 10 per 10s. Log when the key is
 // served again; the state says TAT = start + 100 × 1s.
-func TestR16GCRALimitLowered(t *testing.T) {
+func TestGCRALimitLowered(t *testing.T) {
 	first := newRig(t, 100, 10*time.Second, rigOptions{rate: rate.Options{Algorithm: rate.GCRA}})
 	for range 100 {
 		first.allow(t, "c")
