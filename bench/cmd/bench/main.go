@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -59,7 +60,7 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&c.threads, "t", 2, "wrk threads")
 	fs.IntVar(&c.keyspace, "keyspace", 131072, "distinct client addresses in many-keys rows (at most 131072)")
 	fs.IntVar(&c.replayKeys, "replay-keys", 16, "size of the fixed key set replays cycle through")
-	fs.StringVar(&only, "rows", "", "comma-separated row ids to run (e.g. httprate/one,porch-sqlite/many); empty runs all; \"none\" runs no row")
+	fs.StringVar(&only, "rows", "", "comma-separated row ids or path.Match patterns to run (e.g. httprate/one,porch-sqlite/many, or 'httprate/*,porch-sqlite*/*' for the SQLite limiter's rows of every algorithm and their baseline); empty runs all; \"none\" runs no row")
 	fs.StringVar(&memKeys, "mem-keys", "100000,1000000", "distinct client keys for the memory runs, comma-separated; empty skips them")
 	fs.DurationVar(&c.memWindow, "mem-window", 10*time.Minute, "limiter window in the memory runs (expired by moving the server's clock)")
 	fs.StringVar(&c.profile, "profile", "", "row id to CPU-profile under load after the table (e.g. porch-sqlite/many)")
@@ -71,6 +72,11 @@ func parseFlags(args []string) (config, error) {
 	}
 	if only != "" {
 		c.only = strings.Split(only, ",")
+		for _, p := range c.only {
+			if _, err := path.Match(p, ""); err != nil {
+				return c, fmt.Errorf("-rows: %q: %w", p, err)
+			}
+		}
 	}
 	for _, s := range strings.Split(memKeys, ",") {
 		if s = strings.TrimSpace(s); s == "" {
@@ -208,6 +214,10 @@ func loadAvg() string {
 	return "unknown"
 }
 
+// selected reports whether -rows names id, exactly or by a pattern.
 func (h *harness) selected(id string) bool {
-	return len(h.cfg.only) == 0 || slices.Contains(h.cfg.only, id)
+	return len(h.cfg.only) == 0 || slices.ContainsFunc(h.cfg.only, func(p string) bool {
+		ok, _ := path.Match(p, id)
+		return ok
+	})
 }

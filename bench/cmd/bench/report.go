@@ -9,8 +9,8 @@ import (
 // printTable prints the main table, one line per row run, in row order.
 func printTable(h *harness) {
 	fmt.Println()
-	fmt.Println("| row | client keys | req/s (runs' range) | p50 | p99 | × httprate | writes/commit | req/commit | errors |")
-	fmt.Println("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+	fmt.Println("| row | client keys | req/s (runs' range) | p50 | p99 | × httprate | writes/commit | req/commit | errors | server CPU/req |")
+	fmt.Println("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 	for _, r := range rows(h.cfg.replayKeys) {
 		res, ok := h.results[r.id()]
 		if !ok {
@@ -21,7 +21,7 @@ func printTable(h *harness) {
 			keys = "one (" + r.keys + ")"
 		}
 		if res.err != nil {
-			fmt.Printf("| %s | %s | failed: %s | | | | | | |\n", r.label, keys, oneLine(res.err.Error()))
+			fmt.Printf("| %s | %s | failed: %s | | | | | | | |\n", r.label, keys, oneLine(res.err.Error()))
 			continue
 		}
 		ratio := "—"
@@ -35,14 +35,19 @@ func printTable(h *harness) {
 				perCommit = "no commits"
 			}
 		}
-		fmt.Printf("| %s | %s | %s (%s–%s) | %s | %s | %s | %s | %s | %d |\n",
+		cpu := "—"
+		if res.cpuPerReq > 0 {
+			cpu = fmt.Sprintf("%.1f µs", float64(res.cpuPerReq)/float64(time.Microsecond))
+		}
+		fmt.Printf("| %s | %s | %s (%s–%s) | %s | %s | %s | %s | %s | %d | %s |\n",
 			r.label, keys, thousands(res.rps), thousands(res.min), thousands(res.max),
-			ms(res.p50), ms(res.p99), ratio, batch, perCommit, res.errors)
+			ms(res.p50), ms(res.p99), ratio, batch, perCommit, res.errors, cpu)
 	}
 	fmt.Println()
 	fmt.Println("Ratios divide by go-chi/httprate with the same client keys (one key for the Idempotent rows).")
 	fmt.Println("writes/commit is the committer's mean batch over the measured runs, req/commit the requests answered per commit;")
-	fmt.Println("errors are non-2xx answers and socket errors.")
+	fmt.Println("errors are non-2xx answers and socket errors; server CPU/req is the server process's user + system CPU time over the")
+	fmt.Println("measured runs divided by the requests they answered (wrk shares the cores, so it is the steadier cost figure).")
 }
 
 // printMemory prints the memory table.

@@ -20,9 +20,18 @@ type row struct {
 	baseTo  string // id of the row the ratio column divides by
 	script  string // Lua script file name, or "" for a plain GET
 	replays bool   // store the replay keys before the runs
+	alg     string // benchserver -algorithm for porch limiter rows; "" is fixed
 }
 
-func (r row) id() string { return r.mode + "/" + r.keys }
+// id names the row for -rows and -profile: mode/keys, with the algorithm
+// after the mode for the rows that are not a fixed window
+// (porch-sqlite-gcra/many), so that the fixed rows keep their ids.
+func (r row) id() string {
+	if r.alg != "" {
+		return r.mode + "-" + r.alg + "/" + r.keys
+	}
+	return r.mode + "/" + r.keys
+}
 
 // manyKeys reports whether the row sends varied X-Forwarded-For.
 func (r row) manyKeys() bool { return r.keys == "many" }
@@ -30,18 +39,22 @@ func (r row) manyKeys() bool { return r.keys == "many" }
 func rows(replayKeys int) []row {
 	var out []row
 	for _, m := range []struct {
-		label, mode string
-		porch       bool
+		label, mode, alg string
+		porch            bool
 	}{
-		{"no limiter", "none", false},
-		{"go-chi/httprate (memory)", "httprate", false},
-		{"naive SQLite, commit per request", "naive", false},
-		{"porch Limiter, SQLite", "porch-sqlite", true},
-		{"porch Limiter, PostgreSQL", "porch-postgres", true},
+		{"no limiter", "none", "", false},
+		{"go-chi/httprate (memory)", "httprate", "", false},
+		{"naive SQLite, commit per request", "naive", "", false},
+		{"porch Limiter, SQLite", "porch-sqlite", "", true},
+		{"porch Limiter, SQLite, sliding window", "porch-sqlite", "sliding", true},
+		{"porch Limiter, SQLite, GCRA", "porch-sqlite", "gcra", true},
+		{"porch Limiter, PostgreSQL", "porch-postgres", "", true},
+		{"porch Limiter, PostgreSQL, sliding window", "porch-postgres", "sliding", true},
+		{"porch Limiter, PostgreSQL, GCRA", "porch-postgres", "gcra", true},
 	} {
 		out = append(out,
-			row{label: m.label, mode: m.mode, keys: "one", porch: m.porch, baseTo: "httprate/one"},
-			row{label: m.label, mode: m.mode, keys: "many", porch: m.porch, baseTo: "httprate/many", script: "xff.lua"})
+			row{label: m.label, mode: m.mode, alg: m.alg, keys: "one", porch: m.porch, baseTo: "httprate/one"},
+			row{label: m.label, mode: m.mode, alg: m.alg, keys: "many", porch: m.porch, baseTo: "httprate/many", script: "xff.lua"})
 	}
 	return append(out,
 		row{label: "porch Idempotent, POST without key", mode: "porch-idem", keys: "unkeyed", porch: true, baseTo: "httprate/one", script: "post.lua"},
@@ -56,15 +69,19 @@ type rowResult struct {
 	err       error
 	rps       float64
 	p50, p99  time.Duration
-	min, max  float64 // the lowest and highest req/s of the runs
-	errors    int64   // non-2xx responses and socket errors, summed over the runs
-	batch     float64 // mean writes per commit during the runs; 0 if none
-	perCommit float64 // requests answered per commit during the runs; 0 if none
+	min, max  float64       // the lowest and highest req/s of the runs
+	errors    int64         // non-2xx responses and socket errors, summed over the runs
+	batch     float64       // mean writes per commit during the runs; 0 if none
+	perCommit float64       // requests answered per commit during the runs; 0 if none
+	cpuPerReq time.Duration // the server's CPU time (user + system) per request over the runs; 0 if unknown
 }
 
 // serverArgs are the benchserver flags for r.
 func (h *harness) serverArgs(r row, extra ...string) []string {
 	args := []string{"-mode", r.mode}
+	if r.alg != "" {
+		args = append(args, "-algorithm", r.alg)
+	}
 	if r.manyKeys() {
 		args = append(args, "-trust-proxy")
 	}
@@ -120,6 +137,7 @@ func (h *harness) measure(r row) rowResult {
 		res.err = err
 		return res
 	}
+	cpuBefore, cpuErr := s.cpu()
 	var runs []wrkResult
 	var requests int64
 	for i := range h.cfg.reps {
@@ -131,6 +149,10 @@ func (h *harness) measure(r row) rowResult {
 		runs = append(runs, w)
 		requests += w.requests
 		res.errors += w.non2xx + w.sockErrs
+	}
+	cpuAfter, err := s.cpu()
+	if cpuErr == nil && err == nil && requests > 0 {
+		res.cpuPerReq = (cpuAfter - cpuBefore) / time.Duration(requests)
 	}
 	after, err := s.stats()
 	if err != nil {

@@ -139,3 +139,33 @@ func (s *server) rss() (int64, error) {
 	}
 	return 0, errors.New("no VmRSS in /proc status")
 }
+
+// cpu is the CPU time the server's process has used so far, user and
+// system, from /proc/PID/stat (in USER_HZ ticks, 100 a second on Linux).
+func (s *server) cpu() (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", s.cmd.Process.Pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name, field 2, is in parentheses and may hold spaces:
+	// count fields after its closing one. utime and stime are fields 14
+	// and 15, so the 12th and 13th after it.
+	i := strings.LastIndexByte(string(b), ')')
+	f := strings.Fields(string(b[i+1:]))
+	if i < 0 || len(f) < 13 {
+		return 0, errors.New("unexpected /proc stat format")
+	}
+	var ticks int64
+	for _, v := range f[11:13] {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return 0, err
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * (time.Second / userHZ), nil
+}
+
+// userHZ is the unit of /proc's CPU times, fixed at 100 for user space on
+// every Linux architecture Go runs on.
+const userHZ = 100

@@ -16,6 +16,10 @@
 //	                schema dropped at exit
 //	porch-idem      porch's idem.Keys (on SQLite) in front of POST
 //
+// The porch-sqlite and porch-postgres limiters count by -algorithm (fixed,
+// sliding or gcra; rate.Options.Algorithm) with -burst (GCRA only;
+// rate.Options.Burst, 0 = the limit).
+//
 // Every limiter keys on the client IP: the connection's peer, or with
 // -trust-proxy the address chi's ClientIPFromXFFTrustedProxies(1) resolved
 // from X-Forwarded-For. Limits default to 1e9 per window, so every request is
@@ -38,6 +42,8 @@ import (
 	"os/signal"
 	"syscall"
 	"time"
+
+	"github.com/writeonce/porch-go/porch/rate"
 )
 
 // config is the command line.
@@ -54,12 +60,15 @@ type config struct {
 	chain      bool
 	pprof      bool
 	debugClock bool
+	algorithm  rate.Algorithm
+	burst      int
 }
 
 const defaultPostgres = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
 
 func parseFlags(args []string) (config, error) {
 	var c config
+	var algorithm string
 	fs := flag.NewFlagSet("benchserver", flag.ContinueOnError)
 	fs.StringVar(&c.mode, "mode", "none", "limiter: none, httprate, naive, porch-sqlite, porch-postgres or porch-idem")
 	fs.StringVar(&c.addr, "addr", "127.0.0.1:0", "listen address (port 0 picks a free port)")
@@ -73,9 +82,16 @@ func parseFlags(args []string) (config, error) {
 	fs.BoolVar(&c.chain, "chain", false, "porch-sqlite/porch-postgres: wire the limiter with porch.Chain instead of Limiter.Handler")
 	fs.BoolVar(&c.pprof, "pprof", false, "serve net/http/pprof under /debug/pprof/")
 	fs.BoolVar(&c.debugClock, "debug-clock", false, "serve POST /debug/advance?by=D, which moves porch's clocks forward")
+	fs.StringVar(&algorithm, "algorithm", "fixed", "porch-sqlite/porch-postgres: the limiter's algorithm, fixed, sliding or gcra")
+	fs.IntVar(&c.burst, "burst", 0, "with -algorithm gcra: requests allowed at once (0: the limit)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
+	alg, err := rate.ParseAlgorithm(algorithm)
+	if err != nil {
+		return c, err
+	}
+	c.algorithm = alg
 	switch {
 	case !validMode(c.mode):
 		return c, fmt.Errorf("unknown -mode %q", c.mode)
@@ -85,6 +101,10 @@ func parseFlags(args []string) (config, error) {
 		return c, fmt.Errorf("-window must be at least 1ms, got %s", c.window)
 	case c.pool < 0 || c.mailbox < 0:
 		return c, fmt.Errorf("-pool and -mailbox must not be negative")
+	case c.burst < 0 || (c.burst != 0 && c.algorithm != rate.GCRA):
+		return c, fmt.Errorf("-burst must not be negative, and needs -algorithm gcra")
+	case c.algorithm == rate.SlidingWindow && c.window%time.Millisecond != 0:
+		return c, fmt.Errorf("-algorithm sliding needs a -window of whole milliseconds, got %s", c.window)
 	}
 	return c, nil
 }
