@@ -27,7 +27,7 @@ const repoURL = "https://github.com/writeonce/porch-go/blob/main/"
 
 // docOrder puts the docs in reading order in the navigation; a doc not
 // named here follows them, by name.
-var docOrder = []string{"design", "deploying", "idempotency", "performance", "comparison"}
+var docOrder = []string{"design", "algorithms", "deploying", "idempotency", "performance", "comparison", "observability"}
 
 func main() {
 	out := flag.String("out", "site", "the output `directory`, replaced")
