@@ -46,6 +46,8 @@ type config struct {
 	rateWindow     time.Duration
 	rateAlgorithm  rate.Algorithm
 	rateBurst      int
+	loginLimit     int           // POST /login: failed attempts per user and address (login.go)
+	loginWindow    time.Duration // … per this window
 	trustProxy     bool
 	rateWriteAhead int
 	noRateLimit    bool
@@ -85,6 +87,8 @@ func parseFlags(args []string) (config, error) {
 	// with the whole usage, and a start-up error is one line.
 	fs.StringVar(&algorithm, "rate-algorithm", "fixed", "how requests are counted against -rate-limit per -rate-window: fixed, sliding or gcra")
 	fs.IntVar(&c.rateBurst, "rate-burst", 0, "with -rate-algorithm gcra: requests allowed at once on top of the steady rate (0: -rate-limit)")
+	fs.IntVar(&c.loginLimit, "login-limit", 5, "POST /login: failed attempts allowed per user and client address per -login-window (successes are not counted)")
+	fs.DurationVar(&c.loginWindow, "login-window", 15*time.Minute, "POST /login: the failed-attempts window (a fixed window)")
 	fs.IntVar(&c.rateWriteAhead, "rate-write-ahead", 0, "how far a stored count may run ahead of the true one (0: rate.DefaultWriteAhead; negative: write every hit exactly)")
 	fs.IntVar(&c.keyConns, "key-conns", 0, "with -postgres: idempotency keys held at once, one connection each (0: postgres.DefaultKeyConns)")
 	fs.BoolVar(&c.noRateLimit, "no-rate-limit", false, "serve without the rate limiter: a baseline for load runs only")
@@ -128,6 +132,10 @@ func parseFlags(args []string) (config, error) {
 		return c, fmt.Errorf("-rate-limit must be at least 1, got %d", c.rateLimit)
 	case c.rateWindow < time.Millisecond:
 		return c, fmt.Errorf("-rate-window must be at least 1ms, got %s", c.rateWindow)
+	case c.loginLimit < 1 || c.loginLimit > rate.MaxLimit:
+		return c, fmt.Errorf("-login-limit must be between 1 and %d, got %d", rate.MaxLimit, c.loginLimit)
+	case c.loginWindow < time.Millisecond || c.loginWindow > rate.MaxWindow:
+		return c, fmt.Errorf("-login-window must be between 1ms and %s, got %s", rate.MaxWindow, c.loginWindow)
 	case c.pool < 0 || c.mailbox < 0 || c.keyConns < 0:
 		return c, fmt.Errorf("-pool, -mailbox and -key-conns must not be negative")
 	case c.idemTTL <= 0:

@@ -95,6 +95,12 @@ func newShop(cfg config, m *prom.Metrics) (*porch.App, error) {
 		return nil, err
 	}
 	app.OnShutdown(lim.Close)
+	logins, err := newLoginLimiter(cfg, pool, st, rateObs) // login.go
+	if err != nil {
+		app.Close(context.Background())
+		return nil, err
+	}
+	app.OnShutdown(logins.Close)
 	// No principal: the shop has no accounts, so keys are scoped by the
 	// connection's peer, even with -trust-proxy. Behind the proxy its
 	// clients then share one scope, but a retry that arrives with another
@@ -112,11 +118,14 @@ func newShop(cfg config, m *prom.Metrics) (*porch.App, error) {
 		if cfg.noRateLimit { // a baseline for load runs, never for serving
 			r.Get("/products", s.products)
 			r.With(porch.Chain(keys)).Post("/checkout", s.checkout)
+			r.With(readLogin).Post("/login", s.login)
 			return
 		}
 		r.With(porch.Chain(lim)).Get("/products", s.products)
 		// Limit first: a refused request must not reserve its key.
 		r.With(porch.Chain(lim, keys)).Post("/checkout", s.checkout)
+		// The body first: the login limiter keys on its user.
+		r.With(readLogin, porch.Chain(rate.All(lim, logins))).Post("/login", s.login)
 	})
 	return app, nil
 }
