@@ -132,6 +132,14 @@ func parseFlags(args []string) (config, error) {
 		return c, fmt.Errorf("-rate-limit must be at least 1, got %d", c.rateLimit)
 	case c.rateWindow < time.Millisecond:
 		return c, fmt.Errorf("-rate-window must be at least 1ms, got %s", c.rateWindow)
+	case c.rateLimit > rate.MaxLimit:
+		return c, fmt.Errorf("-rate-limit must be at most %d, got %d", rate.MaxLimit, c.rateLimit)
+	case c.rateWindow > rate.MaxWindow:
+		return c, fmt.Errorf("-rate-window must be at most %s, got %s", rate.MaxWindow, c.rateWindow)
+	case c.rateBurst > rate.MaxLimit:
+		return c, fmt.Errorf("-rate-burst must be at most %d, got %d", rate.MaxLimit, c.rateBurst)
+	case c.rateAlgorithm == rate.GCRA && gcraTooDeep(c.rateLimit, c.rateWindow, c.rateBurst):
+		return c, fmt.Errorf("-rate-burst %d of intervals of -rate-window/-rate-limit spans more than %s", c.rateBurst, rate.MaxWindow)
 	case c.loginLimit < 1 || c.loginLimit > rate.MaxLimit:
 		return c, fmt.Errorf("-login-limit must be between 1 and %d, got %d", rate.MaxLimit, c.loginLimit)
 	case c.loginWindow < time.Millisecond || c.loginWindow > rate.MaxWindow:
@@ -241,4 +249,15 @@ func (c serveConfig) apply(app *porch.App) {
 	app.MaxConns = c.maxConns
 	app.DrainTimeout = c.drainTimeout
 	app.CloseTimeout = c.closeTimeout
+}
+
+// gcraTooDeep reports whether a GCRA bucket of burst (0: limit) emission
+// intervals of window/limit, rounded up, spans more than rate.MaxWindow,
+// which rate.New refuses.
+func gcraTooDeep(limit int, window time.Duration, burst int) bool {
+	if burst == 0 {
+		burst = limit
+	}
+	interval := (window + time.Duration(limit) - 1) / time.Duration(limit)
+	return int64(burst) > int64(rate.MaxWindow/max(interval, 1))
 }
