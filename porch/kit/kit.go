@@ -22,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"reflect"
 	"sync"
 	"time"
 
@@ -41,6 +42,7 @@ type Kit struct {
 
 	mu       sync.Mutex
 	limiters []*rate.Limiter
+	limits   int // Limit calls, which name their limiters
 	closed   bool
 }
 
@@ -111,14 +113,22 @@ func (k *Kit) Limiter(limit int, window time.Duration, opt rate.Options) (*rate.
 }
 
 // Limit is Limiter with the default options, as chi middleware: limit
-// requests per window per client address. It panics if the limiter cannot
-// be built (a policy conflict, a store failing at start): it is for a
-// program's setup, where that is fatal anyway. Use Limiter to handle the
-// error, or to pass options.
+// requests per window per client address. Each Limit is a limiter of its
+// own, named in the order they are made ("limit1", "limit2", …: its counts
+// and its RateLimit-Policy go by that name), so that two routes each get
+// their limit; make them in the same order across restarts, or use Limiter
+// with Options.Name. It panics if the limiter cannot be built (a policy
+// conflict, a store failing at start): it is for a program's setup, where
+// that is fatal anyway. Use Limiter to handle the error, or to pass
+// options.
 func (k *Kit) Limit(limit int, window time.Duration) func(http.Handler) http.Handler {
-	l, err := k.Limiter(limit, window, rate.Options{})
+	k.mu.Lock()
+	k.limits++
+	name := fmt.Sprintf("limit%d", k.limits)
+	k.mu.Unlock()
+	l, err := k.Limiter(limit, window, rate.Options{Name: name})
 	if err != nil {
-		panic(fmt.Sprintf("kit: Limit(%d, %s): %v", limit, window, err))
+		panic(fmt.Sprintf("%v (Limit(%d, %s))", err, limit, window))
 	}
 	return l.Handler
 }
@@ -177,7 +187,12 @@ func (k *Kit) Close(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// sameStore reports whether the two interfaces hold one store.
+// sameStore reports whether the two interfaces hold one store. Values of
+// a type that cannot be compared (a store of the caller's, not a pointer)
+// are two stores.
 func sameStore(a store.Keys, b store.Counters) bool {
+	if !reflect.TypeOf(a).Comparable() || !reflect.TypeOf(b).Comparable() {
+		return false
+	}
 	return store.Store(a) == store.Store(b)
 }

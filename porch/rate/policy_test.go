@@ -30,7 +30,9 @@ func TestOneNameOnePolicy(t *testing.T) {
 		{"default names, other policies", limiter{"", 5, time.Minute}, limiter{"", 50, time.Hour}, false, true},
 		{"other limit", limiter{"api", 5, time.Minute}, limiter{"api", 6, time.Minute}, false, true},
 		{"other window", limiter{"api", 5, time.Minute}, limiter{"api", 5, time.Hour}, false, true},
-		{"the same policy", limiter{"api", 5, time.Minute}, limiter{"api", 5, time.Minute}, false, false},
+		// On SQLite each limiter counts in its own memory: two of one
+		// name would count apart and overwrite each other's rows.
+		{"the same policy", limiter{"api", 5, time.Minute}, limiter{"api", 5, time.Minute}, false, true},
 		{"other names", limiter{"minute", 5, time.Minute}, limiter{"hour", 50, time.Hour}, false, false},
 		{"the first closed", limiter{"", 5, time.Minute}, limiter{"", 50, time.Hour}, true, false},
 	}

@@ -31,7 +31,8 @@ type refusalShard struct {
 	// before one of them is not remembered after it, since the count it
 	// saw may have gone down.
 	gen     uint64
-	sweepAt int // sweep the expired entries once m holds this many
+	sweepAt int       // sweep the expired entries once m holds this many
+	swept   time.Time // the last sweep
 }
 
 // refusal is one remembered refusal: requests of key of weight n or more
@@ -103,8 +104,13 @@ func (c *refusals) remember(shard int, key string, n int64, sent time.Time, gen 
 		if s.gen != gen {
 			return
 		}
-		if len(s.m) >= s.sweepAt {
-			s.sweep(time.Now())
+		now := time.Now()
+		// At the cap the map sweeps again once a life has passed since its
+		// last sweep, by when every entry it held then has expired: a
+		// sweep doubling past the cap would never come, and a full map of
+		// expired entries would disable the cache for good.
+		if len(s.m) >= s.sweepAt && (len(s.m) < maxRefusals || !now.Before(s.swept.Add(c.life))) {
+			s.sweep(now)
 		}
 		if len(s.m) >= maxRefusals {
 			return
@@ -121,5 +127,6 @@ func (s *refusalShard) sweep(now time.Time) {
 			delete(s.m, k)
 		}
 	}
-	s.sweepAt = max(2*len(s.m), 64)
+	s.sweepAt = min(max(2*len(s.m), 64), maxRefusals)
+	s.swept = now
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"reflect"
 
 	"github.com/writeonce/porch-go/porch"
 )
@@ -70,13 +71,11 @@ func Tiers(pick TierFunc, tiers map[string]Tier) *Tiered {
 
 // isNilTier reports whether tier is a nil *Limiter or *Set in an interface.
 func isNilTier(tier Tier) bool {
-	switch t := tier.(type) {
-	case *Limiter:
-		return t == nil
-	case *Set:
-		return t == nil
+	if tier == nil {
+		return true
 	}
-	return false
+	v := reflect.ValueOf(tier)
+	return v.Kind() == reflect.Pointer && v.IsNil() // *Limiter, *Set, *Tiered, or a tier of the caller's
 }
 
 type tierKey struct{ t *Tiered }

@@ -2,17 +2,29 @@ package sqlite
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/writeonce/porch-go/porch/store"
 )
 
 // ClaimPolicy records that a limiter counts under p until release is called
-// (Limiter.Close does), and fails with store.ErrPolicyConflict while a
-// limiter of the same name and another policy counts in this store. One
-// process writes a SQLite file, so the check is within the process; a
-// policy changed across a restart is a deploy, and the limiter decides what
-// open windows do.
+// (Limiter.Close does), and fails with store.ErrPolicyConflict while
+// another limiter of the same name counts in this store, under any policy.
+// A limiter on this store keeps its counts in its own memory and writes
+// them through, so two of one name would each count apart and overwrite
+// each other's rows: a client got a limit of 5 on each of two routes, and
+// after a restart whichever limiter wrote last. One process writes a
+// SQLite file, so the check is within the process; a policy changed across
+// a restart is a deploy, and the limiter decides what open windows do.
 func (s *Store) ClaimPolicy(_ context.Context, p store.Policy) (release func(), err error) {
-	_, release, err = s.claims.Claim(p)
-	return release, err
+	first, release, err := s.claims.Claim(p)
+	if err != nil {
+		return nil, err
+	}
+	if !first {
+		release()
+		return nil, fmt.Errorf("%w: a limiter named %q already counts in this store, and on SQLite each limiter counts in its own memory; give each limiter its own Name",
+			store.ErrPolicyConflict, p.Name)
+	}
+	return release, nil
 }

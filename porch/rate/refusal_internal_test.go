@@ -25,7 +25,7 @@ func onActor(t *testing.T, pool *porch.Pool, shard int, fn func()) {
 // refusal is remembered. Otherwise one burst of many keys (an IPv6 /64
 // spray) leaves every later refused key costing the database a round
 // trip, forever, and the expired entries are held in memory forever.
-func TestAttack18RefusalCacheRecoversAfterAFullBurst(t *testing.T) {
+func TestRefusalCacheRecoversAfterAFullBurst(t *testing.T) {
 	pool := porch.NewPool(porch.PoolOptions{Size: 1})
 	t.Cleanup(func() { pool.Close(context.Background()) })
 	const life = time.Second

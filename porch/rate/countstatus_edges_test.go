@@ -17,7 +17,7 @@ import (
 // buffered writer records 103 as the status and drops the 401, so
 // Failures(103) is false and the failed attempt is given back: unlimited
 // password guesses (and the client gets the 401 body under a 200).
-func TestAttack18EarlyHintsDoNotHideAFailure(t *testing.T) {
+func TestEarlyHintsDoNotHideAFailure(t *testing.T) {
 	for _, w := range wirings {
 		t.Run(w.name, func(t *testing.T) {
 			rg := newRig(t, 2, time.Minute, rigOptions{rate: rate.Options{KeyFunc: byUser, CountStatus: rate.Failures}})
@@ -56,7 +56,7 @@ func TestAttack18EarlyHintsDoNotHideAFailure(t *testing.T) {
 // A hit counted before a Reset, given back after it (the handler resets
 // the key, as a successful login does, and fresh failures fill the new
 // window meanwhile): the give-back must not come out of the new window.
-func TestAttack18GiveBackAfterResetStaysInItsEpoch(t *testing.T) {
+func TestGiveBackAfterResetStaysInItsEpoch(t *testing.T) {
 	for _, w := range wirings {
 		t.Run(w.name, func(t *testing.T) {
 			rg := newRig(t, 2, time.Minute, rigOptions{rate: rate.Options{KeyFunc: byUser, CountStatus: rate.Failures}})
@@ -81,7 +81,7 @@ func TestAttack18GiveBackAfterResetStaysInItsEpoch(t *testing.T) {
 
 // The same across a window roll: a slow success counted in one window,
 // given back after the window closed and a new one filled.
-func TestAttack18GiveBackAfterWindowRoll(t *testing.T) {
+func TestGiveBackAfterWindowRoll(t *testing.T) {
 	for _, alg := range []rate.Algorithm{rate.FixedWindow, rate.SlidingWindow, rate.GCRA} {
 		for _, w := range wirings {
 			t.Run(alg.String()+"/"+w.name, func(t *testing.T) {
@@ -110,7 +110,7 @@ func TestAttack18GiveBackAfterWindowRoll(t *testing.T) {
 }
 
 // porch.Chain(lim, lim) and Handler outside Chain: one count, one settle.
-func TestAttack18DoubleMountGivesBackOnce(t *testing.T) {
+func TestDoubleMountGivesBackOnce(t *testing.T) {
 	rg := newRig(t, 3, time.Minute, rigOptions{rate: rate.Options{KeyFunc: byUser, CountStatus: rate.Successes}})
 	ctx := context.Background()
 	// Successes: a 401 is given back; a 200 stands.

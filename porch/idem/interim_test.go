@@ -14,7 +14,7 @@ import (
 // the rest: the 103 is stored and replayed, and every client (the first
 // included) gets 103 then an implicit 200, never the 201 (a Location-bearing
 // create reads as a plain 200).
-func TestAttack18EarlyHintsAreNotTheStoredStatus(t *testing.T) {
+func TestEarlyHintsAreNotTheStoredStatus(t *testing.T) {
 	o := &orders{fn: func(n int64, w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Link", "</a.css>; rel=preload")
 		w.WriteHeader(http.StatusEarlyHints)
