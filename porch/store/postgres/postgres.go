@@ -107,6 +107,16 @@ var readCommitted = pgx.TxOptions{IsoLevel: pgx.ReadCommitted}
 
 func (p *Store) migrate(ctx context.Context) error {
 	return pgx.BeginTxFunc(ctx, p.writer, readCommitted, func(tx pgx.Tx) error {
+		// A DSN's statement_timeout or lock_timeout is for the
+		// application's queries: an instance starting beside others that
+		// migrate must wait its turn for the schema lock (bounded by ctx),
+		// not fail to open.
+		if _, err := tx.Exec(ctx, `SET LOCAL statement_timeout = 0`); err != nil {
+			return fmt.Errorf("postgres: migrate: %w", err)
+		}
+		if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = 0`); err != nil {
+			return fmt.Errorf("postgres: migrate: %w", err)
+		}
 		if _, err := tx.Exec(ctx, pgLockSchema); err != nil {
 			return fmt.Errorf("postgres: lock schema: %w", err)
 		}
