@@ -51,11 +51,12 @@ func (b *boundWrite) settle(err error) {
 }
 
 // nextBound is the count to persist when a hit's count passes what is
-// already written: count plus a margin that doubles with the count, up to
-// ahead, never past limit. The first hit of a window is written exactly, and
-// a client that sends a handful of requests costs a handful of writes; a hot
-// key, whose next bound is queued while half the margin is left, costs about
-// one write per ahead/2 hits.
-func nextBound(count, ahead, limit int64) int64 {
-	return min(count+min(count-1, ahead), limit)
+// already written: count plus a margin that doubles with the hits seen, up
+// to ahead, never past limit. seen is count, or for a GCRA key count plus
+// its streak of earlier epochs (see local.carry). The first hit of a window
+// is written exactly, and a client that sends a handful of requests costs a
+// handful of writes; a hot key, whose next bound is queued while half the
+// margin is left, costs about one write per ahead/2 hits.
+func nextBound(count, seen, ahead, limit int64) int64 {
+	return min(count+min(seen-1, ahead), limit)
 }

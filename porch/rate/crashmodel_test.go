@@ -121,3 +121,80 @@ func TestCrashSlidingBoundary(t *testing.T) {
 	_ = rule
 	t.Logf("served %d, max in a span %d", len(served), maxInSpan(served, w))
 }
+
+// A GCRA key far under its rate opens a new epoch at nearly every hit; the
+// bound its old epoch wrote carries into the new one (see local.carry).
+// Crash (with and without Close) at random while the client alternates
+// sparse hits, which carry, with bursts that fill the bucket: after every
+// restart the store must hold the client back at least as long as the
+// bucket the served hits filled, so the served hits conform to an exact
+// GCRA.
+func TestCrashGCRACarriedBound(t *testing.T) {
+	for _, tc := range []struct {
+		limit, burst, ahead int
+		window              time.Duration
+	}{
+		{1000, 4, 8, time.Second}, {1000, 0, 256, time.Second}, {5000, 3, 16, time.Second}, {7, 2, 4, 10 * time.Millisecond},
+	} {
+		rng := rand.New(rand.NewPCG(7, uint64(tc.limit+tc.ahead)))
+		opt := rigOptions{rate: rate.Options{Algorithm: rate.GCRA, Burst: tc.burst, WriteAhead: tc.ahead}}
+		r := newRig(t, tc.limit, tc.window, opt)
+		r.clock.Advance(337 * time.Microsecond)
+		rule := rate.NewRule(rate.GCRA, tc.limit, tc.window, tc.burst)
+		T := rule.Interval()
+		b := int64(tc.burst)
+		if b == 0 {
+			b = int64(tc.limit)
+		}
+		var served []time.Time
+		burst := 0
+		for range 4000 {
+			if rng.IntN(150) == 0 {
+				if rng.IntN(2) == 0 {
+					r.lim.Close(context.Background())
+				}
+				r.stop(t)
+				o := opt
+				o.path, o.clock = r.path, r.clock
+				r = newRig(t, tc.limit, tc.window, o)
+				burst = int(b) + 2 // straight after a restart: fill the bucket
+			}
+			switch {
+			case burst > 0:
+				burst--
+			case rng.IntN(40) == 0:
+				burst = rng.IntN(int(b) + 2)
+			default: // sparse: one to three intervals apart, a new epoch each
+				r.clock.Advance(T + time.Duration(rng.Int64N(int64(2*T))))
+			}
+			if r.allowKey(t, "rate:default:ip:192.0.2.78").Allowed {
+				served = append(served, r.clock.Wall())
+			}
+		}
+		if bad, first := idealGCRAViolations(served, T, b); bad > 0 {
+			t.Errorf("gcra %d/%s burst %d ahead %d: %d of %d served hits break an exact GCRA (first at +%s)", tc.limit, tc.window, tc.burst, tc.ahead, bad, len(served), first.Sub(t0))
+		}
+	}
+}
+
+// A busy GCRA key under its rate writes about once per margin, not once
+// per hit: the carried bound and the streak (see local.carry) do for
+// GCRA's epochs what write-ahead does within a window.
+func TestGCRABusyKeyWritesAhead(t *testing.T) {
+	const hits = 2000
+	r := newRig(t, 1_000_000, time.Second, rigOptions{rate: rate.Options{Algorithm: rate.GCRA}}) // T = 1µs
+	before := r.st.Stats()
+	for range hits {
+		r.clock.Advance(10 * time.Microsecond) // each hit finds the bucket empty
+		if !r.allowKey(t, "rate:default:ip:192.0.2.79").Allowed {
+			t.Fatal("refused a client far under its rate")
+		}
+	}
+	writes := r.st.Stats().Writes - before.Writes
+	t.Logf("%d hits, %d writes", hits, writes)
+	// A margin of DefaultWriteAhead (256) intervals covers 25 hits 10
+	// intervals apart; before the carry every hit wrote.
+	if writes > hits/10 {
+		t.Errorf("%d writes for %d hits of a busy GCRA key, want at most %d", writes, hits, hits/10)
+	}
+}

@@ -96,10 +96,55 @@ func (c *local) advance(v *view, key string, now time.Time) (tally, store.State)
 	w, ok := v.counts[key]
 	s := c.l.rule.Advance(w.state(), now)
 	if !ok || !s.Start.Equal(w.start) {
+		old := w
 		w = v.open(key, s)
+		if g, isGCRA := c.l.rule.(gcraRule); ok && isGCRA {
+			c.carry(g, old, &w)
+			v.counts[key] = w
+		}
 		c.armForget(v, now)
 	}
 	return w, s
+}
+
+// carry lets a new GCRA epoch w inherit what its key's old tally had
+// written. The old epoch's newest row holds the client back until its TAT,
+// at least the old start plus its bound in intervals (counter stores the
+// start rounded up to the millisecond, later still; a state loaded and
+// moved on by withinLife keeps the stored TAT exactly), and after a crash
+// the store loads that row as the key's state: so it covers the new
+// epoch's counts up to floor((old start + bound×T − new start) / T), each
+// of whose TATs comes no later.
+// The committed bound carries into w.durable, the queued one into
+// w.pending and w.pendingAt (its waiters answer when it settles; if it
+// fails, the committed one is the store's newest again). Every later write
+// of w goes above what w carried (see writeAhead), so no row that covered
+// an answered hit is superseded by one that covers less.
+//
+// Without this a key whose rate is far under its limit finds its bucket
+// empty at nearly every hit, opens a new epoch, and writes that epoch's
+// first count exactly: about one write per hit. The streak lets the
+// margin grow across such epochs as it grows within a window.
+func (c *local) carry(g gcraRule, old tally, w *tally) {
+	w.streak = min(old.streak+old.count, c.l.ahead)
+	if old.pending != nil {
+		if durable, failed := old.pending.state(); durable {
+			old.durable, old.pending, old.pendingAt = max(old.durable, old.pendingAt), nil, 0
+		} else if failed {
+			old.pending, old.pendingAt = nil, 0
+		}
+	}
+	covered := func(bound int64) int64 {
+		if bound <= 0 {
+			return 0
+		}
+		tat := old.start.Add(time.Duration(bound) * g.interval)
+		return max(int64(tat.Sub(w.start)/g.interval), 0)
+	}
+	w.durable = covered(old.durable)
+	if at := covered(old.pendingAt); old.pending != nil && at > w.durable {
+		w.pending, w.pendingAt = old.pending, at
+	}
 }
 
 // peek runs on key's actor: the key's state as its next hit would find it.
@@ -287,14 +332,15 @@ func (c *local) close(ctx context.Context) error {
 
 // hot reports whether a hit answered from the committed bound should queue
 // the next bound now, before any hit has to wait for it: only for a key that
-// has already had ahead/2 hits in this epoch and has less than half its
-// margin left. A queued write no request waits on is not bounded by the
+// has already had ahead/2 hits in this epoch (or, under GCRA, in its streak
+// of epochs) and has less than half its margin left. A queued write no request waits on is not bounded by the
 // number of connections, so doing this for every key would let a crowd of
 // cool keys pile writes up in the committer's queue, and every first hit
 // would wait behind them.
 func (c *local) hot(w tally, most int64) bool {
 	ahead := c.l.ahead
-	return w.pending == nil && w.durable < most && w.count >= ahead/2 && w.durable-w.count < ahead/2
+	return w.pending == nil && w.durable < most && w.count+w.streak >= ahead/2 && w.durable-w.count < ahead/2 &&
+		nextBound(w.count, w.count+w.streak, ahead, most) > w.durable
 }
 
 // writeAhead queues the write of key's next bound, at most most, and
@@ -304,7 +350,10 @@ func (c *local) writeAhead(key string, w *tally, most int64, answer func(error))
 	if answer != nil {
 		bw.wait(answer)
 	}
-	w.pending, w.pendingAt = bw, nextBound(w.count, c.l.ahead, most)
+	// The margin grows with the hits seen, this epoch's and, under GCRA,
+	// its streak's; the bound stays above what the tally already has
+	// written (a carried bound included; see carry).
+	w.pending, w.pendingAt = bw, max(nextBound(w.count, w.count+w.streak, c.l.ahead, most), w.written())
 	if err := c.st.SaveCounter(c.counter(key, *w, w.pendingAt), bw.settle); err != nil {
 		bw.settle(err)
 	}

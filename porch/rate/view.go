@@ -47,6 +47,12 @@ type tally struct {
 	// actor sees it settle; hits up to pendingAt wait for it.
 	pending   *boundWrite
 	pendingAt int64
+	// streak is how many hits this key's earlier GCRA epochs counted
+	// while its tally stayed in memory (capped; see local.carry): a busy
+	// key opens a new epoch at nearly every hit when its rate is far
+	// under the limit, and its write-ahead margin grows with the streak
+	// rather than starting over at each epoch. Always 0 for windows.
+	streak int64
 }
 
 // state is the algorithm's part of t; a key never seen has the zero state.
