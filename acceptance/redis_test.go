@@ -65,6 +65,10 @@ func TestRedisRateAcrossInstances(t *testing.T) {
 			a := startStorefront(t, newDB(t), flags...)
 			b := startStorefront(t, newDB(t), flags...)
 			concurrentExact(t, alg, limit, burst, a, b)
+			// SIGTERM: the limiter, the pool, the Redis store, the SQL
+			// store and the client close in order, exit status 0.
+			a.stop(t)
+			b.stop(t)
 		})
 	}
 }
