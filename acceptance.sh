@@ -5,8 +5,11 @@
 # two instances (PORCH_TEST_POSTGRES, else a server at
 # postgres://postgres@127.0.0.1:5432/test, else a dockertest container, else
 # those legs skip; PORCH_REQUIRE_POSTGRES=1 makes a skip a failure, as .ci/run
-# does), then the chaos legs (acceptance/chaos_test.go). The last line says
-# which legs were skipped: a PASS above it covers only the legs that ran.
+# does), Redis for the limiter's counters (PORCH_TEST_REDIS, else
+# 127.0.0.1:6379, with redis-server on PATH for the legs that kill or
+# cluster one; PORCH_REQUIRE_REDIS=1 likewise), then the chaos legs
+# (acceptance/chaos_test.go). The last line says which legs were skipped: a
+# PASS above it covers only the legs that ran.
 #
 # Arguments go to go test (e.g. -run Kill9); arguments after -- go to the
 # gate itself: -duration D and -seed N for the chaos legs, e.g.
@@ -30,10 +33,12 @@ summarize() {
 	awk '
 		{ print; fflush() }
 		/no postgres:/ { nopg = 1 }
+		/no redis:/ { noredis = 1 }
 		/^ *--- SKIP: / { n++; names = names " " $3 }
 		END {
 			if (n == 0) { print "acceptance: no legs skipped"; exit }
 			why = nopg ? " (no PostgreSQL: set PORCH_TEST_POSTGRES=<dsn>, or PORCH_REQUIRE_POSTGRES=1 to fail instead)" : ""
+			if (noredis) why = why " (no Redis: set PORCH_TEST_REDIS=<host:port>, or PORCH_REQUIRE_REDIS=1 to fail instead)"
 			printf "acceptance: %d legs skipped%s:%s\n", n, why, names
 		}'
 }

@@ -20,5 +20,7 @@
 // gate can cut to simulate connection loss; each other *_test.go is one area
 // of the contract (rate, shop, idem, postgres, serve: issue 9's
 // connection bounds, drain and 404/405/HEAD, and algorithm: issue 16's
-// -rate-algorithm sliding and gcra, with pgalgorithm on PostgreSQL).
+// -rate-algorithm sliding and gcra, with pgalgorithm on PostgreSQL, and
+// redis: issue 17's counters on Redis, one server or a cluster, with
+// internal/redistest's server under PORCH_TEST_REDIS or PORCH_REQUIRE_REDIS).
 package acceptance

@@ -8,33 +8,27 @@ import (
 
 	"github.com/jackc/pgx/v5/stdlib"
 
+	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/clock"
 	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/postgres"
+	"github.com/writeonce/porch-go/porch/store/redis"
 	"github.com/writeonce/porch-go/porch/store/sqlite"
 )
 
-// backend is a store that holds both the limiter's counters and the
-// idempotency keys: SQLite or PostgreSQL.
+// backend is the SQL store, SQLite or PostgreSQL: it holds the idempotency
+// keys, whose responses commit with the shop's orders, and the limiter's
+// counters unless -redis or -redis-cluster moves them to Redis.
 type backend interface {
 	store.Keys
 	store.Counters
 }
 
-// openBackend opens porch's store, SQLite by default or PostgreSQL with
-// -postgres, and returns it with a database/sql handle on the same database
-// for the shop's own tables, whose schema it has created. obs, if not nil,
-// is told of every commit batch.
-func openBackend(cfg config, queueSize int, obs store.Observer) (backend, *sql.DB, error) {
-	opt := store.Options{
-		Observer:    obs,
-		Clock:       offsetClock{offset: cfg.wallOffset},
-		QueueSize:   queueSize,
-		CommitDelay: cfg.storeDelay,
-		KeyConns:    cfg.keyConns,
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+// openBackend opens porch's SQL store, SQLite by default or PostgreSQL
+// with -postgres, and returns it with a database/sql handle on the same
+// database for the shop's own tables, whose schema it has created.
+func openBackend(ctx context.Context, cfg config, opt store.Options) (backend, *sql.DB, error) {
+	opt.KeyConns = cfg.keyConns
 	if cfg.postgres == "" {
 		st, err := sqlite.Open(cfg.db, opt)
 		if err != nil {
@@ -57,6 +51,50 @@ func openBackend(cfg config, queueSize int, obs store.Observer) (backend, *sql.D
 		return nil, nil, err
 	}
 	return st, db, nil
+}
+
+// stores are what the shop counts and keeps keys in: the SQL store always,
+// and the Redis store when the limiter counts there.
+type stores struct {
+	sql      backend
+	db       *sql.DB
+	counters store.Counters // the limiter's: sql, or the Redis store
+	redis    *redis.Store   // nil without -redis and -redis-cluster
+}
+
+// openStores opens the SQL store and, with -redis or -redis-cluster, the
+// Redis store, and registers their closers on app so that they run after
+// the pool's (registered later, run earlier): the Redis store, the SQL
+// store, then the go-redis client. obs, if not nil, is told of every
+// commit batch of either.
+func openStores(cfg config, app *porch.App, queueSize int, obs store.Observer) (stores, error) {
+	opt := store.Options{
+		Observer:    obs,
+		Clock:       offsetClock{offset: cfg.wallOffset},
+		QueueSize:   queueSize,
+		CommitDelay: cfg.storeDelay,
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sq, db, err := openBackend(ctx, cfg, opt)
+	if err != nil {
+		return stores{}, err
+	}
+	s := stores{sql: sq, db: db, counters: sq}
+	if !cfg.redis.enabled() {
+		app.OnShutdown(sq.Close)
+		return s, nil
+	}
+	rs, client, err := openRedis(ctx, cfg.redis, opt)
+	if err != nil {
+		sq.Close(ctx)
+		return stores{}, err
+	}
+	app.OnShutdown(closeClient(client))
+	app.OnShutdown(sq.Close)
+	app.OnShutdown(rs.Close)
+	s.counters, s.redis = rs, rs
+	return s, nil
 }
 
 // createSchemaPostgres creates the shop's tables under a transaction-scoped

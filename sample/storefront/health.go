@@ -11,7 +11,8 @@ import (
 )
 
 // healthz answers 200 "ok" only while the database answers and porch's
-// store can commit: a ping alone succeeds on a read-only file or a full
+// stores can commit (the SQL store, and Redis when the limiter counts
+// there): a ping alone succeeds on a read-only file or a full
 // disk, where every count and every stored response fails. It is not rate
 // limited, so it must stay cheap: store.Health answers from the last commit
 // and probes with at most one write a second, however often it is polled.
@@ -20,9 +21,15 @@ func (s *shop) healthz(w http.ResponseWriter, r *http.Request) {
 		s.notReady(w, "the database does not answer", err)
 		return
 	}
-	if err := s.st.Health(r.Context()); err != nil {
+	if err := s.st.sql.Health(r.Context()); err != nil {
 		s.notReady(w, "the store cannot commit writes; counts and stored responses are failing", err)
 		return
+	}
+	if s.st.redis != nil {
+		if err := s.st.redis.Health(r.Context()); err != nil {
+			s.notReady(w, "Redis cannot count; rate-limited requests are failing", err)
+			return
+		}
 	}
 	s.health.report(nil)
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")

@@ -14,6 +14,18 @@
 // algorithm or a negative burst, with one line and exit status 2.
 //
 //	go run ./sample/storefront -rate-algorithm gcra -rate-limit 600 -rate-window 1m -rate-burst 20
+//
+// With -redis URL (redis://host:port/db or rediss://…) the limiter counts
+// on one Redis server, with -redis-cluster ADDR,ADDR,… on a Redis Cluster
+// (its seed nodes), shared by every instance that names it; idempotency
+// keys and orders stay on -db or -postgres, whose transaction holds the
+// order and its stored response together. -redis-require-durable refuses
+// to start (exit 1) on a server that would forget a count it replied to
+// (see redis.Options.RequireDurable); -redis-prefix starts every key.
+// -redis with -redis-cluster, or -redis-require-durable or -redis-prefix
+// with neither, is refused with one line and exit status 2.
+//
+//	go run ./sample/storefront -redis redis://127.0.0.1:6379/0 -postgres postgres://…
 package main
 
 import (
@@ -59,6 +71,7 @@ type config struct {
 	storeDelay     time.Duration
 	wallOffset     time.Duration
 	metricsAddr    string
+	redis          redisConfig
 	serve          serveConfig
 }
 
@@ -76,7 +89,7 @@ type serveConfig struct {
 
 func parseFlags(args []string) (config, error) {
 	var c config
-	var algorithm string
+	var algorithm, cluster string
 	fs := flag.NewFlagSet("storefront", flag.ContinueOnError)
 	fs.StringVar(&c.addr, "addr", "127.0.0.1:8080", "listen address (port 0 picks a free port)")
 	fs.StringVar(&c.db, "db", "storefront.db", "SQLite database file (ignored with -postgres)")
@@ -99,6 +112,10 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&c.checkoutDelay, "checkout-delay", 0, "time the checkout handler works before it writes")
 	fs.DurationVar(&c.storeDelay, "store-delay", 0, "fault injection: every store commit takes at least this long")
 	fs.DurationVar(&c.wallOffset, "wall-offset", 0, "added to the wall clock this process reads (simulates a clock jump)")
+	fs.StringVar(&c.redis.url, "redis", "", "count rate limits on this Redis server (redis://host:port/db or rediss://…); idempotency keys stay on -db or -postgres")
+	fs.StringVar(&cluster, "redis-cluster", "", "count rate limits on this Redis Cluster: its seed nodes, host:port,host:port,…")
+	fs.StringVar(&c.redis.prefix, "redis-prefix", "", "with -redis or -redis-cluster: start every key with this (empty: redis.DefaultPrefix)")
+	fs.BoolVar(&c.redis.requireDurable, "redis-require-durable", false, "with -redis or -redis-cluster: refuse to start unless Redis makes a count durable before it replies (appendonly yes, appendfsync always)")
 	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at GET /metrics on this address, apart from -addr (port 0 picks a free port; empty: no metrics); see docs/observability.md")
 	fs.DurationVar(&c.serve.readTimeout, "read-timeout", 0, "time to read a whole request, header and body (0: porch.DefaultReadTimeout; negative: none)")
 	fs.DurationVar(&c.serve.writeTimeout, "write-timeout", 0, "time to write a response (0: porch.DefaultWriteTimeout; negative: none)")
@@ -116,6 +133,9 @@ func parseFlags(args []string) (config, error) {
 	burstSet := false
 	fs.Visit(func(f *flag.Flag) { burstSet = burstSet || f.Name == "rate-burst" })
 	var err error
+	if c.redis, err = c.redis.check(cluster); err != nil {
+		return c, err
+	}
 	if c.rateAlgorithm, err = rate.ParseAlgorithm(algorithm); err != nil {
 		return c, fmt.Errorf("-rate-algorithm must be fixed, sliding or gcra, got %q", algorithm)
 	}

@@ -55,6 +55,34 @@ var flagErrors = []struct {
 	{[]string{"-rate-algorithm", "gcra", "-rate-burst", "-1"}, `-rate-burst must not be negative, got -1`},
 	{[]string{"-rate-burst", "-3"}, `-rate-burst must not be negative, got -3`},
 	{[]string{"-rate-limit", "0"}, `-rate-limit must be at least 1, got 0`},
+	{[]string{"-redis", "redis://127.0.0.1:6379/0", "-redis-cluster", "127.0.0.1:7000"}, `-redis and -redis-cluster are exclusive: give one server's URL or the cluster's seed nodes`},
+	{[]string{"-redis-require-durable"}, `-redis-require-durable needs -redis or -redis-cluster`},
+	{[]string{"-redis-prefix", "shop:"}, `-redis-prefix needs -redis or -redis-cluster`},
+	{[]string{"-redis", "redis://127.0.0.1:6379/0", "-redis-prefix", "a{b}:"}, `-redis-prefix must not contain '{' or '}', got "a{b}:"`},
+	{[]string{"-redis-cluster", "127.0.0.1:7000,,127.0.0.1:7001"}, `-redis-cluster must be host:port,host:port,…, got "127.0.0.1:7000,,127.0.0.1:7001"`},
+	{[]string{"-redis", "http://127.0.0.1:6379"}, `-redis must be a redis:// or rediss:// URL, got "http://127.0.0.1:6379": redis: invalid URL scheme: http`},
+}
+
+// The Redis flags as openRedis gets them.
+func TestParseFlagsRedis(t *testing.T) {
+	c, err := parseFlags([]string{"-redis", "rediss://u:p@cache:6380/3", "-redis-require-durable", "-redis-prefix", "shop:"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.redis.enabled() || c.redis.opt.Addr != "cache:6380" || c.redis.opt.DB != 3 || c.redis.opt.TLSConfig == nil ||
+		!c.redis.requireDurable || c.redis.prefix != "shop:" {
+		t.Errorf("-redis rediss://…: got %+v, opt %+v", c.redis, c.redis.opt)
+	}
+	c, err = parseFlags([]string{"-redis-cluster", "10.0.0.1:7000, 10.0.0.2:7000"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.redis.enabled() || c.redis.opt != nil || len(c.redis.cluster) != 2 || c.redis.cluster[1] != "10.0.0.2:7000" {
+		t.Errorf("-redis-cluster: got %+v", c.redis)
+	}
+	if c, _ := parseFlags(nil); c.redis.enabled() {
+		t.Errorf("no Redis flag: got %+v, want Redis off", c.redis)
+	}
 }
 
 func TestParseFlagsErrors(t *testing.T) {

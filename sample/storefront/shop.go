@@ -53,7 +53,7 @@ const maxCheckoutBody = 64 << 10
 type shop struct {
 	cfg    config
 	db     *sql.DB // reads; the checkout writes through idem.Exec
-	st     backend // porch's store, whose write health /healthz reports
+	st     stores  // porch's stores, whose write health /healthz reports
 	health healthLog
 }
 
@@ -76,18 +76,17 @@ func newShop(cfg config, m *prom.Metrics) (*porch.App, error) {
 		poolObs, rateObs, idemObs, storeObs = m, m, m, m
 	}
 	pool := porch.NewPool(porch.PoolOptions{Size: cfg.pool, Mailbox: cfg.mailbox, Observer: poolObs})
+	app := porch.New()
 	// The committer holds one write for every job the mailboxes hold.
-	st, db, err := openBackend(cfg, pool.Size()*pool.Mailbox(), storeObs)
+	st, err := openStores(cfg, app, pool.Size()*pool.Mailbox(), storeObs)
 	if err != nil {
 		pool.Close(context.Background())
 		return nil, err
 	}
-	app := porch.New()
 	// Closers run in reverse: the limiter's exact counts, then the pool's
-	// last jobs, then the store, which flushes what they wrote.
-	app.OnShutdown(st.Close)
+	// last jobs, then the stores, which flush what they wrote.
 	app.OnShutdown(pool.Close)
-	lim, err := rate.New(pool, st, cfg.rateLimit, cfg.rateWindow,
+	lim, err := rate.New(pool, st.counters, cfg.rateLimit, cfg.rateWindow,
 		rate.Options{TrustProxy: cfg.trustProxy, WriteAhead: cfg.rateWriteAhead, Observer: rateObs,
 			Algorithm: cfg.rateAlgorithm, Burst: cfg.rateBurst})
 	if err != nil {
@@ -95,7 +94,7 @@ func newShop(cfg config, m *prom.Metrics) (*porch.App, error) {
 		return nil, err
 	}
 	app.OnShutdown(lim.Close)
-	logins, err := newLoginLimiter(cfg, pool, st, rateObs) // login.go
+	logins, err := newLoginLimiter(cfg, pool, st.counters, rateObs) // login.go
 	if err != nil {
 		app.Close(context.Background())
 		return nil, err
@@ -107,8 +106,8 @@ func newShop(cfg config, m *prom.Metrics) (*porch.App, error) {
 	// forwarded address (a client that changed networks, the gate's retries
 	// from fresh addresses) replays instead of ordering twice; a shop with
 	// accounts would set Principal.
-	keys := idem.New(pool, st, idem.Options{RequireKey: true, TTL: cfg.idemTTL, MaxBody: maxCheckoutBody, Observer: idemObs})
-	s := &shop{cfg: cfg, db: db, st: st}
+	keys := idem.New(pool, st.sql, idem.Options{RequireKey: true, TTL: cfg.idemTTL, MaxBody: maxCheckoutBody, Observer: idemObs})
+	s := &shop{cfg: cfg, db: st.db, st: st}
 
 	app.Get("/healthz", s.healthz)
 	app.Group(func(r chi.Router) {

@@ -26,6 +26,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -137,6 +138,7 @@ func run(cfg config) error {
 		return err
 	}
 	h := &harness{cfg: cfg, dir: dir, results: map[string]rowResult{}, loadStart: loadAvg()}
+	defer h.stopAOF()
 	start := time.Now()
 	printPreamble(cfg)
 
@@ -149,6 +151,7 @@ func run(cfg config) error {
 	}
 	if len(h.results) > 0 {
 		printTable(h)
+		printExact(h)
 	}
 	var mem []memResult
 	for _, n := range cfg.memKeys {
@@ -203,6 +206,11 @@ type harness struct {
 	dir       string
 	results   map[string]rowResult // by row id
 	loadStart string               // /proc/loadavg when the run began
+
+	aofOnce sync.Once // starts aof for the porch-redis-aof rows
+	aof     *exec.Cmd // redis-server with appendfsync always, or nil
+	aofAddr string
+	aofErr  error
 }
 
 // loadAvg is the 1, 5 and 15 minute load averages.

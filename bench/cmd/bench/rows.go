@@ -56,6 +56,7 @@ func rows(replayKeys int) []row {
 			row{label: m.label, mode: m.mode, alg: m.alg, keys: "one", porch: m.porch, baseTo: "httprate/one"},
 			row{label: m.label, mode: m.mode, alg: m.alg, keys: "many", porch: m.porch, baseTo: "httprate/many", script: "xff.lua"})
 	}
+	out = append(out, redisRows()...)
 	return append(out,
 		row{label: "porch Idempotent, POST without key", mode: "porch-idem", keys: "unkeyed", porch: true, baseTo: "httprate/one", script: "post.lua"},
 		row{label: "porch Idempotent, fresh key per request", mode: "porch-idem", keys: "fresh", porch: true, baseTo: "httprate/one", script: "fresh.lua"},
@@ -88,6 +89,7 @@ func (h *harness) serverArgs(r row, extra ...string) []string {
 	if h.cfg.postgresDSN != "" {
 		args = append(args, "-postgres", h.cfg.postgresDSN)
 	}
+	args = append(args, h.redisArgs(r)...)
 	return append(args, extra...)
 }
 

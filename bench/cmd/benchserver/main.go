@@ -15,6 +15,7 @@
 //	porch-postgres  porch's rate.Limiter on postgres.Open, in a fresh
 //	                schema dropped at exit
 //	porch-idem      porch's idem.Keys (on SQLite) in front of POST
+//	porch-redis, porch-redis-aof, ulule-redis, redis-rate: see redis.go
 //
 // The porch-sqlite and porch-postgres limiters count by -algorithm (fixed,
 // sliding or gcra; rate.Options.Algorithm) with -burst (GCRA only;
@@ -62,6 +63,8 @@ type config struct {
 	debugClock bool
 	algorithm  rate.Algorithm
 	burst      int
+	redis      string
+	redisAOF   string
 }
 
 const defaultPostgres = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
@@ -77,6 +80,8 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&c.window, "window", time.Hour, "rate-limit window")
 	fs.StringVar(&c.db, "db", "", "SQLite file for naive and porch modes (if empty, one in a temporary directory removed at exit)")
 	fs.StringVar(&c.postgres, "postgres", envOr("PORCH_TEST_POSTGRES", defaultPostgres), "PostgreSQL DSN for porch-postgres")
+	fs.StringVar(&c.redis, "redis", envOr("PORCH_TEST_REDIS", "127.0.0.1:6379"), "Redis host:port for porch-redis, ulule-redis and redis-rate")
+	fs.StringVar(&c.redisAOF, "redis-aof", "", "Redis host:port with appendonly yes and appendfsync always, for porch-redis-aof")
 	fs.IntVar(&c.pool, "pool", 0, "porch actor pool size (0: porch.DefaultPoolSize)")
 	fs.IntVar(&c.mailbox, "mailbox", 0, "porch mailbox size per actor (0: porch.DefaultMailbox)")
 	fs.BoolVar(&c.chain, "chain", false, "porch-sqlite/porch-postgres: wire the limiter with porch.Chain instead of Limiter.Handler")

@@ -84,6 +84,9 @@ func newServer(ctx context.Context, cfg config) (*porch.App, error) {
 // returns the middleware (nil for none) and what reports commit counters
 // (nil when nothing commits).
 func newLimiter(ctx context.Context, cfg config, app *porch.App, clk clock.Clock) (func(http.Handler) http.Handler, statser, error) {
+	if open, ok := redisModes[cfg.mode]; ok {
+		return open(ctx, cfg, app, clk)
+	}
 	switch cfg.mode {
 	case "none":
 		return nil, nil, nil

@@ -141,8 +141,8 @@ func Open(ctx context.Context, c goredis.UniversalClient, opt Options) (*Store, 
 // ends: f's client may not honour the deadline (ContextTimeoutEnabled
 // unset), so a late f is left to finish on its own, and what it fills in
 // must not be read after a timeout.
-func (s *Store) roundTrip(ctx context.Context, f func(ctx context.Context) error) error {
-	ctx, cancel := context.WithTimeout(ctx, s.opt.Timeout)
+func (s *Store) roundTrip(parent context.Context, f func(ctx context.Context) error) error {
+	ctx, cancel := context.WithTimeout(parent, s.opt.Timeout)
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- f(ctx) }()
@@ -150,7 +150,13 @@ func (s *Store) roundTrip(ctx context.Context, f func(ctx context.Context) error
 	case err := <-done:
 		return err
 	case <-ctx.Done():
-		return fmt.Errorf("redis: no reply within %s: %w", s.opt.Timeout, ctx.Err())
+		if err := parent.Err(); err != nil {
+			return err // the caller gave up: its own context's error
+		}
+		// Not wrapping context.DeadlineExceeded: the server failed to
+		// answer, which is a store failure to log and count, not a request
+		// that ended (porch.ErrorLog.FailClosed tells them apart by it).
+		return fmt.Errorf("redis: no reply within %s", s.opt.Timeout)
 	}
 }
 

@@ -137,6 +137,11 @@ func TestFailClosed(t *testing.T) {
 		if err == nil {
 			t.Fatalf("%s: hit answered %+v, want an error", what, h)
 		}
+		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+			// porch.ErrorLog.FailClosed would call it a request that
+			// ended, and neither log it nor say the store failed.
+			t.Errorf("%s: hit error %v wraps a context error; want a store failure", what, err)
+		}
 		if took := time.Since(began); took > timeout+500*time.Millisecond {
 			t.Errorf("%s: the error took %s, want about Timeout (%s)", what, took, timeout)
 		}
