@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"slices"
 	"strings"
 	"time"
 
@@ -139,6 +140,10 @@ type noRetry struct{ *goredis.Cmd }
 
 func (noRetry) NoRetry() bool { return true }
 
+// errOutOfOrder fails a call the server refused for a missing script
+// while a later call of its key ran (see writeBatch).
+var errOutOfOrder = errors.New("redis: the server lacked this call's script while a later call of its key ran; not sent again out of order, retry it")
+
 // call is one op's command in a batch's pipeline.
 type call struct {
 	op     *commit.Op
@@ -197,11 +202,26 @@ func (s *Store) writeBatch(batch []commit.Op) error {
 		return err
 	}
 	var missing []*call
-	for _, c := range calls {
-		if c.script != nil && goredis.HasErrorPrefix(c.cmd.Err(), "NOSCRIPT") {
-			missing = append(missing, c)
+	ran := make(map[string]bool) // keys with a call that ran after the one looked at
+	for i := len(calls) - 1; i >= 0; i-- {
+		c := calls[i]
+		if c.script == nil || !goredis.HasErrorPrefix(c.cmd.Err(), "NOSCRIPT") {
+			ran[c.key] = true
+			continue
 		}
+		if ran[c.key] {
+			// A later call of this key ran without it (the server had some
+			// scripts and not others: a reload under way): sent again now,
+			// it would run out of order — a reset after a hit it should
+			// have come before erases a count answered allowed. It fails
+			// instead, and its caller retries it.
+			c.op.Settled, c.op.Failed = true, errOutOfOrder
+			c.cmd = nil
+			continue
+		}
+		missing = append(missing, c)
 	}
+	slices.Reverse(missing)
 	if len(missing) > 0 {
 		// The scripts did not run: sending them again cannot count twice.
 		if err := s.loadScripts(context.Background()); err != nil {
@@ -263,6 +283,9 @@ func (s *Store) send(calls []*call) error {
 // settle fills in c's op from its command's reply, and returns its error.
 func (s *Store) settle(c *call) error {
 	o := c.op
+	if c.cmd == nil {
+		return nil // failed alone, unsent (see errOutOfOrder)
+	}
 	o.Settled = true
 	if err := c.cmd.Err(); err != nil {
 		o.Failed = fmt.Errorf("redis: %w", err)

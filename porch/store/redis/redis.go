@@ -174,6 +174,14 @@ func (s *Store) loadScripts(ctx context.Context) error {
 // nodeConfig is what checkDurable learns of one node; "" is unknown.
 type nodeConfig struct {
 	addr, version, appendonly, appendfsync string
+	maxmemory, policy                      string // maxmemory and maxmemory-policy
+}
+
+// evicts reports whether n may evict keys porch wrote: a memory limit and
+// a policy other than noeviction. Every porch key has a TTL, so the
+// volatile-* policies prefer them.
+func (n nodeConfig) evicts() bool {
+	return n.maxmemory != "" && n.maxmemory != "0" && n.policy != "" && n.policy != "noeviction"
 }
 
 // checkDurable decides how durable a count is (see Open).
@@ -191,6 +199,9 @@ func (s *Store) checkDurable(ctx context.Context) error {
 		n.version = infoField(info, "redis_version")
 		if cfg, err := c.ConfigGet(ctx, "append*").Result(); err == nil {
 			n.appendonly, n.appendfsync = cfg["appendonly"], cfg["appendfsync"]
+		}
+		if cfg, err := c.ConfigGet(ctx, "maxmemory*").Result(); err == nil {
+			n.maxmemory, n.policy = cfg["maxmemory"], cfg["maxmemory-policy"]
 		}
 		mu.Lock()
 		nodes = append(nodes, n)
@@ -211,6 +222,20 @@ func (s *Store) checkDurable(ctx context.Context) error {
 	})
 	if err != nil {
 		return err
+	}
+	// Eviction forgets a count as a restart does: a client at its limit is
+	// allowed again. Durable means neither may happen.
+	for _, n := range nodes {
+		if !n.evicts() {
+			continue
+		}
+		if s.opt.RequireDurable {
+			return fmt.Errorf("%w: %s has maxmemory %s with maxmemory-policy %s, which may evict counters (set maxmemory-policy noeviction)",
+				ErrNotDurable, n.addr, n.maxmemory, n.policy)
+		}
+		commit.Log(s.opt.Logger).Warn("redis: the server may evict counters (a memory limit with an evicting policy): an evicted client gets a fresh allowance; set maxmemory-policy noeviction",
+			"node", n.addr, "maxmemory", n.maxmemory, "maxmemory-policy", n.policy)
+		break
 	}
 	var weak *nodeConfig
 	for i := range nodes {
