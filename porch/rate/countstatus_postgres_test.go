@@ -22,6 +22,13 @@ func openShared(t testing.TB, dsn string, limit int, window time.Duration, opt r
 	if err != nil {
 		t.Fatalf("open postgres: %v", err)
 	}
+	return st, limiterOn(t, st, limit, window, opt)
+}
+
+// limiterOn builds a limiter on st with a pool of its own; at cleanup the
+// pool closes, then st.
+func limiterOn(t testing.TB, st store.Counters, limit int, window time.Duration, opt rate.Options) *rate.Limiter {
+	t.Helper()
 	pool := porch.NewPool(porch.PoolOptions{})
 	t.Cleanup(func() {
 		pool.Close(context.Background())
@@ -31,7 +38,7 @@ func openShared(t testing.TB, dsn string, limit int, window time.Duration, opt r
 	if err != nil {
 		t.Fatalf("new limiter: %v", err)
 	}
-	return st, lim
+	return lim
 }
 
 // On PostgreSQL as on SQLite, only failed logins count, given-back hits

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/writeonce/porch-go/internal/redistest"
-	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/rate"
 	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/redis"
@@ -23,16 +22,7 @@ func openRedis(t testing.TB, limit int, window time.Duration, opt rate.Options) 
 	if err != nil {
 		t.Fatalf("open redis: %v", err)
 	}
-	pool := porch.NewPool(porch.PoolOptions{})
-	t.Cleanup(func() {
-		pool.Close(context.Background())
-		st.Close(context.Background())
-	})
-	lim, err := rate.New(pool, st, limit, window, opt)
-	if err != nil {
-		t.Fatalf("new limiter: %v", err)
-	}
-	return st, lim
+	return st, limiterOn(t, st, limit, window, opt)
 }
 
 // On Redis as on PostgreSQL, a refused key's later requests are refused
