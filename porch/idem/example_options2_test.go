@@ -12,6 +12,7 @@ import (
 
 	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/idem"
+	"github.com/writeonce/porch-go/porch/kit"
 	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/sqlite"
 )
@@ -19,22 +20,17 @@ import (
 // Only successes are stored: a client that was told 422 corrects its
 // request and retries under the same key, and the retry runs.
 func ExampleOptions_storeStatus() {
-	dir, err := os.MkdirTemp("", "idem-example")
-	if err != nil {
-		panic(err)
-	}
+	dir, _ := os.MkdirTemp("", "idem-example")
 	defer os.RemoveAll(dir)
-	st, err := sqlite.Open(filepath.Join(dir, "shop.db"), store.Options{})
-	if err != nil {
-		panic(err)
-	}
-	defer st.Close(context.Background())
-	pool := porch.NewPool(porch.PoolOptions{})
-	defer pool.Close(context.Background())
+	k := kit.Must(kit.Open(sqlite.Open(filepath.Join(dir, "shop.db"), store.Options{})))
+	defer k.Close(context.Background()) // the pool, then the store
 
-	keys := idem.New(pool, st, idem.Options{
+	keys, err := k.Idempotency(idem.Options{
 		StoreStatus: func(status int) bool { return status < 400 },
 	})
+	if err != nil {
+		panic(err)
+	}
 	h := keys.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var order struct{ Qty int }
 		if json.NewDecoder(r.Body).Decode(&order) != nil || order.Qty < 1 {
@@ -59,20 +55,15 @@ func ExampleOptions_storeStatus() {
 // A response larger than MaxStoredBody is withheld: the client is told that
 // nothing was done, and the key is free for its retry.
 func ExampleOptions_maxStoredBody() {
-	dir, err := os.MkdirTemp("", "idem-example")
-	if err != nil {
-		panic(err)
-	}
+	dir, _ := os.MkdirTemp("", "idem-example")
 	defer os.RemoveAll(dir)
-	st, err := sqlite.Open(filepath.Join(dir, "shop.db"), store.Options{})
+	k := kit.Must(kit.Open(sqlite.Open(filepath.Join(dir, "shop.db"), store.Options{})))
+	defer k.Close(context.Background()) // the pool, then the store
+
+	keys, err := k.Idempotency(idem.Options{MaxStoredBody: 1024})
 	if err != nil {
 		panic(err)
 	}
-	defer st.Close(context.Background())
-	pool := porch.NewPool(porch.PoolOptions{})
-	defer pool.Close(context.Background())
-
-	keys := idem.New(pool, st, idem.Options{MaxStoredBody: 1024})
 	h := keys.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Write([]byte(strings.Repeat("x", 2048)))
 	}))
@@ -90,23 +81,18 @@ func ExampleOptions_maxStoredBody() {
 // Clients written for Fiber send X-Idempotency-Key; those written for
 // Stripe look for Idempotent-Replayed.
 func ExampleOptions_keyHeader() {
-	dir, err := os.MkdirTemp("", "idem-example")
-	if err != nil {
-		panic(err)
-	}
+	dir, _ := os.MkdirTemp("", "idem-example")
 	defer os.RemoveAll(dir)
-	st, err := sqlite.Open(filepath.Join(dir, "shop.db"), store.Options{})
-	if err != nil {
-		panic(err)
-	}
-	defer st.Close(context.Background())
-	pool := porch.NewPool(porch.PoolOptions{})
-	defer pool.Close(context.Background())
+	k := kit.Must(kit.Open(sqlite.Open(filepath.Join(dir, "shop.db"), store.Options{})))
+	defer k.Close(context.Background()) // the pool, then the store
 
-	keys := idem.New(pool, st, idem.Options{
+	keys, err := k.Idempotency(idem.Options{
 		KeyHeader:      "X-Idempotency-Key",
 		ReplayedHeader: "Idempotent-Replayed",
 	})
+	if err != nil {
+		panic(err)
+	}
 	h := keys.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusCreated)
 	}))
@@ -125,23 +111,18 @@ func ExampleOptions_keyHeader() {
 // A support tool looks up a customer's key and forgets the 400 stored
 // under it, so that the customer's corrected retry runs.
 func ExampleKeys_Forget() {
-	dir, err := os.MkdirTemp("", "idem-example")
-	if err != nil {
-		panic(err)
-	}
+	dir, _ := os.MkdirTemp("", "idem-example")
 	defer os.RemoveAll(dir)
-	st, err := sqlite.Open(filepath.Join(dir, "shop.db"), store.Options{})
-	if err != nil {
-		panic(err)
-	}
-	defer st.Close(context.Background())
-	pool := porch.NewPool(porch.PoolOptions{})
-	defer pool.Close(context.Background())
+	k := kit.Must(kit.Open(sqlite.Open(filepath.Join(dir, "shop.db"), store.Options{})))
+	defer k.Close(context.Background()) // the pool, then the store
 
-	keys := idem.New(pool, st, idem.Options{
+	keys, err := k.Idempotency(idem.Options{
 		// In a real API, the account the auth middleware authenticated.
 		Principal: func(r *http.Request) string { return r.Header.Get("X-Account") },
 	})
+	if err != nil {
+		panic(err)
+	}
 	runs := 0
 	h := keys.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		runs++

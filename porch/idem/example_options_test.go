@@ -12,6 +12,7 @@ import (
 
 	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/idem"
+	"github.com/writeonce/porch-go/porch/kit"
 	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/sqlite"
 )
@@ -19,24 +20,19 @@ import (
 // A JSON API that replays Location with its 201, takes a retry its client
 // re-encoded as the same request, and names its problems under its own URI.
 func ExampleOptions() {
-	dir, err := os.MkdirTemp("", "idem-example")
-	if err != nil {
-		panic(err)
-	}
+	dir, _ := os.MkdirTemp("", "idem-example")
 	defer os.RemoveAll(dir)
-	st, err := sqlite.Open(filepath.Join(dir, "shop.db"), store.Options{})
-	if err != nil {
-		panic(err)
-	}
-	defer st.Close(context.Background())
-	pool := porch.NewPool(porch.PoolOptions{})
-	defer pool.Close(context.Background()) // before the store: its last jobs may write
+	k := kit.Must(kit.Open(sqlite.Open(filepath.Join(dir, "shop.db"), store.Options{})))
+	defer k.Close(context.Background()) // the pool, then the store
 
-	keys := idem.New(pool, st, idem.Options{
+	keys, err := k.Idempotency(idem.Options{
 		KeepHeaders: []string{"Location"},
 		Fingerprint: idem.FingerprintJSON,
 		ProblemBase: "https://api.example.com/problems/",
 	})
+	if err != nil {
+		panic(err)
+	}
 	orders := 0
 	h := keys.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		orders++

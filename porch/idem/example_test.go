@@ -22,6 +22,10 @@ import (
 // A checkout that requires an Idempotency-Key: a retry replays the first
 // response without running the handler again, and a key reused for another
 // request is refused.
+//
+// Each part by hand: idem.New on a store and a pool of your own, closed
+// pool first (its last jobs write to the store). The other examples get
+// the same from kit.Open and Kit.Idempotency.
 func Example() {
 	dir, err := os.MkdirTemp("", "idem-example")
 	if err != nil {

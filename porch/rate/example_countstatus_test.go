@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/writeonce/porch-go/porch"
+	"github.com/writeonce/porch-go/porch/kit"
 	"github.com/writeonce/porch-go/porch/rate"
 	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/sqlite"
@@ -20,20 +20,12 @@ import (
 // one stands; once three have failed, the user is refused, right password
 // or not, without running the handler.
 func ExampleOptions_countStatus() {
-	dir, err := os.MkdirTemp("", "porch-example")
-	if err != nil {
-		panic(err)
-	}
+	dir, _ := os.MkdirTemp("", "porch-example")
 	defer os.RemoveAll(dir)
-	st, err := sqlite.Open(filepath.Join(dir, "app.db"), store.Options{})
-	if err != nil {
-		panic(err)
-	}
-	defer st.Close(context.Background())
-	pool := porch.NewPool(porch.PoolOptions{})
-	defer pool.Close(context.Background())
+	k := kit.Must(kit.Open(sqlite.Open(filepath.Join(dir, "app.db"), store.Options{})))
+	defer k.Close(context.Background()) // the limiters, the pool, the store: in that order
 
-	logins, err := rate.New(pool, st, 3, time.Hour, rate.Options{
+	logins, err := k.Limiter(3, time.Hour, rate.Options{
 		Name:        "login",
 		KeyFunc:     rate.KeyByHeader("X-User"),
 		CountStatus: rate.Failures, // only 4xx and 5xx answers count
@@ -41,7 +33,6 @@ func ExampleOptions_countStatus() {
 	if err != nil {
 		panic(err)
 	}
-	defer logins.Close(context.Background())
 	h := logins.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.FormValue("password") != "secret" {
 			http.Error(w, "wrong password", http.StatusUnauthorized)

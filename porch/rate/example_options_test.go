@@ -13,7 +13,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
-	"github.com/writeonce/porch-go/porch"
+	"github.com/writeonce/porch-go/porch/kit"
 	"github.com/writeonce/porch-go/porch/rate"
 	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/sqlite"
@@ -23,20 +23,12 @@ import (
 // from a header an authentication middleware has verified; a request
 // without one is counted by its client address.
 func ExampleKeys() {
-	dir, err := os.MkdirTemp("", "porch-example")
-	if err != nil {
-		panic(err)
-	}
+	dir, _ := os.MkdirTemp("", "porch-example")
 	defer os.RemoveAll(dir)
-	st, err := sqlite.Open(filepath.Join(dir, "app.db"), store.Options{})
-	if err != nil {
-		panic(err)
-	}
-	defer st.Close(context.Background())
-	pool := porch.NewPool(porch.PoolOptions{})
-	defer pool.Close(context.Background()) // before the store: its last jobs may write
+	k := kit.Must(kit.Open(sqlite.Open(filepath.Join(dir, "app.db"), store.Options{})))
+	defer k.Close(context.Background()) // the limiters, the pool, the store: in that order
 	userRoute := rate.Keys(rate.KeyByHeader("X-User-Id"), rate.KeyByRoute)
-	lim, err := rate.New(pool, st, 1, time.Minute, rate.Options{
+	lim, err := k.Limiter(1, time.Minute, rate.Options{
 		KeyFunc: func(r *http.Request) (string, error) {
 			if r.URL.Path == "/healthz" {
 				return "", rate.ErrSkip
@@ -47,7 +39,6 @@ func ExampleKeys() {
 	if err != nil {
 		panic(err)
 	}
-	defer lim.Close(context.Background()) // first: it writes its exact counts through the pool
 	ok := func(w http.ResponseWriter, r *http.Request) {}
 	r := chi.NewRouter()
 	// With, not Use: chi knows the route pattern only once it has routed.
@@ -83,19 +74,11 @@ func ExampleKeys() {
 // A request may cost more than one: here an export costs what its X-Items
 // header says, within a limit of 100 items a minute.
 func ExampleOptions_weight() {
-	dir, err := os.MkdirTemp("", "porch-example")
-	if err != nil {
-		panic(err)
-	}
+	dir, _ := os.MkdirTemp("", "porch-example")
 	defer os.RemoveAll(dir)
-	st, err := sqlite.Open(filepath.Join(dir, "app.db"), store.Options{})
-	if err != nil {
-		panic(err)
-	}
-	defer st.Close(context.Background())
-	pool := porch.NewPool(porch.PoolOptions{})
-	defer pool.Close(context.Background()) // before the store: its last jobs may write
-	lim, err := rate.New(pool, st, 100, time.Minute, rate.Options{
+	k := kit.Must(kit.Open(sqlite.Open(filepath.Join(dir, "app.db"), store.Options{})))
+	defer k.Close(context.Background()) // the limiters, the pool, the store: in that order
+	lim, err := k.Limiter(100, time.Minute, rate.Options{
 		Weight: func(r *http.Request) int {
 			n, err := strconv.Atoi(r.Header.Get("X-Items"))
 			if err != nil {
@@ -107,7 +90,6 @@ func ExampleOptions_weight() {
 	if err != nil {
 		panic(err)
 	}
-	defer lim.Close(context.Background()) // first: it writes its exact counts through the pool
 	h := lim.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 	for _, items := range []string{"60", "50", "40", "101"} {
 		req := httptest.NewRequest(http.MethodGet, "/export", nil)
@@ -126,23 +108,14 @@ func ExampleOptions_weight() {
 
 // Outside a handler, count a job of weight n against a principal.
 func ExampleLimiter_AllowN() {
-	dir, err := os.MkdirTemp("", "porch-example")
-	if err != nil {
-		panic(err)
-	}
+	dir, _ := os.MkdirTemp("", "porch-example")
 	defer os.RemoveAll(dir)
-	st, err := sqlite.Open(filepath.Join(dir, "app.db"), store.Options{})
+	k := kit.Must(kit.Open(sqlite.Open(filepath.Join(dir, "app.db"), store.Options{})))
+	defer k.Close(context.Background()) // the limiters, the pool, the store: in that order
+	lim, err := k.Limiter(10, time.Minute, rate.Options{})
 	if err != nil {
 		panic(err)
 	}
-	defer st.Close(context.Background())
-	pool := porch.NewPool(porch.PoolOptions{})
-	defer pool.Close(context.Background()) // before the store: its last jobs may write
-	lim, err := rate.New(pool, st, 10, time.Minute, rate.Options{})
-	if err != nil {
-		panic(err)
-	}
-	defer lim.Close(context.Background()) // first: it writes its exact counts through the pool
 	for _, n := range []int{4, 4, 3, 2} {
 		v, err := lim.AllowN(context.Background(), "tenant-7", n)
 		if err != nil {
@@ -160,23 +133,14 @@ func ExampleLimiter_AllowN() {
 // Roll a new limit out in dry run: every request is served, and the headers
 // say what enforcing would have answered.
 func ExampleOptions_dryRun() {
-	dir, err := os.MkdirTemp("", "porch-example")
-	if err != nil {
-		panic(err)
-	}
+	dir, _ := os.MkdirTemp("", "porch-example")
 	defer os.RemoveAll(dir)
-	st, err := sqlite.Open(filepath.Join(dir, "app.db"), store.Options{})
+	k := kit.Must(kit.Open(sqlite.Open(filepath.Join(dir, "app.db"), store.Options{})))
+	defer k.Close(context.Background()) // the limiters, the pool, the store: in that order
+	lim, err := k.Limiter(1, time.Minute, rate.Options{DryRun: true})
 	if err != nil {
 		panic(err)
 	}
-	defer st.Close(context.Background())
-	pool := porch.NewPool(porch.PoolOptions{})
-	defer pool.Close(context.Background()) // before the store: its last jobs may write
-	lim, err := rate.New(pool, st, 1, time.Minute, rate.Options{DryRun: true})
-	if err != nil {
-		panic(err)
-	}
-	defer lim.Close(context.Background()) // first: it writes its exact counts through the pool
 	h := lim.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 	for range 2 {
 		req := httptest.NewRequest(http.MethodGet, "/", nil)

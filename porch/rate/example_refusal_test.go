@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/writeonce/porch-go/porch"
+	"github.com/writeonce/porch-go/porch/kit"
 	"github.com/writeonce/porch-go/porch/rate"
 	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/postgres"
@@ -22,10 +23,9 @@ func ExampleOptions_refusalCacheFor() {
 	if err != nil {
 		panic(err)
 	}
-	defer st.Close(ctx)
-	pool := porch.NewPool(porch.PoolOptions{})
-	defer pool.Close(ctx)
-	lim, err := rate.New(pool, st, 1, time.Hour, rate.Options{
+	k := kit.New(porch.NewPool(porch.PoolOptions{}), st, st) // New, not Open: st is kept for its Stats
+	defer k.Close(ctx)
+	lim, err := k.Limiter(1, time.Hour, rate.Options{
 		// A Reset on another instance is honoured here within 500ms; one
 		// on this instance at once. Negative: ask the database every time.
 		RefusalCacheFor: 500 * time.Millisecond,
@@ -33,7 +33,6 @@ func ExampleOptions_refusalCacheFor() {
 	if err != nil {
 		panic(err)
 	}
-	defer lim.Close(ctx)
 
 	lim.Allow(ctx, "mallory") // allowed
 	lim.Allow(ctx, "mallory") // refused by the database

@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/writeonce/porch-go/porch"
+	"github.com/writeonce/porch-go/porch/kit"
 	"github.com/writeonce/porch-go/porch/rate"
 	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/sqlite"
@@ -17,23 +17,14 @@ import (
 // attempt is counted; a successful login clears the user's failures, so
 // that the next time they mistype they have all 3 again.
 func ExampleLimiter_Reset() {
-	dir, err := os.MkdirTemp("", "porch-example")
-	if err != nil {
-		panic(err)
-	}
+	dir, _ := os.MkdirTemp("", "porch-example")
 	defer os.RemoveAll(dir)
-	st, err := sqlite.Open(filepath.Join(dir, "app.db"), store.Options{})
+	k := kit.Must(kit.Open(sqlite.Open(filepath.Join(dir, "app.db"), store.Options{})))
+	defer k.Close(context.Background()) // the limiters, the pool, the store: in that order
+	failures, err := k.Limiter(3, 15*time.Minute, rate.Options{Name: "login-failures"})
 	if err != nil {
 		panic(err)
 	}
-	defer st.Close(context.Background())
-	pool := porch.NewPool(porch.PoolOptions{})
-	defer pool.Close(context.Background()) // before the store: its last jobs may write
-	failures, err := rate.New(pool, st, 3, 15*time.Minute, rate.Options{Name: "login-failures"})
-	if err != nil {
-		panic(err)
-	}
-	defer failures.Close(context.Background()) // first: it writes its exact counts through the pool
 	ctx := context.Background()
 
 	login := func(user, password string) string {
@@ -68,23 +59,14 @@ func ExampleLimiter_Reset() {
 }
 
 func ExampleLimiter_Peek() {
-	dir, err := os.MkdirTemp("", "porch-example")
-	if err != nil {
-		panic(err)
-	}
+	dir, _ := os.MkdirTemp("", "porch-example")
 	defer os.RemoveAll(dir)
-	st, err := sqlite.Open(filepath.Join(dir, "app.db"), store.Options{})
+	k := kit.Must(kit.Open(sqlite.Open(filepath.Join(dir, "app.db"), store.Options{})))
+	defer k.Close(context.Background()) // the limiters, the pool, the store: in that order
+	lim, err := k.Limiter(10, time.Minute, rate.Options{})
 	if err != nil {
 		panic(err)
 	}
-	defer st.Close(context.Background())
-	pool := porch.NewPool(porch.PoolOptions{})
-	defer pool.Close(context.Background()) // before the store: its last jobs may write
-	lim, err := rate.New(pool, st, 10, time.Minute, rate.Options{})
-	if err != nil {
-		panic(err)
-	}
-	defer lim.Close(context.Background()) // first: it writes its exact counts through the pool
 	ctx := context.Background()
 	for range 4 {
 		lim.Allow(ctx, "user42")

@@ -13,12 +13,17 @@ import (
 	"time"
 
 	"github.com/writeonce/porch-go/porch"
+	"github.com/writeonce/porch-go/porch/kit"
 	"github.com/writeonce/porch-go/porch/porchtest"
 	"github.com/writeonce/porch-go/porch/rate"
 	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/sqlite"
 )
 
+// Each part by hand: a store, a pool, a limiter, closed in the reverse
+// order (the limiter writes its exact counts through the pool, whose last
+// jobs write to the store). The other examples get the same from kit.Open,
+// whose Close keeps that order.
 func ExampleNew() {
 	dir, err := os.MkdirTemp("", "porch-example")
 	if err != nil {
@@ -63,30 +68,20 @@ func ExampleNew() {
 // policy: the one with the least left, or the one that refused, and
 // RateLimit-Policy announces both.
 func ExampleAll() {
-	dir, err := os.MkdirTemp("", "porch-example")
-	if err != nil {
-		panic(err)
-	}
+	dir, _ := os.MkdirTemp("", "porch-example")
 	defer os.RemoveAll(dir)
 	clock := porchtest.NewFakeClock(time.Date(2026, 8, 29, 12, 0, 0, 0, time.UTC))
-	st, err := sqlite.Open(filepath.Join(dir, "app.db"), store.Options{Clock: clock})
-	if err != nil {
-		panic(err)
-	}
-	defer st.Close(context.Background())
-	pool := porch.NewPool(porch.PoolOptions{})
-	defer pool.Close(context.Background()) // before the store: its last jobs may write
+	k := kit.Must(kit.Open(sqlite.Open(filepath.Join(dir, "app.db"), store.Options{Clock: clock})))
+	defer k.Close(context.Background()) // the limiters, the pool, the store: in that order
 
-	burst, err := rate.New(pool, st, 2, time.Minute, rate.Options{Name: "burst"})
+	burst, err := k.Limiter(2, time.Minute, rate.Options{Name: "burst"})
 	if err != nil {
 		panic(err)
 	}
-	defer burst.Close(context.Background()) // first: it writes its exact counts through the pool
-	hourly, err := rate.New(pool, st, 3, time.Hour, rate.Options{Name: "hourly"})
+	hourly, err := k.Limiter(3, time.Hour, rate.Options{Name: "hourly"})
 	if err != nil {
 		panic(err)
 	}
-	defer hourly.Close(context.Background())
 	h := rate.All(burst, hourly).Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 
 	send := func() {
@@ -124,20 +119,12 @@ func ExampleAll() {
 // pages with a short text, and a failure on its API with the default
 // problem under its own URI.
 func ExampleOptions() {
-	dir, err := os.MkdirTemp("", "porch-example")
-	if err != nil {
-		panic(err)
-	}
+	dir, _ := os.MkdirTemp("", "porch-example")
 	defer os.RemoveAll(dir)
-	st, err := sqlite.Open(filepath.Join(dir, "app.db"), store.Options{})
-	if err != nil {
-		panic(err)
-	}
-	defer st.Close(context.Background())
-	pool := porch.NewPool(porch.PoolOptions{})
-	defer pool.Close(context.Background()) // before the store: its last jobs may write
+	k := kit.Must(kit.Open(sqlite.Open(filepath.Join(dir, "app.db"), store.Options{})))
+	defer k.Close(context.Background()) // the limiters, the pool, the store: in that order
 
-	lim, err := rate.New(pool, st, 1, time.Minute, rate.Options{
+	lim, err := k.Limiter(1, time.Minute, rate.Options{
 		LimitResponse: func(r *http.Request, v rate.Verdict) *porch.Response {
 			return &porch.Response{ // Status zero: 429
 				Header: http.Header{"Content-Type": {"text/html"}},
@@ -155,7 +142,6 @@ func ExampleOptions() {
 	if err != nil {
 		panic(err)
 	}
-	defer lim.Close(context.Background()) // first: it writes its exact counts through the pool
 	h := lim.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "ordered")
 	}))
@@ -173,7 +159,7 @@ func ExampleOptions() {
 	}
 	send("/orders")
 	send("/orders")
-	pool.Close(context.Background()) // every count from now on fails
+	k.Pool().Close(context.Background()) // every count from now on fails
 	send("/orders")
 	send("/api/orders")
 	// Output:

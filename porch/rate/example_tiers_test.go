@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/writeonce/porch-go/porch"
+	"github.com/writeonce/porch-go/porch/kit"
 	"github.com/writeonce/porch-go/porch/rate"
 	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/sqlite"
@@ -18,30 +18,20 @@ import (
 // A free and a paid plan on one route: each a limiter of its own Name and
 // policy, picked per request from the caller's plan.
 func ExampleTiers() {
-	dir, err := os.MkdirTemp("", "porch-example")
-	if err != nil {
-		panic(err)
-	}
+	dir, _ := os.MkdirTemp("", "porch-example")
 	defer os.RemoveAll(dir)
-	st, err := sqlite.Open(filepath.Join(dir, "app.db"), store.Options{})
-	if err != nil {
-		panic(err)
-	}
-	defer st.Close(context.Background())
-	pool := porch.NewPool(porch.PoolOptions{})
-	defer pool.Close(context.Background())
+	k := kit.Must(kit.Open(sqlite.Open(filepath.Join(dir, "app.db"), store.Options{})))
+	defer k.Close(context.Background()) // the limiters, the pool, the store: in that order
 
 	byKey := rate.KeyByHeader("X-Api-Key")
-	free, err := rate.New(pool, st, 1, time.Minute, rate.Options{Name: "free", KeyFunc: byKey})
+	free, err := k.Limiter(1, time.Minute, rate.Options{Name: "free", KeyFunc: byKey})
 	if err != nil {
 		panic(err)
 	}
-	defer free.Close(context.Background())
-	paid, err := rate.New(pool, st, 100, time.Minute, rate.Options{Name: "paid", KeyFunc: byKey})
+	paid, err := k.Limiter(100, time.Minute, rate.Options{Name: "paid", KeyFunc: byKey})
 	if err != nil {
 		panic(err)
 	}
-	defer paid.Close(context.Background())
 	plans := map[string]string{"k-ann": "free", "k-bob": "paid"} // your accounts
 	tiered := rate.Tiers(func(r *http.Request) (string, error) {
 		return plans[r.Header.Get("X-Api-Key")], nil // an unknown key's "" is no tier: 500
