@@ -1,16 +1,16 @@
 package postgres_test
 
 import (
-	"os"
 	"context"
+	"os"
 	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/writeonce/porch-go/internal/pgtest"
-	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/rate"
+	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/postgres"
 )
 
