@@ -311,7 +311,11 @@ func (b *batchHits) fits() bool {
 // for countHits' two round trips, in a transaction of their own. So
 // nothing refused is ever committed, and no refund is needed before
 // COMMIT. Locks are taken as in countHits: keys in order, then the probe
-// row. On an error the transaction is open and aborted, as in countHits.
+// row. On a statement's error the server skips the rest of the pipeline,
+// COMMIT included, and the transaction is open and aborted, as in
+// countHits. An error in reading the answers here (a row that fails to
+// scan, a key not asked for: a bug) may come after COMMIT was sent: the
+// batch then fails with its hits counted, which only refuses more.
 func (p *Store) countFitting(ctx context.Context, conn *pgx.Conn, b *batchHits) (rest []*commit.Op, err error) {
 	g := &b.adds[0]
 	pl := &pgx.Batch{}
