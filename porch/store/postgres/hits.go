@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -38,6 +39,7 @@ type batchHits struct {
 	adds  []addGroup          // by algorithm name
 	probe bool                // the batch carries Health's probe
 	peeks []*commit.Hit
+	opOf  map[*commit.Hit]*commit.Op // each hit's op, for countFitting's leftovers
 }
 
 // addGroup is one algorithm's keys in a batch: the arguments of its add
@@ -48,6 +50,7 @@ type addGroup struct {
 	windows   []int64  // ms, per key
 	intervals []int64  // ns, per key (GCRA)
 	hits      []int64  // per key
+	limits    []int64  // per key, for pgAddFittingHits (see fits)
 }
 
 // addStatements are the add statements by algorithm (store.Rule's
@@ -71,7 +74,7 @@ func (g *addGroup) args() []any {
 }
 
 func groupHits(ops []*commit.Op) batchHits {
-	b := batchHits{byKey: make(map[string]*keyHits)}
+	b := batchHits{byKey: make(map[string]*keyHits), opOf: make(map[*commit.Hit]*commit.Op, len(ops))}
 	for _, o := range ops {
 		b.probe = b.probe || o.Probe
 		if o.Peek != nil {
@@ -89,6 +92,7 @@ func groupHits(ops []*commit.Op) batchHits {
 		}
 		kh.ops = append(kh.ops, h)
 		kh.sum += h.N
+		b.opOf[h] = o
 	}
 	keys := make([]string, 0, len(b.byKey))
 	for k := range b.byKey {
@@ -272,6 +276,131 @@ func (p *Store) countHits(ctx context.Context, conn *pgx.Conn, b *batchHits) err
 	return br.Close()
 }
 
+// fits reports whether b can take countFitting's one round trip: fixed
+// windows only, no peeks (they read after the hits, a round trip of their
+// own), and every key's hits together within its limit from an empty
+// window, so that a key with room for all of them from its stored count
+// counts them all (see countFitting).
+func (b *batchHits) fits() bool {
+	if len(b.peeks) > 0 || len(b.adds) != 1 || b.adds[0].algorithm != "fixed" {
+		return false
+	}
+	g := &b.adds[0]
+	g.limits = g.limits[:0]
+	for _, k := range g.keys {
+		kh := b.byKey[k]
+		limit := int64(math.MaxInt64)
+		for _, h := range kh.ops {
+			// A fixed window's Room is its limit less its count.
+			limit = min(limit, h.Rule.Room(store.State{}, time.Time{}))
+		}
+		if kh.sum > limit {
+			return false
+		}
+		g.limits = append(g.limits, limit)
+	}
+	return true
+}
+
+// countFitting counts b, which fits, in one transaction and one round trip:
+// BEGIN, pgAddFittingHits, Health's probe, the prunes and COMMIT in one
+// pipeline. pgAddFittingHits counts a key's hits only if all of them fit
+// its limit (in arrival order, each hit's running total is then within
+// its limit, so settle allows every one), and otherwise leaves its row as
+// it is and does not return it: those keys' ops are returned, uncounted,
+// for countHits' two round trips, in a transaction of their own. So
+// nothing refused is ever committed, and no refund is needed before
+// COMMIT. Locks are taken as in countHits: keys in order, then the probe
+// row. On a statement's error the server skips the rest of the pipeline,
+// COMMIT included, and the transaction is open and aborted, as in
+// countHits. An error in reading the answers here (a row that fails to
+// scan, a key not asked for: a bug) may come after COMMIT was sent: the
+// batch then fails with its hits counted, which only refuses more.
+func (p *Store) countFitting(ctx context.Context, conn *pgx.Conn, b *batchHits) (rest []*commit.Op, err error) {
+	g := &b.adds[0]
+	pl := &pgx.Batch{}
+	pl.Queue(pgBegin)
+	pl.Queue(pgAddFittingHits, byteKeys(g.keys), g.windows, g.hits, g.limits)
+	if b.probe {
+		for _, q := range commit.ProbeSQL {
+			pl.Queue(q)
+		}
+	}
+	if p.opt.PruneRows > 0 {
+		pl.Queue(pgPruneCounters, p.opt.PruneRows)
+		pl.Queue(pgPruneResponses, p.opt.PruneRows)
+	}
+	pl.Queue("COMMIT")
+	br := conn.SendBatch(ctx, pl)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return nil, fmt.Errorf("postgres: begin: %w", err)
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return nil, fmt.Errorf("postgres: add fixed hits: %w", err)
+	}
+	for rows.Next() {
+		var key []byte
+		var count, prev, startMS, nowMS int64
+		if err := rows.Scan(&key, &count, &prev, &startMS, &nowMS); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("postgres: add hits: %w", err)
+		}
+		kh := b.byKey[string(key)]
+		if kh == nil || kh.seen {
+			rows.Close()
+			return nil, fmt.Errorf("postgres: add hits: unexpected key %q returned", key)
+		}
+		kh.seen = true
+		kh.settle(count, prev, time.UnixMilli(startMS), time.UnixMilli(nowMS))
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("postgres: add hits: %w", err)
+	}
+	if b.probe {
+		for range commit.ProbeSQL {
+			if _, err := br.Exec(); err != nil {
+				return nil, fmt.Errorf("postgres: health probe: %w", err)
+			}
+		}
+	}
+	if p.opt.PruneRows > 0 {
+		for range 2 {
+			if _, err := br.Exec(); err != nil {
+				return nil, fmt.Errorf("postgres: prune: %w", err)
+			}
+		}
+	}
+	tag, err := br.Exec()
+	if err != nil {
+		return nil, fmt.Errorf("postgres: commit hits: %w", err)
+	}
+	if tag.String() != "COMMIT" {
+		return nil, fmt.Errorf("postgres: commit hits: %w", pgx.ErrTxCommitRollback)
+	}
+	if err := br.Close(); err != nil {
+		return nil, err
+	}
+	if keys, refused := b.refunds(); len(keys) > 0 {
+		// Cannot happen (the statement counted only keys where every hit
+		// fits, and settle agrees); if it did, the refused weight is
+		// taken back at once, in a transaction of its own.
+		if _, err := conn.Exec(ctx, pgRefundHits, keys, refused); err != nil {
+			commit.Log(p.opt.Logger).Warn("postgres: refund refused hits", "err", err)
+		}
+	}
+	for _, kh := range b.byKey {
+		if !kh.seen {
+			for _, h := range kh.ops {
+				rest = append(rest, b.opOf[h])
+			}
+		}
+	}
+	return rest, nil
+}
+
 // sendFirst runs countHits' first pipeline and settles b from it.
 func (p *Store) sendFirst(ctx context.Context, conn *pgx.Conn, first *pgx.Batch, b *batchHits) error {
 	br := conn.SendBatch(ctx, first)
@@ -358,6 +487,32 @@ func (p *Store) writeBatch(batch []commit.Op) error {
 // committed.
 func (p *Store) countIsolated(ctx context.Context, conn *pgx.Conn, ops []*commit.Op) error {
 	b := groupHits(ops)
+	if b.fits() {
+		rest, err := p.countFitting(ctx, conn, &b)
+		switch {
+		case err == nil && len(rest) == 0:
+			return nil
+		case err == nil:
+			// What fitted has committed: its callers hear so whatever
+			// becomes of the keys left over, which count below.
+			for _, o := range ops {
+				o.Settled = true
+			}
+			for _, o := range rest {
+				o.Settled = false
+			}
+			ops = rest
+			b = groupHits(ops)
+		case !rowsFault(err):
+			return err
+		default:
+			// Rolled back; the general path below counts the batch again
+			// and isolates the offending key.
+			if _, rerr := conn.Exec(ctx, "ROLLBACK"); rerr != nil {
+				return errors.Join(err, fmt.Errorf("postgres: roll back failed batch: %w", rerr))
+			}
+		}
+	}
 	err := p.countHits(ctx, conn, &b)
 	if err == nil || !rowsFault(err) {
 		return err

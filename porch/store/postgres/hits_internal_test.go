@@ -115,3 +115,52 @@ func wouldCount(h *commit.Hit) int64 {
 	}
 	return h.Result.State.Count + h.N
 }
+
+// A batch whose every key's hits fit their limits from an empty window
+// takes countFitting's one round trip; a key whose stored count leaves no
+// room for them all is left out of it and counted by the general path,
+// which refuses what does not fit: nothing refused is ever committed.
+func TestWriteBatchFittingLeavesFullKeysToTheGeneralPath(t *testing.T) {
+	p := openInternal(t, pgtest.DSN(t), store.Options{})
+	type hit struct {
+		key      string
+		n, limit int64
+		want     int64 // Result.Count
+		allowed  bool
+	}
+	batches := [][]hit{
+		{{"fit:a", 3, 5, 3, true}, {"fit:b", 1, 1, 1, true}},
+		{
+			{"fit:a", 1, 5, 4, true},
+			{"fit:b", 1, 1, 2, false}, // full: left to the general path, refused
+			{"fit:a", 1, 5, 5, true},
+			{"fit:c", 1, 1, 1, true},
+		},
+		{{"fit:a", 1, 5, 6, false}, {"fit:a", 1, 6, 6, true}},
+	}
+	want := []map[string]int64{
+		{"fit:a": 3, "fit:b": 1},
+		{"fit:a": 5, "fit:b": 1, "fit:c": 1},
+		{"fit:a": 6, "fit:b": 1, "fit:c": 1},
+	}
+	for bi, hits := range batches {
+		ops := make([]commit.Op, len(hits))
+		for i, h := range hits {
+			ops[i] = commit.Op{Hit: &commit.Hit{Key: h.key, Rule: fixed(h.limit, time.Hour), N: h.n}}
+		}
+		if err := p.writeBatch(ops); err != nil {
+			t.Fatalf("batch %d: writeBatch: %v", bi, err)
+		}
+		for i, h := range hits {
+			r := ops[i].Hit.Result
+			if c := wouldCount(ops[i].Hit); c != h.want || r.Allowed != h.allowed {
+				t.Errorf("batch %d, hit %d (%s): Count %d, Allowed %v; want %d, %v", bi, i, h.key, c, r.Allowed, h.want, h.allowed)
+			}
+		}
+		for key, w := range want[bi] {
+			if got := count(t, p, `SELECT count FROM porch_rate_counters WHERE key = $1`, key); got != w {
+				t.Errorf("batch %d: stored count of %s = %d, want %d", bi, key, got, w)
+			}
+		}
+	}
+}

@@ -240,7 +240,8 @@ func (p *Store) Reserve(ctx context.Context, key string) (store.Reservation, err
 		<-p.slots
 		return nil, fmt.Errorf("postgres: reserve: %w", err)
 	}
-	tx, err := lockKey(ctx, conn.Conn(), dbKey(key))
+	r := &reservation{p: p, conn: conn, key: key}
+	tx, err := lockKey(ctx, conn.Conn(), dbKey(key), r.scanLoad)
 	if err != nil {
 		// A lock granted just as ctx ended must not stay on a pooled
 		// connection: close it, which ends the transaction and its lock.
@@ -248,7 +249,8 @@ func (p *Store) Reserve(ctx context.Context, key string) (store.Reservation, err
 		<-p.slots
 		return nil, fmt.Errorf("postgres: reserve: %w", err)
 	}
-	return &reservation{p: p, conn: conn, tx: tx, key: key}, nil
+	r.tx = tx
+	return r, nil
 }
 
 // Inspect reads key's stored response in a transaction that takes key's
@@ -319,18 +321,24 @@ func (p *Store) freeKeyTx(ctx context.Context, key string, fn func(pgx.Tx) error
 	})
 }
 
-// lockKey begins the owner's transaction on conn and takes key's lock in
-// it, BEGIN and the lock pipelined in one round trip: the lock is still
+// lockKey begins the owner's transaction on conn, takes key's lock in it
+// and reads key's stored response (pgLoadResponse, handed to load), BEGIN,
+// the lock and the read pipelined in one round trip: the lock is still
 // taken inside the transaction, which the server has begun before it runs
-// the lock statement.
-func lockKey(ctx context.Context, conn *pgx.Conn, key []byte) (pgx.Tx, error) {
+// the lock statement, and the read runs once the lock is granted, as the
+// owner's first Load would.
+func lockKey(ctx context.Context, conn *pgx.Conn, key []byte, load func(pgx.Row) error) (pgx.Tx, error) {
 	b := &pgx.Batch{}
 	b.BeginTx(readCommitted)
 	b.Queue(pgLockKey, key)
+	b.Queue(pgLoadResponse, key)
 	br := conn.SendBatch(ctx, b)
 	_, err := br.Exec()
 	if err == nil {
 		_, err = br.Exec()
+	}
+	if err == nil {
+		err = load(br.QueryRow())
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
@@ -354,19 +362,29 @@ type reservation struct {
 	conn   *pgxpool.Conn // nil once the reservation has ended
 	tx     pgx.Tx
 	failed error // the first of the owner's statements that failed; Save returns it
+
+	// loaded is what Reserve read with the lock, for the first Load: the
+	// owner's first statement, one round trip fewer. Later Loads read again.
+	loaded    bool
+	loadedRes store.Response
+	loadedOK  bool
 }
 
-func (r *reservation) Load(ctx context.Context) (store.Response, bool, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.conn == nil {
-		return store.Response{}, false, store.ErrReleased
+// scanLoad reads pgLoadResponse's row into r's loaded response.
+func (r *reservation) scanLoad(row pgx.Row) error {
+	res, ok, err := scanResponse(r.key, row)
+	if err != nil {
+		return err
 	}
-	res := store.Response{Key: r.key}
+	r.loaded, r.loadedRes, r.loadedOK = true, res, ok
+	return nil
+}
+
+func scanResponse(key string, row pgx.Row) (store.Response, bool, error) {
+	res := store.Response{Key: key}
 	var created, expires int64
 	var headers []byte
-	err := r.tx.QueryRow(ctx, pgLoadResponse, dbKey(r.key)).
-		Scan(&res.Digest, &res.Status, &res.ContentType, &res.Body, &created, &expires, &headers)
+	err := row.Scan(&res.Digest, &res.Status, &res.ContentType, &res.Body, &created, &expires, &headers)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return store.Response{}, false, nil
 	}
@@ -376,6 +394,21 @@ func (r *reservation) Load(ctx context.Context) (store.Response, bool, error) {
 	res.Created, res.Expires = time.UnixMilli(created), time.UnixMilli(expires)
 	res.Header = header.Decode(headers)
 	return res, true, nil
+}
+
+func (r *reservation) Load(ctx context.Context) (store.Response, bool, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.conn == nil {
+		return store.Response{}, false, store.ErrReleased
+	}
+	if r.loaded {
+		r.loaded = false
+		res, ok := r.loadedRes, r.loadedOK
+		r.loadedRes = store.Response{}
+		return res, ok, nil
+	}
+	return scanResponse(r.key, r.tx.QueryRow(ctx, pgLoadResponse, dbKey(r.key)))
 }
 
 // Exec runs the statement now, in the owner's transaction: the handler sees

@@ -1,5 +1,7 @@
 package postgres
 
+import "strings"
+
 // postgresMigrations are applied in order under an advisory lock, so that
 // several instances starting at once migrate exactly once; the
 // porch_schema_version row records how many have run. Append, never edit.
@@ -199,3 +201,12 @@ const (
 			digest = excluded.digest, status = excluded.status, content_type = excluded.content_type,
 			body = excluded.body, headers = excluded.headers, created_at = excluded.created_at, expires_at = excluded.expires_at`
 )
+
+// pgAddFittingHits is pgAddHits for a batch whose every key's hits fit
+// its limit ($4) from an empty window: a key whose window, as the
+// upsert advances it, has room for all of them counts them all;
+// another keeps its row as it is (locked, not updated) and is not
+// returned. A new key, or one whose window closed, always fits.
+var pgAddFittingHits = pgAddHits[:strings.Index(pgAddHits, "\t\tRETURNING")] + `		WHERE CASE WHEN c.expires_at <= excluded.window_start THEN 0 ELSE c.count END + excluded.count
+		<= ($4::bigint[])[array_position($1::bytea[], excluded.key)]
+	RETURNING c.key, c.count, c.prev, c.window_start, ` + pgNowMS

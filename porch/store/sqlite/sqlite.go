@@ -57,7 +57,8 @@ type Store struct {
 	// expired, so that a commit before it skips the responses prune; see
 	// pruneResponses. Only the committer touches it, after open.
 	responsesDue int64
-	savedDue     int64 // the earliest expiry saved by the batch being written
+	savedDue     int64      // the earliest expiry saved by the batch being written
+	stored       storedKeys // keys that may have a live response; see stored.go
 }
 
 type preparedStmts struct {
@@ -163,6 +164,9 @@ func (s *Store) init(ctx context.Context) error {
 		if *p.dst, err = conn.PrepareContext(ctx, p.sql); err != nil {
 			return fmt.Errorf("sqlite: prepare: %w", err)
 		}
+	}
+	if err := s.stored.load(ctx, s); err != nil {
+		return err
 	}
 	if err := s.wconn.QueryRowContext(ctx, sqlResponsesDue, int64(math.MaxInt64)).Scan(&s.responsesDue); err != nil {
 		return fmt.Errorf("sqlite: read responses: %w", err)
@@ -319,6 +323,9 @@ type reservation struct {
 }
 
 func (r *reservation) Load(ctx context.Context) (store.Response, bool, error) {
+	if !r.s.stored.mayHave(r.key) {
+		return store.Response{}, false, nil // no live row: see storedKeys
+	}
 	res, ok, err := r.s.loadResponse(ctx, r.key)
 	if err != nil || !ok {
 		return store.Response{}, false, err
@@ -359,6 +366,9 @@ func (r *reservation) Save(ctx context.Context, res store.Response, ttl time.Dur
 	res.Key = r.key
 	res.Created = r.s.Now()
 	res.Expires = res.Created.Add(ttl)
+	// Before the row is queued, while the key is still held: the next
+	// owner's Load must read it.
+	r.s.stored.add(r.key, res.Expires.UnixMilli(), res.Created.UnixMilli())
 	// Not bounded by ctx: waiting less would not undo the write, and the
 	// owner must know whether its response is stored.
 	return r.s.c.Do(context.WithoutCancel(ctx), commit.Op{Response: &res, Owner: owner})
