@@ -46,7 +46,7 @@ func r19MustReplay(t *testing.T, s *sqlite.Store, key, body string) {
 
 // Keys of any bytes (NUL, invalid UTF-8, long) replay after a reopen: the
 // set is rebuilt from the rows' keys as the driver reads them back.
-func TestR19StoredKeysSurviveReopenAnyBytes(t *testing.T) {
+func TestReviewStoredKeysSurviveReopenAnyBytes(t *testing.T) {
 	path := dbPath(t)
 	keys := []string{"plain", "a\x00b", "\x00", "\xff\xfe", "tail\x00", string(make([]byte, 3000))}
 	s := openSQLite(t, path, store.Options{})
@@ -64,7 +64,7 @@ func TestR19StoredKeysSurviveReopenAnyBytes(t *testing.T) {
 }
 
 // Forget, then the same key again, then a reopen.
-func TestR19ForgetThenSaveAgain(t *testing.T) {
+func TestReviewForgetThenSaveAgain(t *testing.T) {
 	path := dbPath(t)
 	ctx := context.Background()
 	s := openSQLite(t, path, store.Options{})
@@ -85,7 +85,7 @@ func TestR19ForgetThenSaveAgain(t *testing.T) {
 }
 
 // kill -9 right after Save returned: the reopened store must replay.
-func TestR19StoredKeysAfterKill9(t *testing.T) {
+func TestReviewStoredKeysAfterKill9(t *testing.T) {
 	if p := os.Getenv("R19_CHILD_DB"); p != "" {
 		s, err := sqlite.Open(p, store.Options{})
 		if err != nil {
@@ -105,7 +105,7 @@ func TestR19StoredKeysAfterKill9(t *testing.T) {
 		select {}
 	}
 	path := dbPath(t)
-	cmd := exec.Command(os.Args[0], "-test.run=^TestR19StoredKeysAfterKill9$")
+	cmd := exec.Command(os.Args[0], "-test.run=^TestReviewStoredKeysAfterKill9$")
 	cmd.Env = append(os.Environ(), "R19_CHILD_DB="+path)
 	out, err := cmd.CombinedOutput()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != -1 {

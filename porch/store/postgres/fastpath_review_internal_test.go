@@ -19,11 +19,11 @@ import (
 // r19 review: the one-round-trip fitting batch and Reserve's read with the
 // lock, attacked across two instances.
 
-// r19DSN is a fresh schema's DSN, in pgx's query mode R19MODE if set
+// r19DSN is a fresh schema's DSN, in pgx's query mode PORCH_REVIEW_MODE if set
 // (simple_protocol, exec, describe_exec, cache_describe).
 func r19DSN(t *testing.T) string {
 	dsn := pgtest.DSN(t)
-	if m := os.Getenv("R19MODE"); m != "" {
+	if m := os.Getenv("PORCH_REVIEW_MODE"); m != "" {
 		dsn = pgtest.WithParam(dsn, "default_query_exec_mode", m)
 	}
 	return dsn
@@ -63,7 +63,7 @@ func r19Hit(t *testing.T, p *Store, key string, rule store.Rule, n int64, tl *r1
 // Two instances, 16 goroutines, weights 1..4 near the limit, then weight 1
 // until refused: the allowed weights must sum to the limit exactly, for
 // every algorithm (fixed takes countFitting, the others countHits).
-func TestR19TwoInstancesExactNearLimit(t *testing.T) {
+func TestReviewTwoInstancesExactNearLimit(t *testing.T) {
 	for _, alg := range []rate.Algorithm{rate.FixedWindow, rate.SlidingWindow, rate.GCRA} {
 		t.Run(alg.String(), func(t *testing.T) {
 			dsn := r19DSN(t)
@@ -99,7 +99,7 @@ func TestR19TwoInstancesExactNearLimit(t *testing.T) {
 
 // The fitting path's guard overflows bigint for a key whose stored count is
 // near int64's max: only that key's hits may fail; the others commit.
-func TestR19FittingOverflowIsolated(t *testing.T) {
+func TestReviewFittingOverflowIsolated(t *testing.T) {
 	p := openInternal(t, r19DSN(t), store.Options{})
 	hit := func(key string, n int64) commit.Op {
 		return commit.Op{Hit: &commit.Hit{Key: key, Rule: fixed(math.MaxInt64, time.Hour), N: n}}
@@ -130,7 +130,7 @@ func TestR19FittingOverflowIsolated(t *testing.T) {
 
 // Resets and take-backs in the same batch as hits at the limit: both apply
 // before the hits, which then fit on the fast path.
-func TestR19ResetAndTakeBackInBatch(t *testing.T) {
+func TestReviewResetAndTakeBackInBatch(t *testing.T) {
 	p := openInternal(t, r19DSN(t), store.Options{})
 	r := fixed(5, time.Hour)
 	first := []commit.Op{{Hit: &commit.Hit{Key: "rate:a", Rule: r, N: 5}}, {Hit: &commit.Hit{Key: "rate:b", Rule: r, N: 5}}}
@@ -162,7 +162,7 @@ func TestR19ResetAndTakeBackInBatch(t *testing.T) {
 // instances hammer one key: every allowed weight must be in the stored
 // count (allowed ⇒ committed), nothing above the limit, and nothing counted
 // twice (stored ≤ allowed + errored).
-func TestR19TerminateCommitterMidBatch(t *testing.T) {
+func TestReviewTerminateCommitterMidBatch(t *testing.T) {
 	dsn := r19DSN(t)
 	app := fmt.Sprintf("r19kill%d", time.Now().UnixNano())
 	kdsn := pgtest.WithParam(dsn, "application_name", app)
@@ -214,7 +214,7 @@ func TestR19TerminateCommitterMidBatch(t *testing.T) {
 // Duplicate storms across two instances, no sleep in the owner: a response
 // committed by the other instance between lock grant and Reserve's read
 // must be seen; exactly one side effect per key.
-func TestR19ReserveReadSeesCommittedResponse(t *testing.T) {
+func TestReviewReserveReadSeesCommittedResponse(t *testing.T) {
 	dsn := r19DSN(t)
 	stores := []*Store{openInternal(t, dsn, store.Options{KeyConns: 6}), openInternal(t, dsn, store.Options{KeyConns: 6})}
 	mustExec(t, stores[0], `CREATE TABLE effects (key text, who int)`)
