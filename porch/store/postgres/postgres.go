@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/maphash"
 	"strings"
 	"sync"
 	"time"
@@ -20,21 +19,10 @@ import (
 )
 
 // DefaultConns is the size of the application's connection pool (Pool)
-// when the DSN sets no pool_max_conns. With DefaultKeyConns and the writer
-// pool's Committers+1 (one per committer, one for the policy claims), one
-// instance opens at most 45 connections, so two fit PostgreSQL's default
-// max_connections of 100.
+// when the DSN sets no pool_max_conns. With DefaultKeyConns and the
+// committer's 2, one instance opens at most 44 connections, so two fit
+// PostgreSQL's default max_connections of 100.
 const DefaultConns = 10
-
-// Committers is how many group-commit loops a Store runs. Every counter
-// key belongs to one of them (a hash of the key, see committerOf), so one
-// key's hits, peeks, resets and take-backs are all queued to one committer
-// and committed in the order they were queued, while batches of different
-// keys overlap: one committer's batch waits on PostgreSQL's flush while
-// another's is sent. Two committers of one instance lock disjoint keys;
-// each batch still locks its rows in (algorithm, key) order, then the
-// probe row, so batches cannot deadlock, here or across instances.
-const Committers = 2
 
 // DefaultKeyConns is store.Options.KeyConns's default.
 const DefaultKeyConns = 32
@@ -50,10 +38,9 @@ type Store struct {
 	pool   *pgxpool.Pool // the application's queries
 	keys   *pgxpool.Pool // one connection per held idempotency key
 	slots  chan struct{} // admits at most keys' size reservations, failing fast beyond
-	writer *pgxpool.Pool // the committers' own connections, and the policy claims'
+	writer *pgxpool.Pool // the committer's own connections
 	opt    store.Options
-	cs     []*commit.Committer // Committers of them; a key's ops go to committerOf(key)
-	seed   maphash.Seed
+	c      *commit.Committer
 
 	claims     policy.Claims // the rate policies this process counts under
 	policyMu   sync.Mutex    // serializes policy claims; protects policyConn
@@ -90,9 +77,7 @@ func Open(ctx context.Context, dsn string, opt store.Options) (*Store, error) {
 			pl.Close()
 		}
 	}
-	// The writer pool: one connection per committer (each holds at most
-	// one at a time), and one the policy claims hold (policyConn).
-	for _, size := range []int32{cfg.MaxConns, int32(opt.KeyConns), Committers + 1} {
+	for _, size := range []int32{cfg.MaxConns, int32(opt.KeyConns), 2} {
 		c := cfg.Copy()
 		c.MaxConns = size
 		c.MinConns = min(c.MinConns, size)
@@ -109,63 +94,8 @@ func Open(ctx context.Context, dsn string, opt store.Options) (*Store, error) {
 		closeAll()
 		return nil, err
 	}
-	p.seed = maphash.MakeSeed()
-	obs := opt.Observer
-	if obs != nil && Committers > 1 {
-		obs = &serialObserver{o: obs} // store.Observer: never called concurrently for one store
-	}
-	for range Committers {
-		// Each committer queues up to QueueSize writes of its own keys.
-		p.cs = append(p.cs, commit.New(p.writeBatch, opt.Clock, opt.QueueSize, opt.MaxBatch, obs))
-	}
+	p.c = commit.New(p.writeBatch, opt.Clock, opt.QueueSize, opt.MaxBatch, opt.Observer)
 	return p, nil
-}
-
-// committerOf is key's committer: always the same one for one key, so
-// that its ops commit in the order they were queued (see
-// store.SharedCounters).
-func (p *Store) committerOf(key string) *commit.Committer {
-	if len(p.cs) == 1 {
-		return p.cs[0]
-	}
-	return p.cs[maphash.String(p.seed, key)%uint64(len(p.cs))]
-}
-
-// serialObserver calls its Observer one batch at a time, whichever
-// committer's batch it is.
-type serialObserver struct {
-	mu sync.Mutex
-	o  store.Observer
-}
-
-func (s *serialObserver) CommitBatch(b store.Batch) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.o.CommitBatch(b)
-}
-
-// eachCommitter runs fn on every committer at once and returns the first
-// committer's error, in committer order, or nil.
-func eachCommitter(cs []*commit.Committer, fn func(*commit.Committer) error) error {
-	if len(cs) == 1 {
-		return fn(cs[0])
-	}
-	errs := make([]error, len(cs))
-	var wg sync.WaitGroup
-	for i, c := range cs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = fn(c)
-		}()
-	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // readCommitted is every porch transaction's isolation, whatever the
@@ -226,7 +156,7 @@ func (p *Store) AddHit(key string, rule store.Rule, n int64, done func(store.Hit
 	if err := supported(rule); err != nil {
 		return err
 	}
-	return p.committerOf(key).Enqueue(commit.Op{Hit: &commit.Hit{Key: key, Rule: rule, N: n, Done: done}})
+	return p.c.Enqueue(commit.Op{Hit: &commit.Hit{Key: key, Rule: rule, N: n, Done: done}})
 }
 
 // PeekHit queues a read of key's counter; done runs once the batch
@@ -235,7 +165,7 @@ func (p *Store) PeekHit(key string, rule store.Rule, done func(store.Hit, error)
 	if err := supported(rule); err != nil {
 		return err
 	}
-	return p.committerOf(key).Enqueue(commit.Op{Peek: &commit.Hit{Key: key, Rule: rule, Done: done}})
+	return p.c.Enqueue(commit.Op{Peek: &commit.Hit{Key: key, Rule: rule, Done: done}})
 }
 
 // supported fails for a rule whose algorithm this driver has no
@@ -254,33 +184,23 @@ func supportedAlgorithm(name string) error {
 // ResetHit queues the clearing of key's counter; done runs once it has
 // committed.
 func (p *Store) ResetHit(key string, done func(error)) error {
-	return p.committerOf(key).Enqueue(commit.Op{Reset: &commit.Reset{Key: key}, Done: done})
+	return p.c.Enqueue(commit.Op{Reset: &commit.Reset{Key: key}, Done: done})
 }
 
 // TakeBack queues the removal of n hits from key's window that opened at
 // windowStart; done runs once it has committed (see
 // store.SharedCounters.TakeBack).
 func (p *Store) TakeBack(key string, windowStart time.Time, n int64, done func(error)) error {
-	return p.committerOf(key).Enqueue(commit.Op{TakeBack: &commit.TakeBack{Key: key, WindowStart: windowStart.UnixMilli(), N: n}, Done: done})
+	return p.c.Enqueue(commit.Op{TakeBack: &commit.TakeBack{Key: key, WindowStart: windowStart.UnixMilli(), N: n}, Done: done})
 }
 
-// Stats reports the committers' counters, summed.
-func (p *Store) Stats() store.Stats {
-	var st store.Stats
-	for _, c := range p.cs {
-		s := c.Stats()
-		st.Commits += s.Commits
-		st.Writes += s.Writes
-		st.Failed += s.Failed
-	}
-	return st
-}
+// Stats reports the committer's counters.
+func (p *Store) Stats() store.Stats { return p.c.Stats() }
 
-// Close commits every queued hit, of every committer, then closes the
-// pools. If ctx ends first it returns ctx.Err() and leaves the flush
-// running.
+// Close commits every queued hit, then closes the pools. If ctx ends first it
+// returns ctx.Err() and leaves the flush running.
 func (p *Store) Close(ctx context.Context) error {
-	if err := eachCommitter(p.cs, func(c *commit.Committer) error { return c.Close(ctx) }); err != nil {
+	if err := p.c.Close(ctx); err != nil {
 		return err
 	}
 	// pgxpool.Close waits for every acquired connection, and an owner holds
