@@ -171,8 +171,18 @@ func (p *Store) dropPolicyConn() {
 
 // closePolicies ends every claim at Close: the pool cannot close while the
 // policy connection is held.
+//
+// The locks are released before the connection goes: a closed connection
+// drops them only once its backend has exited, after Close has returned,
+// and an instance started just after with another policy was then refused
+// (a deploy that changes a policy, racing the old instance's exit).
 func (p *Store) closePolicies() {
 	p.policyMu.Lock()
 	defer p.policyMu.Unlock()
+	if p.policyConn != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), pgPolicyClaimTime)
+		p.policyConn.Exec(ctx, `SELECT pg_advisory_unlock_all()`) //nolint:errcheck // closing the session releases them anyway
+		cancel()
+	}
 	p.dropPolicyConn()
 }
