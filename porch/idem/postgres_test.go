@@ -137,11 +137,18 @@ func TestSharedKeyOwnerCrashReleasesParkedDuplicate(t *testing.T) {
 	hb := &payHandler{}
 	// Application names let the test find each instance's connections
 	// without touching other tests' on the same server.
-	a := newPGInstance(t, pgtest.WithParam(dsn, "application_name", "porch_crash_a"), ha)
-	b := newPGInstance(t, pgtest.WithParam(dsn, "application_name", "porch_crash_b"), hb)
+	// Unique per run, so that a run of this test in another process on
+	// the same server (two go test runs at once) cannot kill ours.
+	appA, appB := fmt.Sprintf("porch_crash_a_%d", time.Now().UnixNano()), fmt.Sprintf("porch_crash_b_%d", time.Now().UnixNano())
+	a := newPGInstance(t, pgtest.WithParam(dsn, "application_name", appA), ha)
+	b := newPGInstance(t, pgtest.WithParam(dsn, "application_name", appB), hb)
 	t.Cleanup(func() { close(ha.release) }) // before a's server waits for its handler
 	go a.post(t, "order-2", `{"amount":7}`)
-	<-ha.entered // a owns the key and holds its advisory lock
+	select {
+	case <-ha.entered: // a owns the key and holds its advisory lock
+	case <-time.After(10 * time.Second):
+		t.Fatal("a's handler never ran")
+	}
 	done := make(chan int, 1)
 	go func() {
 		s, _ := b.post(t, "order-2", `{"amount":7}`)
@@ -154,7 +161,7 @@ func TestSharedKeyOwnerCrashReleasesParkedDuplicate(t *testing.T) {
 		var waiting int
 		// b's leader is blocked on the lock once an ungranted advisory lock shows.
 		if err := b.st.Pool().QueryRow(ctx, `SELECT count(*) FROM pg_locks l JOIN pg_stat_activity s USING (pid)
-			WHERE l.locktype = 'advisory' AND NOT l.granted AND s.application_name = 'porch_crash_b'`).Scan(&waiting); err != nil {
+			WHERE l.locktype = 'advisory' AND NOT l.granted AND s.application_name = $1`, appB).Scan(&waiting); err != nil {
 			t.Fatal(err)
 		}
 		if waiting > 0 {
@@ -166,7 +173,7 @@ func TestSharedKeyOwnerCrashReleasesParkedDuplicate(t *testing.T) {
 		time.Sleep(10 * time.Millisecond) // polling the server's lock table; nothing can signal it
 	}
 	if _, err := b.st.Pool().Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-		WHERE application_name = 'porch_crash_a'`); err != nil {
+		WHERE application_name = $1`, appA); err != nil {
 		t.Fatal(err)
 	}
 	select {
