@@ -6,8 +6,6 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -157,19 +155,6 @@ func TestLoginFlagErrorsExit2(t *testing.T) {
 		if _, err := parseFlags(tt.args); err == nil || errors.Is(err, errFlagSyntax) || err.Error() != tt.want {
 			t.Errorf("parseFlags(%q): got %v, want %q", tt.args, err, tt.want)
 		}
-		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestStartupErrorExit2$")
-		args := append([]string{"-addr", "127.0.0.1:0", "-db", filepath.Join(t.TempDir(), "sf.db")}, tt.args...)
-		cmd.Env = append(os.Environ(), mainArgsEnv+"="+strings.Join(args, "\n"))
-		var stdout, stderr strings.Builder
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		cmd.Run() //nolint:errcheck // the exit status is read from ProcessState
-		cancel()
-		if code := cmd.ProcessState.ExitCode(); code != 2 {
-			t.Errorf("storefront %q: got exit status %d, want 2", tt.args, code)
-		}
-		if want := "storefront: " + tt.want + "\n"; stderr.String() != want || stdout.Len() != 0 {
-			t.Errorf("storefront %q: stderr %q stdout %q, want the one line %q", tt.args, stderr.String(), stdout.String(), want)
-		}
+		wantRefused(t, tt.args, tt.want)
 	}
 }

@@ -108,26 +108,34 @@ func TestStartupErrorExit2(t *testing.T) {
 		os.Exit(0) // main returned: a refused command line would not have
 	}
 	for _, tt := range flagErrors {
-		// A deadline, not a wait: a command line wrongly accepted would
-		// serve until killed.
-		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestStartupErrorExit2$")
-		// -addr on port 0 and -db in a temporary directory: a command line
-		// wrongly accepted must not touch anything real.
-		args := append([]string{"-addr", "127.0.0.1:0", "-db", filepath.Join(t.TempDir(), "sf.db")}, tt.args...)
-		cmd.Env = append(os.Environ(), mainArgsEnv+"="+strings.Join(args, "\n"))
-		var stdout, stderr strings.Builder
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		cmd.Run() //nolint:errcheck // the exit status is read from ProcessState
-		cancel()
-		if code := cmd.ProcessState.ExitCode(); code != 2 {
-			t.Errorf("storefront %q: got exit status %d, want 2", tt.args, code)
-		}
-		if want := "storefront: " + tt.want + "\n"; stderr.String() != want {
-			t.Errorf("storefront %q: stderr got %q, want the one line %q", tt.args, stderr.String(), want)
-		}
-		if stdout.Len() != 0 {
-			t.Errorf("storefront %q: stdout got %q, want nothing", tt.args, stdout.String())
-		}
+		wantRefused(t, tt.args, tt.want)
+	}
+}
+
+// wantRefused runs the storefront with args in a child process (see
+// TestStartupErrorExit2) and wants exit status 2, the one line
+// "storefront: want" on stderr and nothing on stdout.
+func wantRefused(t *testing.T, args []string, want string) {
+	t.Helper()
+	// A deadline, not a wait: a command line wrongly accepted would
+	// serve until killed.
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestStartupErrorExit2$")
+	// -addr on port 0 and -db in a temporary directory: a command line
+	// wrongly accepted must not touch anything real.
+	full := append([]string{"-addr", "127.0.0.1:0", "-db", filepath.Join(t.TempDir(), "sf.db")}, args...)
+	cmd.Env = append(os.Environ(), mainArgsEnv+"="+strings.Join(full, "\n"))
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	cmd.Run() //nolint:errcheck // the exit status is read from ProcessState
+	if code := cmd.ProcessState.ExitCode(); code != 2 {
+		t.Errorf("storefront %q: got exit status %d, want 2", args, code)
+	}
+	if want := "storefront: " + want + "\n"; stderr.String() != want {
+		t.Errorf("storefront %q: stderr got %q, want the one line %q", args, stderr.String(), want)
+	}
+	if stdout.Len() != 0 {
+		t.Errorf("storefront %q: stdout got %q, want nothing", args, stdout.String())
 	}
 }
