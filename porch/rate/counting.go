@@ -38,12 +38,13 @@ type counting interface {
 
 // verdict is what a client is told of state s at now (on the clock s is
 // measured on), read against the wall clock wall: allowed, and for a
-// refusal of weight n, when it would fit.
-func (l *Limiter) verdict(s store.State, now, wall time.Time, allowed bool, n int64) Verdict {
+// refusal of weight n, when it would fit. room is the rule's Room(s, now),
+// which the caller has at hand.
+func (l *Limiter) verdict(s store.State, now, wall time.Time, allowed bool, n, room int64) Verdict {
 	v := Verdict{
 		Allowed:   allowed,
 		Limit:     l.most,
-		Remaining: min(max(l.rule.Room(s, now), 0), l.most),
+		Remaining: min(max(room, 0), l.most),
 		ResetAt:   wall.Add(l.rule.resetIn(s, now)),
 	}
 	if !allowed {
@@ -55,7 +56,7 @@ func (l *Limiter) verdict(s store.State, now, wall time.Time, allowed bool, n in
 // peeked is Peek's verdict for s at now: Allowed while a request of
 // weight 1 fits.
 func (l *Limiter) peeked(s store.State, now, wall time.Time) Verdict {
-	v := l.verdict(s, now, wall, true, 1)
+	v := l.verdict(s, now, wall, true, 1, l.rule.Room(s, now))
 	v.Allowed = v.Remaining >= 1
 	if !v.Allowed {
 		v.RetryAt = wall.Add(l.rule.retryIn(s, now, 1))

@@ -43,19 +43,20 @@ func (c *local) hit(shard int, call *call) {
 	v.forget(now, l.rule.life(), forgetPerHit)
 	w, s := c.advance(v, key, now)
 	call.start = w.start
-	if n > l.rule.Room(s, now) {
+	if room := l.rule.Room(s, now); n > room {
 		// Nothing changes, so nothing is written; a refusal never lets a
 		// request through, so it need not wait for earlier writes.
-		call.reply.Send(l.verdict(s, now, c.st.Wall(), false, n), nil)
+		call.reply.Send(l.verdict(s, now, c.st.Wall(), false, n, room), nil)
 		return
 	}
 	w.count += n
 	s.Count = w.count
-	verdict := l.verdict(s, now, c.st.Wall(), true, n)
+	room := l.rule.Room(s, now)
+	verdict := l.verdict(s, now, c.st.Wall(), true, n, room)
 	// The highest count the store may hold for this epoch: what the state
 	// could still admit now. Writing further ahead would refuse, after a
 	// crash, requests no policy refuses.
-	most := w.count + max(l.rule.Room(s, now), 0)
+	most := w.count + max(room, 0)
 	if w.pending != nil {
 		if durable, failed := w.pending.state(); durable {
 			w.durable, w.pending, w.pendingAt = max(w.durable, w.pendingAt), nil, 0

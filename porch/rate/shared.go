@@ -53,7 +53,7 @@ func (c shared) hit(shard int, call *call) {
 			return
 		}
 		call.start = h.State.Start
-		v := l.verdict(h.State, h.Now, l.store.Wall(), h.Allowed, n)
+		v := l.verdict(h.State, h.Now, l.store.Wall(), h.Allowed, n, l.rule.Room(h.State, h.Now))
 		if !h.Allowed && c.cache != nil {
 			// Queued on the actor before the verdict is sent, so that the
 			// client's next request finds it.
