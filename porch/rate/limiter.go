@@ -127,6 +127,29 @@ type Options struct {
 	// never served beyond its limit); Close writes the exact counts. If
 	// zero, DefaultWriteAhead; negative writes every hit exactly.
 	WriteAhead int
+	// Lease lets a limiter on a shared store (PostgreSQL, Redis) count a
+	// busy key's hits ahead, as WriteAhead does on SQLite: once a key hits
+	// this process again within LeaseIdle, its store trips count up to
+	// Lease hits more than the request needs (doubling from 1 while the key
+	// stays busy), and the key's next requests are answered from those,
+	// in memory, without a round trip. Every hit so answered was counted,
+	// durably, before the lease was handed out, so the limit is never
+	// exceeded and a crash can only over-count, by at most Lease per key.
+	// The price is exactness across instances: while this process holds
+	// hits it has not answered, another instance may refuse a request the
+	// count would otherwise have allowed. A lease takes at most half of
+	// what the store has left, so that near the limit leases shrink to
+	// nothing and every hit is decided by the store; its hits are given
+	// back once the key has been idle here for LeaseIdle, dropped when its
+	// window ends (FixedWindow) or moves on (SlidingWindow), and given back
+	// by Close. A Reset on this process drops its lease; on another, it is
+	// honoured here once the lease is spent or given back. If zero, every
+	// hit is decided by the store. GCRA counts every hit in the store (a
+	// lease's hits would be answered later than the store counted them,
+	// which a token bucket would see as a burst): New panics if Lease is
+	// set with it. A store that is its counters' only writer (SQLite)
+	// ignores it. New panics if it is negative or above MaxLimit.
+	Lease int
 	// LimitResponse, if set, renders the answer to a request over its
 	// limit in place of the problem+json 429, as httprate's
 	// WithLimitHandler does: an HTML page, the body shape an API already
@@ -246,7 +269,8 @@ const MaxWindow = 100 * 365 * 24 * time.Hour
 // policy or to load the open windows. Options.Algorithm beyond GCRA, or an
 // Options.Burst with another
 // algorithm, negative, over MaxLimit or spanning more than MaxWindow (see
-// Options.Burst) panics too.
+// Options.Burst) panics too, and so does an Options.Lease that is negative,
+// over MaxLimit or set with GCRA.
 func New(pool *porch.Pool, st store.Counters, limit int, window time.Duration, opt Options) (*Limiter, error) {
 	l := newLimiter(pool, st, limit, window, opt)
 	if err := l.open(); err != nil {
@@ -311,6 +335,12 @@ func newLimiter(pool *porch.Pool, st store.Counters, limit int, window time.Dura
 		if g := newGCRA(int64(limit), window, int64(opt.Burst)); g.burst > int64(MaxWindow/g.interval) {
 			panic(fmt.Sprintf("rate: New expects a GCRA burst whose intervals span at most rate.MaxWindow, got burst %d of %s", g.burst, g.interval))
 		}
+	}
+	if opt.Lease < 0 || int64(opt.Lease) > MaxLimit {
+		panic(fmt.Sprintf("rate: New expects Options.Lease from 0 to rate.MaxLimit (%d), got %d", int64(MaxLimit), opt.Lease))
+	}
+	if opt.Lease != 0 && opt.Algorithm == GCRA {
+		panic("rate: New expects Options.Lease with FixedWindow or SlidingWindow, not GCRA")
 	}
 	ahead := int64(opt.WriteAhead)
 	switch {

@@ -14,10 +14,15 @@ import (
 // the committer batch them. No count is cached, so there is nothing to
 // load or flush; only refusals are, for at most Options.RefusalCacheFor
 // and never past the moment the store would allow again (see refusals).
+//
+// With Options.Lease, a busy key's store trips count more than they need,
+// and the hits they counted ahead answer the key's next requests from
+// memory (see leases).
 type shared struct {
-	l     *Limiter
-	st    store.SharedCounters
-	cache *refusals // nil when Options.RefusalCacheFor is negative
+	l      *Limiter
+	st     store.SharedCounters
+	cache  *refusals // nil when Options.RefusalCacheFor is negative
+	leases *leases   // nil unless Options.Lease is positive
 }
 
 func newShared(l *Limiter, st store.SharedCounters) shared {
@@ -28,13 +33,50 @@ func newShared(l *Limiter, st store.SharedCounters) shared {
 	case life > 0:
 		c.cache = newRefusals(l.pool, life)
 	}
+	if l.opt.Lease > 0 {
+		c.leases = newLeases(l, st, c.cache, int64(l.opt.Lease), nil)
+		c.leases.hit = c.hit
+	}
 	return c
 }
 
-func (shared) open(context.Context) error  { return nil }
-func (shared) close(context.Context) error { return nil }
+func (c shared) open(context.Context) error {
+	if c.leases != nil {
+		c.leases.open()
+	}
+	return nil
+}
+
+// close gives back the hits leases hold, so that the store's counts are
+// exact once Close returns.
+func (c shared) close(ctx context.Context) error {
+	if c.leases == nil {
+		return nil
+	}
+	return c.leases.close(ctx)
+}
 
 func (c shared) hit(shard int, call *call) {
+	var now time.Time
+	if c.leases != nil {
+		now = time.Now()
+		if v, start, ok := c.leases.take(shard, call.key, call.n, now); ok {
+			call.start = start
+			call.reply.Send(v, nil)
+			return
+		}
+		if c.leases.wait(shard, call) {
+			return
+		}
+	}
+	c.trip(shard, call, now)
+}
+
+// trip decides call in the store. With leases it may ask the store to
+// count more than the call's weight, for the key's lease; a trip whose
+// lease did not fit, where the call alone might, is decided again without
+// one. now is the local time of the hit, or zero without leases.
+func (c shared) trip(shard int, call *call, now time.Time) {
 	l, key, n := c.l, call.key, call.n
 	var sent time.Time
 	var gen uint64
@@ -46,33 +88,73 @@ func (c shared) hit(shard int, call *call) {
 		}
 		gen = c.cache.gen(shard)
 	}
-	err := c.st.AddHit(key, l.rule, n, func(h store.Hit, err error) {
+	var extra int64
+	var lgen uint64
+	if c.leases != nil {
+		extra, lgen = c.leases.ask(shard, key, n, now)
+		if sent.IsZero() {
+			sent = time.Now()
+		}
+	}
+	err := c.st.AddHit(key, l.rule, n+extra, func(h store.Hit, err error) {
 		if err != nil {
+			if c.leases != nil {
+				c.leases.answered(shard, key, extra, lgen, sent, nil, Verdict{}, nil)
+			}
 			// Never a verdict beside an error: the caller must not serve.
 			call.reply.Send(Verdict{}, err)
 			return
 		}
+		room := l.rule.Room(h.State, h.Now)
+		if !h.Allowed && extra > 0 && room >= n {
+			// The lease did not fit, the request may: it is decided
+			// again, without a lease, before the key's waiting hits.
+			c.leases.answered(shard, key, extra, lgen, sent, &h, Verdict{}, call)
+			return
+		}
 		call.start = h.State.Start
-		v := l.verdict(h.State, h.Now, l.store.Wall(), h.Allowed, n, l.rule.Room(h.State, h.Now))
+		held := int64(0) // the lease's hits: counted, and still to answer
+		if h.Allowed {
+			held = extra
+		}
+		v := l.verdict(h.State, h.Now, l.store.Wall(), h.Allowed, n, room+held)
 		if !h.Allowed && c.cache != nil {
 			// Queued on the actor before the verdict is sent, so that the
 			// client's next request finds it.
 			c.cache.remember(shard, key, n, sent, gen, l.rule.retryIn(h.State, h.Now, n), v)
 		}
+		if c.leases != nil {
+			c.leases.answered(shard, key, extra, lgen, sent, &h, v, nil)
+		}
 		call.reply.Send(v, nil)
 	})
 	if err != nil {
+		if extra > 0 {
+			// Not queued: no trip is in flight, and no hit waits for one.
+			c.leases.shards[shard].m[key].asking = false
+		}
 		call.reply.Send(Verdict{}, err)
 	}
 }
 
-func (c shared) peek(_ int, key string, reply porch.Reply[Verdict]) {
+func (c shared) peek(shard int, key string, reply porch.Reply[Verdict]) {
+	var held int64 // hits this process's lease holds: counted, and still to answer
+	if c.leases != nil {
+		held = c.leases.held(shard, key, time.Now())
+	}
 	err := c.st.PeekHit(key, c.l.rule, func(h store.Hit, err error) {
 		if err != nil {
 			reply.Send(Verdict{}, err)
 			return
 		}
-		reply.Send(c.l.peeked(h.State, h.Now, c.l.store.Wall()), nil)
+		v := c.l.peeked(h.State, h.Now, c.l.store.Wall())
+		if held > 0 {
+			v.Remaining = min(v.Remaining+held, v.Limit)
+			if v.Remaining >= 1 {
+				v.Allowed, v.RetryAt = true, time.Time{}
+			}
+		}
+		reply.Send(v, nil)
 	})
 	if err != nil {
 		reply.Send(Verdict{}, err)
@@ -83,14 +165,24 @@ func (c shared) reset(shard int, key string, answer func(error)) {
 	if c.cache != nil {
 		c.cache.forget(shard, key)
 	}
+	var waited []*call
+	if c.leases != nil {
+		waited = c.leases.drop(shard, key)
+	}
 	if err := c.st.ResetHit(key, answer); err != nil {
 		answer(err)
+	}
+	for _, w := range waited {
+		c.hit(shard, w) // after the reset: they count in the new epoch
 	}
 }
 
 func (c shared) takeBack(shard int, key string, start time.Time, n int64) {
 	if c.cache != nil {
 		c.cache.forget(shard, key)
+	}
+	if c.leases != nil && c.leases.giveBack(shard, key, start, n, time.Now()) {
+		return // back in the key's lease: counted still, answered again from it
 	}
 	if err := c.st.TakeBack(key, start, n, c.l.takeBackDone); err != nil {
 		c.l.takeBackDone(err)

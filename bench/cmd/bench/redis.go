@@ -26,15 +26,17 @@ func redisRows() []row {
 	for _, m := range []struct {
 		label, mode string
 		porch       bool
+		lease       int
 	}{
-		{"porch Limiter, Redis", "porch-redis", true},
-		{"porch Limiter, Redis appendfsync always", "porch-redis-aof", true},
-		{"ulule/limiter v3, Redis", "ulule-redis", false},
-		{"go-redis/redis_rate v10, Redis", "redis-rate", false},
+		{"porch Limiter, Redis", "porch-redis", true, 0},
+		{"porch Limiter, Redis appendfsync always", "porch-redis-aof", true, 0},
+		{"porch Limiter, Redis appendfsync always, Lease 64", "porch-redis-aof", true, 64},
+		{"ulule/limiter v3, Redis", "ulule-redis", false, 0},
+		{"go-redis/redis_rate v10, Redis", "redis-rate", false, 0},
 	} {
 		out = append(out,
-			row{label: m.label, mode: m.mode, keys: "one", porch: m.porch, baseTo: "httprate/one"},
-			row{label: m.label, mode: m.mode, keys: "many", porch: m.porch, baseTo: "httprate/many", script: "xff.lua"})
+			row{label: m.label, mode: m.mode, lease: m.lease, keys: "one", porch: m.porch, baseTo: "httprate/one"},
+			row{label: m.label, mode: m.mode, lease: m.lease, keys: "many", porch: m.porch, baseTo: "httprate/many", script: "xff.lua"})
 	}
 	return out
 }

@@ -21,12 +21,16 @@ type row struct {
 	script  string // Lua script file name, or "" for a plain GET
 	replays bool   // store the replay keys before the runs
 	alg     string // benchserver -algorithm for porch limiter rows; "" is fixed
+	lease   int    // benchserver -lease for porch limiter rows on a shared store
 }
 
 // id names the row for -rows and -profile: mode/keys, with the algorithm
 // after the mode for the rows that are not a fixed window
 // (porch-sqlite-gcra/many), so that the fixed rows keep their ids.
 func (r row) id() string {
+	if r.lease > 0 {
+		return r.mode + "-lease/" + r.keys
+	}
 	if r.alg != "" {
 		return r.mode + "-" + r.alg + "/" + r.keys
 	}
@@ -41,20 +45,22 @@ func rows(replayKeys int) []row {
 	for _, m := range []struct {
 		label, mode, alg string
 		porch            bool
+		lease            int
 	}{
-		{"no limiter", "none", "", false},
-		{"go-chi/httprate (memory)", "httprate", "", false},
-		{"naive SQLite, commit per request", "naive", "", false},
-		{"porch Limiter, SQLite", "porch-sqlite", "", true},
-		{"porch Limiter, SQLite, sliding window", "porch-sqlite", "sliding", true},
-		{"porch Limiter, SQLite, GCRA", "porch-sqlite", "gcra", true},
-		{"porch Limiter, PostgreSQL", "porch-postgres", "", true},
-		{"porch Limiter, PostgreSQL, sliding window", "porch-postgres", "sliding", true},
-		{"porch Limiter, PostgreSQL, GCRA", "porch-postgres", "gcra", true},
+		{"no limiter", "none", "", false, 0},
+		{"go-chi/httprate (memory)", "httprate", "", false, 0},
+		{"naive SQLite, commit per request", "naive", "", false, 0},
+		{"porch Limiter, SQLite", "porch-sqlite", "", true, 0},
+		{"porch Limiter, SQLite, sliding window", "porch-sqlite", "sliding", true, 0},
+		{"porch Limiter, SQLite, GCRA", "porch-sqlite", "gcra", true, 0},
+		{"porch Limiter, PostgreSQL", "porch-postgres", "", true, 0},
+		{"porch Limiter, PostgreSQL, sliding window", "porch-postgres", "sliding", true, 0},
+		{"porch Limiter, PostgreSQL, GCRA", "porch-postgres", "gcra", true, 0},
+		{"porch Limiter, PostgreSQL, Lease 64", "porch-postgres", "", true, 64},
 	} {
 		out = append(out,
-			row{label: m.label, mode: m.mode, alg: m.alg, keys: "one", porch: m.porch, baseTo: "httprate/one"},
-			row{label: m.label, mode: m.mode, alg: m.alg, keys: "many", porch: m.porch, baseTo: "httprate/many", script: "xff.lua"})
+			row{label: m.label, mode: m.mode, alg: m.alg, lease: m.lease, keys: "one", porch: m.porch, baseTo: "httprate/one"},
+			row{label: m.label, mode: m.mode, alg: m.alg, lease: m.lease, keys: "many", porch: m.porch, baseTo: "httprate/many", script: "xff.lua"})
 	}
 	out = append(out, redisRows()...)
 	return append(out,
@@ -82,6 +88,9 @@ func (h *harness) serverArgs(r row, extra ...string) []string {
 	args := []string{"-mode", r.mode}
 	if r.alg != "" {
 		args = append(args, "-algorithm", r.alg)
+	}
+	if r.lease > 0 {
+		args = append(args, "-lease", strconv.Itoa(r.lease))
 	}
 	if r.manyKeys() {
 		args = append(args, "-trust-proxy")

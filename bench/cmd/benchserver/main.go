@@ -63,6 +63,7 @@ type config struct {
 	debugClock bool
 	algorithm  rate.Algorithm
 	burst      int
+	lease      int
 	redis      string
 	redisAOF   string
 }
@@ -89,6 +90,7 @@ func parseFlags(args []string) (config, error) {
 	fs.BoolVar(&c.debugClock, "debug-clock", false, "serve POST /debug/advance?by=D, which moves porch's clocks forward")
 	fs.StringVar(&algorithm, "algorithm", "fixed", "porch-sqlite/porch-postgres: the limiter's algorithm, fixed, sliding or gcra")
 	fs.IntVar(&c.burst, "burst", 0, "with -algorithm gcra: requests allowed at once (0: the limit)")
+	fs.IntVar(&c.lease, "lease", 0, "porch-postgres/porch-redis: rate.Options.Lease, the hits of a busy key counted ahead (0: none)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -106,6 +108,8 @@ func parseFlags(args []string) (config, error) {
 		return c, fmt.Errorf("-window must be at least 1ms, got %s", c.window)
 	case c.pool < 0 || c.mailbox < 0:
 		return c, fmt.Errorf("-pool and -mailbox must not be negative")
+	case c.lease < 0 || (c.lease != 0 && c.algorithm == rate.GCRA):
+		return c, fmt.Errorf("-lease must not be negative, nor set with -algorithm gcra")
 	case c.burst < 0 || (c.burst != 0 && c.algorithm != rate.GCRA):
 		return c, fmt.Errorf("-burst must not be negative, and needs -algorithm gcra")
 	case c.algorithm == rate.SlidingWindow && c.window%time.Millisecond != 0:

@@ -82,7 +82,7 @@ func porchRedis(ctx context.Context, cfg config, app *porch.App, clk clock.Clock
 	}
 	app.OnShutdown(st.Close)
 	app.OnShutdown(pool.Close)
-	lim, err := rate.New(pool, st, cfg.limit, cfg.window, rate.Options{TrustProxy: cfg.trustProxy})
+	lim, err := rate.New(pool, st, cfg.limit, cfg.window, rate.Options{TrustProxy: cfg.trustProxy, Lease: cfg.lease})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -127,7 +127,7 @@ func newLimiter(ctx context.Context, cfg config, app *porch.App, clk clock.Clock
 		m := idem.New(pool, st, idem.Options{})
 		return porch.Adapt(m), st, nil
 	}
-	lim, err := rate.New(pool, st, cfg.limit, cfg.window, rate.Options{TrustProxy: cfg.trustProxy, Algorithm: cfg.algorithm, Burst: cfg.burst})
+	lim, err := rate.New(pool, st, cfg.limit, cfg.window, rate.Options{TrustProxy: cfg.trustProxy, Algorithm: cfg.algorithm, Burst: cfg.burst, Lease: cfg.lease})
 	if err != nil {
 		return nil, nil, err
 	}
