@@ -245,3 +245,34 @@ func TestLeaseOptionChecked(t *testing.T) {
 		})
 	}
 }
+
+// A lease's hits belong to the window they were counted in: none is
+// answered once that window has closed, when the store would count the
+// hit in the next one. Each allowed verdict's window (ResetAt, a fixed
+// window's end) is still open when its request was sent.
+func TestLeaseEndsWithItsWindow(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	const window = 200 * time.Millisecond
+	_, lim := openShared(t, dsn, 1_000_000, window, rate.Options{Name: "lease-window", Lease: 64})
+	t.Cleanup(func() { closeLimiter(t, lim) })
+	windows := make(map[time.Time]int)
+	for end := time.Now().Add(5 * window); time.Now().Before(end); {
+		sent := time.Now()
+		v, err := lim.Allow(context.Background(), "ann")
+		if err != nil || !v.Allowed {
+			t.Fatalf("got %+v, %v; want allowed", v, err)
+		}
+		// The database's clock is this machine's, read to the millisecond.
+		if !sent.Before(v.ResetAt.Add(2 * time.Millisecond)) {
+			t.Fatalf("a hit sent at %s was answered for a window that closed at %s", sent.Format(time.StampMicro), v.ResetAt.Format(time.StampMicro))
+		}
+		windows[v.ResetAt.Truncate(10*time.Millisecond)]++
+		// The load's pace, not a wait for anything: spread out, a lease's
+		// hits would outlast its window by tens of milliseconds if it
+		// were not cut at the window's end.
+		time.Sleep(500 * time.Microsecond)
+	}
+	if len(windows) < 3 {
+		t.Fatalf("the hits spanned %d windows, want several", len(windows))
+	}
+}
