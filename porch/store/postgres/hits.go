@@ -40,6 +40,10 @@ type batchHits struct {
 	probe bool                // the batch carries Health's probe
 	peeks []*commit.Hit
 	opOf  map[*commit.Hit]*commit.Op // each hit's op, for countFitting's leftovers
+	// prune marks a batch that carries the prunes (see pruner), and
+	// pruned is what they deleted from the counters and the responses.
+	prune  bool
+	pruned [2]int64
 }
 
 // addGroup is one algorithm's keys in a batch: the arguments of its add
@@ -241,7 +245,9 @@ func (p *Store) countHits(ctx context.Context, conn *pgx.Conn, b *batchHits) err
 			first.Queue(q)
 		}
 	}
-	if p.opt.PruneRows > 0 {
+	started := time.Now()
+	b.prune = p.prunes.due(started)
+	if b.prune {
 		first.Queue(pgPruneCounters, p.opt.PruneRows)
 		first.Queue(pgPruneResponses, p.opt.PruneRows)
 	}
@@ -272,6 +278,9 @@ func (p *Store) countHits(ctx context.Context, conn *pgx.Conn, b *batchHits) err
 	if tag.String() != "COMMIT" {
 		// COMMIT of an aborted transaction answers ROLLBACK, not an error.
 		return fmt.Errorf("postgres: commit hits: %w", pgx.ErrTxCommitRollback)
+	}
+	if b.prune {
+		p.prunes.pruned(started, b.pruned[0], b.pruned[1])
 	}
 	return br.Close()
 }
@@ -326,7 +335,9 @@ func (p *Store) countFitting(ctx context.Context, conn *pgx.Conn, b *batchHits) 
 			pl.Queue(q)
 		}
 	}
-	if p.opt.PruneRows > 0 {
+	started := time.Now()
+	prune := p.prunes.due(started)
+	if prune {
 		pl.Queue(pgPruneCounters, p.opt.PruneRows)
 		pl.Queue(pgPruneResponses, p.opt.PruneRows)
 	}
@@ -366,11 +377,14 @@ func (p *Store) countFitting(ctx context.Context, conn *pgx.Conn, b *batchHits) 
 			}
 		}
 	}
-	if p.opt.PruneRows > 0 {
-		for range 2 {
-			if _, err := br.Exec(); err != nil {
+	var pruned [2]int64
+	if prune {
+		for i := range pruned {
+			tag, err := br.Exec()
+			if err != nil {
 				return nil, fmt.Errorf("postgres: prune: %w", err)
 			}
+			pruned[i] = tag.RowsAffected()
 		}
 	}
 	tag, err := br.Exec()
@@ -379,6 +393,9 @@ func (p *Store) countFitting(ctx context.Context, conn *pgx.Conn, b *batchHits) 
 	}
 	if tag.String() != "COMMIT" {
 		return nil, fmt.Errorf("postgres: commit hits: %w", pgx.ErrTxCommitRollback)
+	}
+	if prune {
+		p.prunes.pruned(started, pruned[0], pruned[1])
 	}
 	if err := br.Close(); err != nil {
 		return nil, err
@@ -424,13 +441,16 @@ func (p *Store) sendFirst(ctx context.Context, conn *pgx.Conn, first *pgx.Batch,
 			}
 		}
 	}
-	if p.opt.PruneRows > 0 {
-		if _, err := br.Exec(); err != nil {
+	if b.prune {
+		tag, err := br.Exec()
+		if err != nil {
 			return fmt.Errorf("postgres: prune counters: %w", err)
 		}
-		if _, err := br.Exec(); err != nil {
+		b.pruned[0] = tag.RowsAffected()
+		if tag, err = br.Exec(); err != nil {
 			return fmt.Errorf("postgres: prune responses: %w", err)
 		}
+		b.pruned[1] = tag.RowsAffected()
 	}
 	return br.Close()
 }

@@ -41,6 +41,7 @@ type Store struct {
 	writer *pgxpool.Pool // the committer's own connections
 	opt    store.Options
 	c      *commit.Committer
+	prunes pruner // the committer's
 
 	claims     policy.Claims // the rate policies this process counts under
 	policyMu   sync.Mutex    // serializes policy claims; protects policyConn
@@ -88,7 +89,7 @@ func Open(ctx context.Context, dsn string, opt store.Options) (*Store, error) {
 		}
 		pools = append(pools, pl)
 	}
-	p := &Store{pool: pools[0], keys: pools[1], writer: pools[2], opt: opt,
+	p := &Store{pool: pools[0], keys: pools[1], writer: pools[2], opt: opt, prunes: pruner{rows: int64(opt.PruneRows)},
 		slots: make(chan struct{}, opt.KeyConns)}
 	if err := p.migrate(ctx); err != nil {
 		closeAll()
