@@ -245,8 +245,7 @@ func (p *Store) countHits(ctx context.Context, conn *pgx.Conn, b *batchHits) err
 			first.Queue(q)
 		}
 	}
-	started := time.Now()
-	b.prune = p.prunes.due(started)
+	b.prune = p.prunes.claim(time.Now())
 	if b.prune {
 		first.Queue(pgPruneCounters, p.opt.PruneRows)
 		first.Queue(pgPruneResponses, p.opt.PruneRows)
@@ -280,7 +279,7 @@ func (p *Store) countHits(ctx context.Context, conn *pgx.Conn, b *batchHits) err
 		return fmt.Errorf("postgres: commit hits: %w", pgx.ErrTxCommitRollback)
 	}
 	if b.prune {
-		p.prunes.pruned(started, b.pruned[0], b.pruned[1])
+		p.prunes.pruned(max(b.pruned[0], b.pruned[1]))
 	}
 	return br.Close()
 }
@@ -335,8 +334,7 @@ func (p *Store) countFitting(ctx context.Context, conn *pgx.Conn, b *batchHits) 
 			pl.Queue(q)
 		}
 	}
-	started := time.Now()
-	prune := p.prunes.due(started)
+	prune := p.prunes.claim(time.Now())
 	if prune {
 		pl.Queue(pgPruneCounters, p.opt.PruneRows)
 		pl.Queue(pgPruneResponses, p.opt.PruneRows)
@@ -395,7 +393,7 @@ func (p *Store) countFitting(ctx context.Context, conn *pgx.Conn, b *batchHits) 
 		return nil, fmt.Errorf("postgres: commit hits: %w", pgx.ErrTxCommitRollback)
 	}
 	if prune {
-		p.prunes.pruned(started, pruned[0], pruned[1])
+		p.prunes.pruned(max(pruned[0], pruned[1]))
 	}
 	if err := br.Close(); err != nil {
 		return nil, err

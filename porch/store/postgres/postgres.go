@@ -41,7 +41,8 @@ type Store struct {
 	writer *pgxpool.Pool // the committer's own connections
 	opt    store.Options
 	c      *commit.Committer
-	prunes pruner // the committer's
+	prunes *pruner // paces the committer's batches' prunes
+	saves  *pruner // paces the owners' Saves' prunes
 
 	claims     policy.Claims // the rate policies this process counts under
 	policyMu   sync.Mutex    // serializes policy claims; protects policyConn
@@ -89,7 +90,8 @@ func Open(ctx context.Context, dsn string, opt store.Options) (*Store, error) {
 		}
 		pools = append(pools, pl)
 	}
-	p := &Store{pool: pools[0], keys: pools[1], writer: pools[2], opt: opt, prunes: pruner{rows: int64(opt.PruneRows)},
+	p := &Store{pool: pools[0], keys: pools[1], writer: pools[2], opt: opt,
+		prunes: newPruner(opt.PruneRows), saves: newPruner(opt.PruneRows),
 		slots: make(chan struct{}, opt.KeyConns)}
 	if err := p.migrate(ctx); err != nil {
 		closeAll()
@@ -471,7 +473,8 @@ func ownersFault(ctx context.Context, err error) bool {
 }
 
 // Save stores res in the owner's transaction and commits it with the
-// owner's writes, then prunes a bounded batch of expired responses, so an
+// owner's writes, then, paced (see pruner), prunes a bounded batch of
+// expired responses, so an
 // application that uses idempotency without the limiter still keeps its
 // table in check. The prune runs after the commit: its failure must not
 // take the stored response with it.
@@ -501,7 +504,8 @@ func (r *reservation) Save(ctx context.Context, res store.Response, ttl time.Dur
 	b.Queue(pgSaveResponse, dbKey(r.key), res.Digest, res.Status, res.ContentType, res.Body,
 		ttl.Milliseconds(), header.Encode(res.Header))
 	b.Queue("COMMIT")
-	if r.p.opt.PruneRows > 0 {
+	prune := r.p.saves.claim(time.Now())
+	if prune {
 		// After COMMIT, in a transaction of its own: its failure cannot
 		// take the stored response with it.
 		b.Queue(pgPruneResponses, r.p.opt.PruneRows)
@@ -528,9 +532,11 @@ func (r *reservation) Save(ctx context.Context, res store.Response, ttl time.Dur
 		}
 		return fmt.Errorf("postgres: commit response: %w", err)
 	}
-	if r.p.opt.PruneRows > 0 {
-		if _, err := br.Exec(); err != nil {
-			commit.Log(r.p.opt.Logger).Warn("postgres: prune responses", "err", err) // the next save prunes again
+	if prune {
+		if tag, err := br.Exec(); err != nil {
+			commit.Log(r.p.opt.Logger).Warn("postgres: prune responses", "err", err) // a later save prunes again
+		} else {
+			r.p.saves.pruned(tag.RowsAffected())
 		}
 	}
 	br.Close() //nolint:errcheck // committed; the only statement left to fail was the prune, logged

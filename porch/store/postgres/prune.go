@@ -1,34 +1,55 @@
 package postgres
 
-import "time"
+import (
+	"sync/atomic"
+	"time"
+)
 
-// pruneEvery is how often, at most, the committer's batches delete
-// expired rows while there is no backlog of them.
+// pruneEvery is how often, at most, expired rows are deleted while there
+// is no backlog of them.
 const pruneEvery = 100 * time.Millisecond
 
-// pruner paces the bounded prunes that ride in the committer's batches.
-// Each batch once carried two: at one or two connections, a batch per
-// request, they cost about as much as the hits' own upsert (two more
-// index scans in every transaction) to delete nothing. Now a batch
-// carries them once pruneEvery has passed since the last, or at once
-// again while the last one found a full PruneRows of expired rows in
-// either table: under a backlog every batch prunes, as before, so the
-// tables are kept as small as they were; otherwise ten prunes a second.
-// Only the committer's goroutine touches it.
+// pruner paces the bounded prunes of expired rows that ride along with
+// the store's writes: the committer's batches (counters and responses) and
+// the owners' Saves (responses). Each write once carried them: at one or
+// two connections, a write per request, they cost about as much as the
+// write itself (an index scan per table, in every transaction) to delete
+// nothing. Now a write carries them if pruneEvery has passed since the
+// last prune began, or at once again while the last one found a full
+// PruneRows of expired rows: under a backlog every write prunes, as
+// before, so the tables are kept as small as they were; otherwise ten
+// prunes a second. Safe for concurrent use: of the owners that find a
+// prune due at once, one claims it.
 type pruner struct {
-	rows int64     // store.Options.PruneRows; at most 0 never prunes
-	next time.Time // the first batch at or after it prunes
+	rows  int64        // store.Options.PruneRows; at most 0 never prunes
+	epoch time.Time    // what next counts from, with its monotonic reading
+	next  atomic.Int64 // nanoseconds after epoch: the first write at or after it prunes
 }
 
-// due reports whether a batch starting at now carries the prunes.
-func (p *pruner) due(now time.Time) bool { return p.rows > 0 && !now.Before(p.next) }
+func newPruner(rows int) *pruner { return &pruner{rows: int64(rows), epoch: time.Now()} }
 
-// pruned records a committed batch's prunes, started at now, and what
-// they deleted from each table.
-func (p *pruner) pruned(now time.Time, counters, responses int64) {
-	if counters >= p.rows || responses >= p.rows {
-		p.next = now // a backlog: the next batch prunes too
-		return
+// claim reports whether a write starting at now carries the prunes; if
+// so, the next one waits pruneEvery unless pruned finds a backlog.
+func (p *pruner) claim(now time.Time) bool {
+	if p.rows <= 0 {
+		return false
 	}
-	p.next = now.Add(pruneEvery)
+	at := int64(now.Sub(p.epoch))
+	for {
+		n := p.next.Load()
+		if at < n {
+			return false
+		}
+		if p.next.CompareAndSwap(n, at+int64(pruneEvery)) {
+			return true
+		}
+	}
+}
+
+// pruned records what a claimed prune deleted from one table: a full
+// PruneRows means a backlog, which the next write prunes again.
+func (p *pruner) pruned(deleted int64) {
+	if deleted >= p.rows {
+		p.next.Store(0)
+	}
 }

@@ -14,24 +14,27 @@ import (
 // the last one found a full PruneRows, in every batch; with pruning off,
 // in none.
 func TestPrunerPaces(t *testing.T) {
-	t0 := time.Now()
-	p := pruner{rows: 64}
-	if !p.due(t0) {
-		t.Fatal("the first batch does not prune")
+	p := newPruner(64)
+	t0 := p.epoch
+	if !p.claim(t0) {
+		t.Fatal("the first write does not prune")
 	}
-	p.pruned(t0, 3, 0)
-	if p.due(t0.Add(pruneEvery - time.Millisecond)) {
-		t.Fatal("a batch within pruneEvery of a prune that found no backlog prunes")
+	if p.claim(t0) {
+		t.Fatal("two writes at once both prune")
 	}
-	if !p.due(t0.Add(pruneEvery)) {
-		t.Fatal("a batch pruneEvery after the last prune does not prune")
+	p.pruned(3)
+	if p.claim(t0.Add(pruneEvery - time.Millisecond)) {
+		t.Fatal("a write within pruneEvery of a prune that found no backlog prunes")
 	}
-	p.pruned(t0, 0, 64)
-	if !p.due(t0.Add(time.Microsecond)) {
-		t.Fatal("the batch after a prune that found a full PruneRows does not prune")
+	if !p.claim(t0.Add(pruneEvery)) {
+		t.Fatal("a write pruneEvery after the last prune does not prune")
 	}
-	if off := (pruner{rows: 0}); off.due(t0) {
-		t.Fatal("pruning off, a batch prunes")
+	p.pruned(64)
+	if !p.claim(t0.Add(pruneEvery + time.Microsecond)) {
+		t.Fatal("the write after a prune that found a full PruneRows does not prune")
+	}
+	if off := newPruner(0); off.claim(t0) {
+		t.Fatal("pruning off, a write prunes")
 	}
 }
 
