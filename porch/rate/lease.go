@@ -2,6 +2,7 @@ package rate
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -12,7 +13,7 @@ import (
 
 // LeaseIdle is how long a key may go without a hit on this process before
 // the hits its lease still holds are given back to the shared store (see
-// Options.Lease).
+// Options.Lease); the sweeper that gives them back runs this often.
 const LeaseIdle = 100 * time.Millisecond
 
 // leases is a limiter's count-ahead on a shared store (Options.Lease): per
@@ -30,6 +31,14 @@ type leases struct {
 	hit      func(shard int, c *call) // the limiter's counting.hit, for hits that waited
 	shards   []leaseShard
 
+	// inflight counts the trips for a lease whose answer has not been
+	// applied; arrived is signalled as each answer is handed in, so that
+	// close can wait for them all.
+	inflight atomic.Int64
+	arrived  chan struct{}
+	closing  atomic.Bool // close has begun: no new leases
+	returns  sync.WaitGroup
+
 	stop      chan struct{} // closed by close: the sweeper exits
 	swept     chan struct{} // closed when the sweeper has exited
 	closeOnce sync.Once
@@ -37,16 +46,30 @@ type leases struct {
 }
 
 type leaseShard struct {
-	m      map[string]*lease
-	closed bool // close gave everything back: no new leases
+	m       map[string]*lease
+	nextGen uint64 // never reused, so that no answer can land on a later lease of its key
+
+	// The store's answers are handed in here by its callback, which runs
+	// on the store's goroutine and must never block on the actor (the
+	// actor may be blocked queueing a write to that same goroutine). The
+	// actor applies them before it touches the map, so an answer is never
+	// lost to a full mailbox: at worst it waits for the shard's next job,
+	// which the sweeper sends every LeaseIdle.
+	mu      sync.Mutex
+	inbox   []func()
+	pending atomic.Int32
 }
 
 // lease is one key's count-ahead on this process.
 type lease struct {
 	start  time.Time // the epoch its hits were counted in, on the store's clock
 	tokens int64     // hits counted in that epoch and not yet answered
-	until  time.Time // local: past it the epoch may have ended, and tokens are dropped
-	used   time.Time // local: the key's last hit here
+	// until is when, on the local clock, the tokens stop answering: the
+	// epoch's end less a margin (see cutoff); end is the epoch's end, no
+	// later than the store's. The sweeper gives back tokens past until
+	// and before end, while the store still counts them in their epoch.
+	until, end time.Time
+	used       time.Time // local: the key's last hit here
 	// size is what the key's next store trip asks for beyond its own
 	// weight: 0 on a key's first trip, doubling with each trip while it
 	// stays busy, up to leases.most.
@@ -64,14 +87,14 @@ type lease struct {
 	// is refused by the store for room this process is about to hold.
 	asking  bool
 	waiting []*call
-	// gen is bumped by a reset: a lease answered before it was counted
-	// before it, and is dropped.
+	// gen names this lease's life: a reset gives the key a new one, and
+	// an answer to a trip sent under another is not its to keep.
 	gen uint64
 }
 
 func newLeases(l *Limiter, st store.SharedCounters, cache *refusals, most int64, hit func(int, *call)) *leases {
 	c := &leases{l: l, st: st, refusals: cache, most: min(most, l.most), hit: hit, shards: make([]leaseShard, l.pool.Size()),
-		stop: make(chan struct{}), swept: make(chan struct{})}
+		arrived: make(chan struct{}, 1), stop: make(chan struct{}), swept: make(chan struct{})}
 	for i := range c.shards {
 		c.shards[i].m = make(map[string]*lease)
 	}
@@ -83,6 +106,56 @@ func newLeases(l *Limiter, st store.SharedCounters, cache *refusals, most int64,
 func (c *leases) open() {
 	c.started.Store(true)
 	go c.sweeper()
+}
+
+// cutoff is how long before its epoch's end a lease stops answering. A
+// fixed window's unanswered hits weigh on nothing once it closes, so a
+// millisecond (the stores' resolution) is enough. A sliding window's
+// weigh on the next window as its previous count: they are given back
+// while the store still counts them in their own window, by the sweep
+// after until, so the margin covers a sweep's period and its trip: two
+// LeaseIdle, or a quarter of a short window.
+func (c *leases) cutoff() time.Duration {
+	if _, ok := c.l.rule.(slidingRule); ok {
+		return max(min(2*LeaseIdle, c.l.window/4), time.Millisecond)
+	}
+	return time.Millisecond
+}
+
+// apply runs on shard's actor before anything reads the shard's leases:
+// the store's answers handed in since, in the order they came.
+func (c *leases) apply(shard int) {
+	s := &c.shards[shard]
+	if s.pending.Load() == 0 {
+		return
+	}
+	s.mu.Lock()
+	in := s.inbox
+	s.inbox = nil
+	s.pending.Store(0)
+	s.mu.Unlock()
+	for _, f := range in {
+		f()
+	}
+}
+
+// handIn queues f for shard's actor (see leaseShard.inbox) and asks the
+// actor to run it soon; it never blocks.
+func (c *leases) handIn(shard int, f func()) {
+	s := &c.shards[shard]
+	s.mu.Lock()
+	kick := len(s.inbox) == 0 // else a job to apply them is on its way
+	s.inbox = append(s.inbox, f)
+	s.pending.Store(1)
+	s.mu.Unlock()
+	select {
+	case c.arrived <- struct{}{}:
+	default:
+	}
+	if kick {
+		// A full mailbox: the answer waits for the shard's next job.
+		_ = c.l.pool.SendShard(shard, false, c.apply)
+	}
 }
 
 // take runs on shard's actor: a verdict for a hit of weight n to key at
@@ -117,20 +190,29 @@ func (c *leases) wait(shard int, cl *call) bool {
 
 // ask runs on shard's actor before a hit of weight n to key goes to the
 // store: how many hits more the trip should count, to hold as the key's
-// lease, and the generation to hand back with the answer. A key's first
-// trip asks for none; it is only remembered, so that its next trip, if it
-// comes before LeaseIdle, asks for some.
+// lease, and the lease's generation to hand back with the answer. A key's
+// first trip asks for none; it is only remembered, so that its next trip,
+// if it comes before LeaseIdle, asks for some. Tokens too few for n are
+// given back first, ordered before the trip, so that the store has room
+// for all of n: a weighted request is never refused for hits this process
+// holds itself.
 func (c *leases) ask(shard int, key string, n int64, now time.Time) (extra int64, gen uint64) {
 	s := &c.shards[shard]
-	if s.closed {
+	if c.closing.Load() {
 		return 0, 0
 	}
 	e := s.m[key]
 	if e == nil {
-		s.m[key] = &lease{used: now, size: 1}
-		return 0, 0
+		s.nextGen++
+		s.m[key] = &lease{used: now, size: 1, gen: s.nextGen}
+		return 0, s.nextGen
 	}
 	e.used = now
+	if e.tokens > 0 && now.Before(e.until) {
+		c.giveToStore(shard, key, e.start, e.tokens, c.l.takeBackDone)
+		e.room += e.tokens
+		e.tokens = 0
+	}
 	if e.asking || e.v.Limit == 0 {
 		return 0, e.gen
 	}
@@ -139,11 +221,21 @@ func (c *leases) ask(shard int, key string, n int64, now time.Time) (extra int64
 		return 0, e.gen
 	}
 	e.asking = true
+	c.inflight.Add(1)
 	return extra, e.gen
 }
 
+// unask runs on shard's actor when a trip that asked for a lease could not
+// be queued: no trip is in flight, and no hit waits for one.
+func (c *leases) unask(shard int, key string) {
+	if e := c.shards[shard].m[key]; e != nil {
+		e.asking = false
+	}
+	c.inflight.Add(-1)
+}
+
 // answered runs on the store's callback for a trip that asked for extra
-// hits beyond its own, sent at sent (local) in generation gen: it hands
+// hits beyond its own, sent at sent (local) under generation gen: it hands
 // what the store said (h and v; nil h for a failed trip) to the key's
 // actor. If the trip was allowed, the extra hits are the key's lease until
 // its epoch ends; sent is before the store decided, so sent plus what the
@@ -151,20 +243,29 @@ func (c *leases) ask(shard int, key string, n int64, now time.Time) (extra int64
 // trip's own call, refused only because the lease did not fit: it is
 // decided again, first of the key's waiting hits, without a lease.
 func (c *leases) answered(shard int, key string, extra int64, gen uint64, sent time.Time, h *store.Hit, v Verdict, retry *call) {
-	var until time.Time
+	var end time.Time
 	var room int64
+	var start time.Time
+	allowed := h != nil && h.Allowed
 	if h != nil {
-		if h.Allowed && extra > 0 {
-			left := h.State.Start.Add(c.l.rule.Window()).Sub(h.Now) - time.Millisecond
-			until = sent.Add(left)
-		}
+		end = sent.Add(h.State.Start.Add(c.l.rule.Window()).Sub(h.Now))
 		room = c.l.rule.Room(h.State, h.Now)
+		start = h.State.Start
 	}
-	err := c.l.pool.SendShard(shard, false, func(int) {
+	c.handIn(shard, func() {
+		if extra > 0 {
+			defer c.inflight.Add(-1)
+		}
 		e := c.shards[shard].m[key]
 		if e == nil || e.gen != gen {
-			// Given back, reset or closed meanwhile: a lease's hits stay
-			// counted, the safe side.
+			// Forgotten, reset or closed meanwhile. A reset wiped the
+			// lease's hits, and a take-back into an epoch that has ended
+			// changes nothing (store.SharedCounters.TakeBack), so they
+			// can go back either way: otherwise they would stay counted
+			// and never be answered.
+			if allowed && extra > 0 {
+				c.giveToStore(shard, key, start, extra, c.returned())
+			}
 			if retry != nil {
 				c.hit(shard, retry)
 			}
@@ -185,22 +286,45 @@ func (c *leases) answered(shard int, key string, extra int64, gen uint64, sent t
 		switch {
 		case !h.Allowed:
 			e.size = 0 // at the limit: ask the store for every hit
-		case extra > 0 && until.After(sent):
-			if !e.start.Equal(h.State.Start) {
+		case extra > 0:
+			until := end.Add(-c.cutoff())
+			if !until.After(time.Now()) {
+				// Too late in its epoch to answer anything: back to the
+				// store while the epoch still counts them.
+				c.giveToStore(shard, key, start, extra, c.l.takeBackDone)
+				e.room += extra
+				break
+			}
+			if !e.start.Equal(start) {
 				e.tokens = 0 // an older epoch's: it has ended
 			}
-			e.start, e.tokens, e.until = h.State.Start, e.tokens+extra, until
+			e.start, e.until, e.end = start, until, end
+			e.tokens += extra
+			if over := e.tokens - c.most; over > 0 {
+				// Hits given back while the trip was out (giveBack)
+				// filled the lease: never hold more than Lease.
+				c.giveToStore(shard, key, start, over, c.l.takeBackDone)
+				e.tokens -= over
+				e.room += over
+			}
 			e.size = min(2*e.size, c.most)
 		default:
 			e.size = max(e.size, 1)
 		}
 	})
-	if err != nil && retry != nil {
-		retry.reply.Send(Verdict{}, err)
+}
+
+// returned is the callback for hits given back to the store: during close,
+// counted, so that close waits for them.
+func (c *leases) returned() func(error) {
+	if !c.closing.Load() {
+		return c.l.takeBackDone
 	}
-	// Otherwise a full mailbox loses the answer: a lease's hits stay
-	// counted, the safe side, and the hits waiting for it are decided
-	// when the sweeper finds the key lost (see sweep).
+	c.returns.Add(1)
+	return func(err error) {
+		c.l.takeBackDone(err)
+		c.returns.Done()
+	}
 }
 
 // landed runs on shard's actor when e's trip for a lease has been
@@ -223,10 +347,10 @@ func (c *leases) redo(shard int, e *lease) {
 
 // giveBack runs on shard's actor for a hit of weight n that was counted in
 // the epoch start and is given back: into the key's lease, if it holds that
-// epoch still, without a round trip.
+// epoch still and has room under Lease, without a round trip.
 func (c *leases) giveBack(shard int, key string, start time.Time, n int64, now time.Time) bool {
 	e := c.shards[shard].m[key]
-	if e == nil || !e.start.Equal(start) || !now.Before(e.until) {
+	if e == nil || !e.start.Equal(start) || !now.Before(e.until) || e.tokens+n > c.most {
 		return false
 	}
 	e.tokens += n
@@ -244,22 +368,25 @@ func (c *leases) held(shard int, key string, now time.Time) int64 {
 
 // drop runs on shard's actor when key is reset: its lease was counted
 // before the reset, which the store has wiped, so its hits are not
-// answered; a lease still on its way is dropped when it arrives. It
-// returns the hits that waited for that lease: the caller decides them
-// once the reset is queued, so that they count after it.
+// answered, and no hit counted before it is given back into the new
+// lease; a lease still on its way is given back to the store when it
+// arrives, into an epoch that has ended. It returns the hits that waited
+// for that lease: the caller decides them once the reset is queued, so
+// that they count after it.
 func (c *leases) drop(shard int, key string) []*call {
-	e := c.shards[shard].m[key]
+	s := &c.shards[shard]
+	e := s.m[key]
 	if e == nil {
 		return nil
 	}
 	ws := e.waiting
-	e.gen++
-	e.tokens, e.size, e.asking, e.v, e.waiting = 0, 0, false, Verdict{}, nil
+	s.nextGen++
+	*e = lease{used: e.used, gen: s.nextGen}
 	return ws
 }
 
-// sweeper gives back, every LeaseIdle, the leases of keys idle for as long
-// (see sweep), until close.
+// sweeper runs sweep on every shard each LeaseIdle, until close or until
+// the pool has closed under it (a limiter never closed).
 func (c *leases) sweeper() {
 	defer close(c.swept)
 	t := time.NewTicker(LeaseIdle)
@@ -271,48 +398,59 @@ func (c *leases) sweeper() {
 		case <-t.C:
 			for shard := range c.shards {
 				// A full mailbox skips a round: the next one comes.
-				_ = c.l.pool.SendShard(shard, false, func(i int) { c.sweep(i, time.Now()) })
+				err := c.l.pool.SendShard(shard, false, func(i int) { c.sweep(i, time.Now()) })
+				if errors.Is(err, porch.ErrClosed) {
+					return
+				}
 			}
 		}
 	}
 }
 
-// sweep runs on shard's actor: every key idle since LeaseIdle before now
-// gives its lease's hits back to the store and is forgotten; a key whose
-// epoch has ended is forgotten with nothing to give back (the store would
-// ignore it: see store.SharedCounters.TakeBack).
+// sweep runs on shard's actor. A key idle since LeaseIdle before now gives
+// its lease's hits back to the store and is forgotten, and so is a key
+// whose trip for a lease seems lost; a lease past its until whose epoch
+// has not ended gives its hits back while the store still counts them in
+// it.
 func (c *leases) sweep(shard int, now time.Time) {
+	c.apply(shard)
 	s := &c.shards[shard]
 	for key, e := range s.m {
-		// A trip in flight is waited for, unless it is long lost (its
-		// answer found a full mailbox): forgotten, the key's answer is
-		// dropped, its hits counted and never answered, the safe side.
-		if idle := now.Sub(e.used); idle < LeaseIdle || (e.asking && idle < 10*LeaseIdle) {
+		if e.tokens > 0 && !now.Before(e.until) {
+			if now.Before(e.end) {
+				c.giveToStore(shard, key, e.start, e.tokens, c.l.takeBackDone)
+			}
+			e.tokens = 0
+		}
+		if e.asking || now.Sub(e.used) < LeaseIdle {
 			continue
 		}
 		delete(s.m, key)
-		if e.tokens > 0 && now.Before(e.until) {
-			c.giveToStore(shard, key, e, c.l.takeBackDone)
+		if e.tokens > 0 {
+			c.giveToStore(shard, key, e.start, e.tokens, c.l.takeBackDone)
 		}
-		c.redo(shard, e) // a lost trip's waiters: the key starts over
+		c.redo(shard, e)
 	}
 }
 
-// giveToStore sends e's unanswered hits back to the store, done getting
-// the outcome: the key's count goes down, so a refusal remembered for it
-// no longer holds.
-func (c *leases) giveToStore(shard int, key string, e *lease, done func(error)) {
+// giveToStore sends n hits counted in the epoch start back to the store,
+// done getting the outcome: the key's count goes down, so a refusal
+// remembered for it no longer holds.
+func (c *leases) giveToStore(shard int, key string, start time.Time, n int64, done func(error)) {
 	if c.refusals != nil {
 		c.refusals.forget(shard, key)
 	}
-	if err := c.st.TakeBack(key, e.start, e.tokens, done); err != nil {
+	if err := c.st.TakeBack(key, start, n, done); err != nil {
 		done(err)
 	}
 }
 
-// close stops the sweeper and gives every lease back, waiting until the
-// store has them or ctx ends: Close leaves exact counts in the store.
+// close stops new leases and the sweeper, gives every lease back, waits
+// for the trips still asking for one (their hits go back to the store as
+// they land), and then for the store to have them all, or for ctx: Close
+// leaves exact counts in the store.
 func (c *leases) close(ctx context.Context) error {
+	c.closing.Store(true)
 	c.closeOnce.Do(func() { close(c.stop) })
 	if c.started.Load() {
 		select {
@@ -322,7 +460,6 @@ func (c *leases) close(ctx context.Context) error {
 		}
 	}
 	var (
-		wg    sync.WaitGroup
 		mu    sync.Mutex
 		first error
 	)
@@ -335,35 +472,54 @@ func (c *leases) close(ctx context.Context) error {
 			mu.Unlock()
 		}
 	}
-	for shard := range c.shards {
-		wg.Add(1)
-		err := c.l.pool.SendShard(shard, true, func(i int) {
-			defer wg.Done()
-			s := &c.shards[i]
-			s.closed = true
-			now := time.Now()
-			for key, e := range s.m {
-				delete(s.m, key)
-				if e.tokens > 0 && now.Before(e.until) {
-					wg.Add(1)
-					c.giveToStore(i, key, e, func(err error) { record(err); wg.Done() })
+	// giveAll gives back every lease not still asking, on every shard,
+	// and reports whether the pool is open to do it again.
+	giveAll := func() bool {
+		var wg sync.WaitGroup
+		for shard := range c.shards {
+			wg.Add(1)
+			err := c.l.pool.SendShard(shard, true, func(i int) {
+				defer wg.Done()
+				c.apply(i)
+				s := &c.shards[i]
+				now := time.Now()
+				for key, e := range s.m {
+					if e.asking {
+						continue // given back as it lands
+					}
+					delete(s.m, key)
+					if e.tokens > 0 && now.Before(e.end) {
+						c.giveToStore(i, key, e.start, e.tokens, c.returned())
+					}
+					c.redo(i, e) // decided by the store, without a lease
 				}
-				c.redo(i, e) // decided by the store, without a lease
-			}
-		})
-		if err != nil {
-			wg.Done()
-			if err != porch.ErrClosed {
+			})
+			if err != nil {
+				wg.Done()
+				if errors.Is(err, porch.ErrClosed) {
+					wg.Wait()
+					return false // closed before the limiter: nothing left to run on
+				}
 				record(err)
 			}
 		}
+		wg.Wait()
+		return true
+	}
+	for open := giveAll(); open && c.inflight.Load() > 0; {
+		select {
+		case <-c.arrived:
+			open = giveAll()
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
+	go func() { c.returns.Wait(); close(done) }()
 	select {
 	case <-done:
-		return first
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+	return first
 }

@@ -59,6 +59,7 @@ func (c shared) close(ctx context.Context) error {
 func (c shared) hit(shard int, call *call) {
 	var now time.Time
 	if c.leases != nil {
+		c.leases.apply(shard)
 		now = time.Now()
 		if v, start, ok := c.leases.take(shard, call.key, call.n, now); ok {
 			call.start = start
@@ -130,8 +131,7 @@ func (c shared) trip(shard int, call *call, now time.Time) {
 	})
 	if err != nil {
 		if extra > 0 {
-			// Not queued: no trip is in flight, and no hit waits for one.
-			c.leases.shards[shard].m[key].asking = false
+			c.leases.unask(shard, key) // not queued: no trip is in flight
 		}
 		call.reply.Send(Verdict{}, err)
 	}
@@ -140,6 +140,7 @@ func (c shared) trip(shard int, call *call, now time.Time) {
 func (c shared) peek(shard int, key string, reply porch.Reply[Verdict]) {
 	var held int64 // hits this process's lease holds: counted, and still to answer
 	if c.leases != nil {
+		c.leases.apply(shard)
 		held = c.leases.held(shard, key, time.Now())
 	}
 	err := c.st.PeekHit(key, c.l.rule, func(h store.Hit, err error) {
@@ -167,6 +168,7 @@ func (c shared) reset(shard int, key string, answer func(error)) {
 	}
 	var waited []*call
 	if c.leases != nil {
+		c.leases.apply(shard)
 		waited = c.leases.drop(shard, key)
 	}
 	if err := c.st.ResetHit(key, answer); err != nil {
@@ -180,6 +182,9 @@ func (c shared) reset(shard int, key string, answer func(error)) {
 func (c shared) takeBack(shard int, key string, start time.Time, n int64) {
 	if c.cache != nil {
 		c.cache.forget(shard, key)
+	}
+	if c.leases != nil {
+		c.leases.apply(shard)
 	}
 	if c.leases != nil && c.leases.giveBack(shard, key, start, n, time.Now()) {
 		return // back in the key's lease: counted still, answered again from it

@@ -1,0 +1,253 @@
+package rate_test
+
+// Hostile review of Options.Lease: store faults mid-lease. These held.
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/http"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/writeonce/porch-go/internal/pgtest"
+	"github.com/writeonce/porch-go/internal/redistest"
+	"github.com/writeonce/porch-go/porch"
+	"github.com/writeonce/porch-go/porch/rate"
+	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/redis"
+)
+
+// failClosed checks a hit's outcome: an error with a zero verdict, or a verdict.
+func failClosed(t *testing.T, name string, o outcome) {
+	t.Helper()
+	if o.err != nil && o.v != (rate.Verdict{}) {
+		t.Errorf("%s: a verdict %+v beside the error %v", name, o.v, o.err)
+	}
+	t.Logf("%s: allowed=%v err=%v", name, o.v.Allowed, o.err)
+}
+
+func within(t *testing.T, name string, ch chan outcome, d time.Duration) outcome {
+	t.Helper()
+	select {
+	case o := <-ch:
+		return o
+	case <-time.After(d):
+		t.Fatalf("%s: no answer within %s", name, d)
+	}
+	return outcome{}
+}
+
+// The committer's backend is terminated while a lease trip waits on a lock,
+// with a hit waiting for that trip: both are answered (error or verdict,
+// never both), and the key is decided again afterwards.
+func TestLeaseTripBackendTerminatedFailsClosed(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	_, _, lim := leasePG(t, dsn, porch.PoolOptions{}, 1000, time.Hour, rate.Options{Name: "terminated", Lease: 8})
+	for range 3 {
+		mustAllow(t, lim, "ann")
+	}
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `LOCK TABLE porch_rate_counters IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	a := goAllow(lim, ctx, "ann")
+	time.Sleep(50 * time.Millisecond)
+	b := goAllow(lim, ctx, "ann")
+	time.Sleep(100 * time.Millisecond)
+	var n int
+	// Only the backends blocked by this test's own lock.
+	if err := tx.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+		WHERE pg_backend_pid() = ANY(pg_blocking_pids(pid))`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("terminated %d backends", n)
+	tx.Rollback(ctx)
+	failClosed(t, "trip", within(t, "trip", a, 10*time.Second))
+	failClosed(t, "waiter", within(t, "waiter", b, 10*time.Second))
+	var v rate.Verdict
+	for range 5 {
+		if v, err = lim.Allow(ctx, "ann"); err == nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil || !v.Allowed {
+		t.Fatalf("after the fault: %+v, %v", v, err)
+	}
+	closeLimiter(t, lim)
+}
+
+// Redis paused with a lease trip in flight and a hit waiting for it, then
+// killed: both are answered (no hang), fail closed; after a restart the key
+// is decided again.
+func TestLeaseTripRedisKilledFailsClosed(t *testing.T) {
+	srv := redistest.StartServer(t)
+	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr, MaxRetries: -1})
+	t.Cleanup(func() { c.Close() })
+	ctx := context.Background()
+	st, err := redis.Open(ctx, c, redis.Options{Prefix: "review:", Options: store.Options{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim := limiterOn(t, st, 1000, time.Hour, rate.Options{Name: "killed", Lease: 8, Algorithm: rate.SlidingWindow})
+	for range 3 {
+		mustAllow(t, lim, "ann")
+	}
+	srv.Pause()
+	a := goAllow(lim, ctx, "ann")
+	time.Sleep(50 * time.Millisecond)
+	b := goAllow(lim, ctx, "ann")
+	time.Sleep(50 * time.Millisecond)
+	srv.Resume()
+	srv.Kill9()
+	failClosed(t, "trip", within(t, "trip", a, 15*time.Second))
+	failClosed(t, "waiter", within(t, "waiter", b, 15*time.Second))
+	srv.Restart()
+	var v rate.Verdict
+	for range 20 {
+		if v, err = lim.Allow(ctx, "ann"); err == nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil || !v.Allowed {
+		t.Fatalf("after the restart: %+v, %v", v, err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := lim.Close(cctx); err != nil {
+		t.Logf("close: %v", err)
+	}
+}
+
+// Two leased instances, weighted hits on a few keys, short fixed windows,
+// peeks alongside, under -race: no window serves past its limit, nothing
+// hangs. This held.
+func TestLeaseWeightedShortWindowsNeverOverLimit(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	const limit, window = 50, 300 * time.Millisecond
+	opt := rate.Options{Name: "stress", Lease: 16}
+	var lims []*rate.Limiter
+	for range 2 {
+		_, _, lim := leasePG(t, dsn, porch.PoolOptions{Size: 4, Mailbox: 64}, limit, window, opt)
+		lims = append(lims, lim)
+	}
+	type win struct {
+		key string
+		end int64
+	}
+	var mu sync.Mutex
+	served := map[win]int64{}
+	keys := []string{"a", "b", "c"}
+	stop := time.Now().Add(2 * time.Second)
+	var wg sync.WaitGroup
+	for i, lim := range lims {
+		for g := range 6 {
+			wg.Go(func() {
+				for j := 0; time.Now().Before(stop); j++ {
+					key, n := keys[(g+j)%len(keys)], 1+(i+g+j)%3
+					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+					v, err := lim.AllowN(ctx, key, n)
+					cancel()
+					if err != nil {
+						if errors.Is(err, context.DeadlineExceeded) {
+							t.Errorf("AllowN hung: %v", err)
+							return
+						}
+						continue // saturated: fail closed
+					}
+					if v.Allowed {
+						mu.Lock()
+						served[win{key, v.ResetAt.UnixMilli()}] += int64(n)
+						mu.Unlock()
+					}
+					if j%10 == 0 {
+						lim.Peek(context.Background(), key)
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	// A fixed window's verdicts share its end, read on two clocks: ends
+	// within 50 ms of each other are one window (windows are 300 ms apart).
+	merged := map[win]int64{}
+	for w, n := range served {
+		w.end = (w.end + 50) / 100 // windows end ~300 ms apart; jitter is a few ms
+		merged[w] += n
+	}
+	for w, n := range merged {
+		if n > limit {
+			t.Errorf("key %s, window ending ~%d00 ms: served %d, over the limit of %d", w.key, w.end, n, limit)
+		}
+	}
+	t.Logf("%d windows", len(merged))
+	for _, lim := range lims {
+		closeLimiter(t, lim)
+	}
+}
+
+// LOW: a leased limiter's sweeper outlives its pool when Close is skipped
+// (before leases, a shared limiter's Close only released its policy and
+// nothing ran in the background): it ticks every LeaseIdle forever,
+// SendShard failing with ErrClosed, and pins the limiter. It could exit on
+// ErrClosed.
+func TestLeaseSweeperEndsWithItsPool(t *testing.T) {
+	sweepers := func() int {
+		buf := make([]byte, 1<<22)
+		return bytes.Count(buf[:runtime.Stack(buf, true)], []byte("rate.(*leases).sweeper"))
+	}
+	before := sweepers()
+	dsn := pgtest.DSN(t)
+	_, pool, lim := leasePG(t, dsn, porch.PoolOptions{}, 10, time.Minute, rate.Options{Name: "leak", Lease: 4})
+	mustAllow(t, lim, "ann")
+	pool.Close(context.Background())
+	time.Sleep(3 * rate.LeaseIdle)
+	if n := sweepers() - before; n > 0 {
+		t.Errorf("%d lease sweeper goroutine(s) still running after the pool closed", n)
+	}
+	closeLimiter(t, lim) // now it exits
+}
+
+// rate.All of two leased limiters: the tighter one refuses, the looser
+// one's hits are given back into its lease; after Close both hold exactly
+// the requests served. This held.
+func TestLeasedSetExactAfterClose(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	_, _, loose := leasePG(t, dsn, porch.PoolOptions{}, 1000, time.Hour, rate.Options{Name: "loose", Lease: 16, KeyFunc: byUser})
+	_, _, tight := leasePG(t, dsn, porch.PoolOptions{}, 30, time.Hour, rate.Options{Name: "tight", Lease: 16, KeyFunc: byUser})
+	_, pl := openShared(t, dsn, 1000, time.Hour, rate.Options{Name: "loose"})
+	_, pt := openShared(t, dsn, 30, time.Hour, rate.Options{Name: "tight"})
+	h := rate.All(loose, tight).Handler(&login{})
+	served := 0
+	for range 100 {
+		res, _ := serve(h, attempt("ann", false))
+		if res.StatusCode != http.StatusTooManyRequests {
+			served++
+		}
+	}
+	closeLimiter(t, loose)
+	closeLimiter(t, tight)
+	if served != 30 {
+		t.Errorf("served %d, want 30", served)
+	}
+	if l, tt := stored(t, pl, 1000, "ann"), stored(t, pt, 30, "ann"); l != int64(served) || tt != int64(served) {
+		t.Errorf("after Close: loose holds %d, tight %d; want %d each", l, tt, served)
+	}
+}
