@@ -22,5 +22,7 @@
 // connection bounds, drain and 404/405/HEAD, and algorithm: issue 16's
 // -rate-algorithm sliding and gcra, with pgalgorithm on PostgreSQL, and
 // redis: issue 17's counters on Redis, one server or a cluster, with
-// internal/redistest's server under PORCH_TEST_REDIS or PORCH_REQUIRE_REDIS).
+// internal/redistest's server under PORCH_TEST_REDIS or PORCH_REQUIRE_REDIS,
+// and lease: -rate-lease, two instances on PostgreSQL and on Redis, stopped
+// by SIGTERM or kill -9).
 package acceptance

@@ -26,6 +26,19 @@
 // with neither, is refused with one line and exit status 2.
 //
 //	go run ./sample/storefront -redis redis://127.0.0.1:6379/0 -postgres postgres://…
+//
+// With -rate-lease N on a shared store (-postgres, -redis or
+// -redis-cluster) the limiter counts a busy client's hits up to N ahead in
+// the store and answers them from memory (rate.Options.Lease): never over
+// -rate-limit, given back when the client idles and on SIGTERM, at most N
+// over-counted per client by a kill -9, and meanwhile another instance may
+// refuse a request the count would have allowed. It applies to the general
+// limiter, not to /login's. A negative N, N over rate.MaxLimit, N with
+// -rate-algorithm gcra, or N on SQLite alone (no -postgres, -redis or
+// -redis-cluster) is refused with one line and exit status 2; -rate-lease 0,
+// the default, is every hit decided by the store.
+//
+//	go run ./sample/storefront -postgres postgres://… -rate-lease 16
 package main
 
 import (
@@ -58,6 +71,7 @@ type config struct {
 	rateWindow     time.Duration
 	rateAlgorithm  rate.Algorithm
 	rateBurst      int
+	rateLease      int           // rate.Options.Lease of the general limiter (see shop.go)
 	loginLimit     int           // POST /login: failed attempts per user and address (login.go)
 	loginWindow    time.Duration // … per this window
 	trustProxy     bool
@@ -100,6 +114,7 @@ func parseFlags(args []string) (config, error) {
 	// with the whole usage, and a start-up error is one line.
 	fs.StringVar(&algorithm, "rate-algorithm", "fixed", "how requests are counted against -rate-limit per -rate-window: fixed, sliding or gcra")
 	fs.IntVar(&c.rateBurst, "rate-burst", 0, "with -rate-algorithm gcra: requests allowed at once on top of the steady rate (0: -rate-limit)")
+	fs.IntVar(&c.rateLease, "rate-lease", 0, "with -postgres, -redis or -redis-cluster, and -rate-algorithm fixed or sliding: hits a busy client's store trip may count ahead, answered later from memory (0: every hit is decided by the store); see rate.Options.Lease")
 	fs.IntVar(&c.loginLimit, "login-limit", 5, "POST /login: failed attempts allowed per user and client address per -login-window (successes are not counted)")
 	fs.DurationVar(&c.loginWindow, "login-window", 15*time.Minute, "POST /login: the failed-attempts window (a fixed window)")
 	fs.IntVar(&c.rateWriteAhead, "rate-write-ahead", 0, "how far a stored count may run ahead of the true one (0: rate.DefaultWriteAhead; negative: write every hit exactly)")
@@ -146,6 +161,22 @@ func parseFlags(args []string) (config, error) {
 		// Even -rate-burst 0: a burst asked of an algorithm without one is
 		// a mistake in the command line, not a default.
 		return c, fmt.Errorf("-rate-burst is for -rate-algorithm gcra only, got -rate-burst %d with %s", c.rateBurst, c.rateAlgorithm)
+	}
+	// -rate-lease 0 is accepted anywhere: it asks for what every store
+	// does without the flag, unlike -rate-burst 0, which asks for a burst.
+	switch {
+	case c.rateLease < 0:
+		return c, fmt.Errorf("-rate-lease must not be negative, got %d", c.rateLease)
+	case c.rateLease > rate.MaxLimit:
+		return c, fmt.Errorf("-rate-lease must be at most %d, got %d", rate.MaxLimit, c.rateLease)
+	case c.rateLease > 0 && c.rateAlgorithm == rate.GCRA:
+		// rate.New would panic: a token bucket would see a lease's hits,
+		// answered after the store counted them, as a burst.
+		return c, fmt.Errorf("-rate-lease is for -rate-algorithm fixed or sliding, got -rate-lease %d with gcra", c.rateLease)
+	case c.rateLease > 0 && c.postgres == "" && !c.redis.enabled():
+		// SQLite would ignore it: its limiter counts in memory already,
+		// -rate-write-ahead ahead of the file.
+		return c, fmt.Errorf("-rate-lease needs -postgres, -redis or -redis-cluster: on SQLite the limiter already counts in memory (see -rate-write-ahead)")
 	}
 	switch {
 	case c.rateLimit < 1:

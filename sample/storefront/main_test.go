@@ -19,13 +19,23 @@ func TestParseFlagsRateAlgorithm(t *testing.T) {
 		args  []string
 		alg   rate.Algorithm
 		burst int
+		lease int
 	}{
-		{nil, rate.FixedWindow, 0},
-		{[]string{"-rate-algorithm", "fixed"}, rate.FixedWindow, 0},
-		{[]string{"-rate-algorithm", "sliding"}, rate.SlidingWindow, 0},
-		{[]string{"-rate-algorithm=gcra"}, rate.GCRA, 0},
-		{[]string{"-rate-algorithm", "gcra", "-rate-burst", "0"}, rate.GCRA, 0},
-		{[]string{"-rate-burst", "7", "-rate-algorithm", "gcra"}, rate.GCRA, 7},
+		{nil, rate.FixedWindow, 0, 0},
+		{[]string{"-rate-algorithm", "fixed"}, rate.FixedWindow, 0, 0},
+		{[]string{"-rate-algorithm", "sliding"}, rate.SlidingWindow, 0, 0},
+		{[]string{"-rate-algorithm=gcra"}, rate.GCRA, 0, 0},
+		{[]string{"-rate-algorithm", "gcra", "-rate-burst", "0"}, rate.GCRA, 0, 0},
+		{[]string{"-rate-burst", "7", "-rate-algorithm", "gcra"}, rate.GCRA, 7, 0},
+		// -rate-lease on each shared store, with fixed and sliding.
+		{[]string{"-postgres", testDSN, "-rate-lease", "16"}, rate.FixedWindow, 0, 16},
+		{[]string{"-rate-lease=1", "-redis", "redis://127.0.0.1:6379/0", "-rate-algorithm", "sliding"}, rate.SlidingWindow, 0, 1},
+		{[]string{"-redis-cluster", "127.0.0.1:7000", "-rate-lease", "8"}, rate.FixedWindow, 0, 8},
+		{[]string{"-postgres", testDSN, "-redis", "redis://127.0.0.1:6379/0", "-rate-lease", "4"}, rate.FixedWindow, 0, 4},
+		{[]string{"-postgres", testDSN, "-rate-lease", "1099511627776"}, rate.FixedWindow, 0, rate.MaxLimit},
+		// -rate-lease 0 is off, the default, wherever it is given.
+		{[]string{"-rate-lease", "0"}, rate.FixedWindow, 0, 0},
+		{[]string{"-rate-algorithm", "gcra", "-rate-lease=0"}, rate.GCRA, 0, 0},
 	}
 	for _, tt := range tests {
 		c, err := parseFlags(tt.args)
@@ -33,11 +43,16 @@ func TestParseFlagsRateAlgorithm(t *testing.T) {
 			t.Errorf("parseFlags(%q): %v", tt.args, err)
 			continue
 		}
-		if c.rateAlgorithm != tt.alg || c.rateBurst != tt.burst {
-			t.Errorf("parseFlags(%q): got %s burst %d, want %s burst %d", tt.args, c.rateAlgorithm, c.rateBurst, tt.alg, tt.burst)
+		if c.rateAlgorithm != tt.alg || c.rateBurst != tt.burst || c.rateLease != tt.lease {
+			t.Errorf("parseFlags(%q): got %s burst %d lease %d, want %s burst %d lease %d",
+				tt.args, c.rateAlgorithm, c.rateBurst, c.rateLease, tt.alg, tt.burst, tt.lease)
 		}
 	}
 }
+
+// testDSN is a -postgres DSN for command lines parsed, never dialled: a
+// refused one exits before connecting.
+const testDSN = "postgres://porch@127.0.0.1:1/none?sslmode=disable"
 
 // flagErrors are command lines the storefront refuses at start-up, each
 // with the one line it must print.
@@ -55,6 +70,13 @@ var flagErrors = []struct {
 	{[]string{"-rate-algorithm", "gcra", "-rate-burst", "-1"}, `-rate-burst must not be negative, got -1`},
 	{[]string{"-rate-burst", "-3"}, `-rate-burst must not be negative, got -3`},
 	{[]string{"-rate-limit", "0"}, `-rate-limit must be at least 1, got 0`},
+	{[]string{"-rate-lease", "-1"}, `-rate-lease must not be negative, got -1`},
+	{[]string{"-postgres", testDSN, "-rate-lease", "-16"}, `-rate-lease must not be negative, got -16`},
+	{[]string{"-postgres", testDSN, "-rate-lease", "1099511627777"}, `-rate-lease must be at most 1099511627776, got 1099511627777`},
+	{[]string{"-postgres", testDSN, "-rate-algorithm", "gcra", "-rate-lease", "16"}, `-rate-lease is for -rate-algorithm fixed or sliding, got -rate-lease 16 with gcra`},
+	{[]string{"-redis", "redis://127.0.0.1:6379/0", "-rate-algorithm", "gcra", "-rate-burst", "5", "-rate-lease", "1"}, `-rate-lease is for -rate-algorithm fixed or sliding, got -rate-lease 1 with gcra`},
+	{[]string{"-rate-lease", "16"}, `-rate-lease needs -postgres, -redis or -redis-cluster: on SQLite the limiter already counts in memory (see -rate-write-ahead)`},
+	{[]string{"-rate-algorithm", "sliding", "-rate-lease=1"}, `-rate-lease needs -postgres, -redis or -redis-cluster: on SQLite the limiter already counts in memory (see -rate-write-ahead)`},
 	{[]string{"-redis", "redis://127.0.0.1:6379/0", "-redis-cluster", "127.0.0.1:7000"}, `-redis and -redis-cluster are exclusive: give one server's URL or the cluster's seed nodes`},
 	{[]string{"-redis-require-durable"}, `-redis-require-durable needs -redis or -redis-cluster`},
 	{[]string{"-redis-prefix", "shop:"}, `-redis-prefix needs -redis or -redis-cluster`},

@@ -86,9 +86,14 @@ func newShop(cfg config, m *prom.Metrics) (*porch.App, error) {
 	// Closers run in reverse: the limiter's exact counts, then the pool's
 	// last jobs, then the stores, which flush what they wrote.
 	app.OnShutdown(pool.Close)
+	// -rate-lease is the general limiter's only: a busy client's requests
+	// are what a lease saves round trips on. The login limiter's keys see
+	// a few failures per window, never busy enough to lease, and a lease
+	// there would only let one instance's unanswered attempts refuse a
+	// login on another.
 	lim, err := rate.New(pool, st.counters, cfg.rateLimit, cfg.rateWindow,
 		rate.Options{TrustProxy: cfg.trustProxy, WriteAhead: cfg.rateWriteAhead, Observer: rateObs,
-			Algorithm: cfg.rateAlgorithm, Burst: cfg.rateBurst})
+			Algorithm: cfg.rateAlgorithm, Burst: cfg.rateBurst, Lease: cfg.rateLease})
 	if err != nil {
 		app.Close(context.Background())
 		return nil, err
