@@ -13,6 +13,9 @@ type boundWrite struct {
 	mu      sync.Mutex // protects the fields below
 	settled bool
 	err     error
+	// first is the first waiter, kept apart from the rest: most writes
+	// have one (the hit that queued it), which then costs no slice.
+	first   func(error)
 	waiters []func(error)
 }
 
@@ -21,7 +24,11 @@ type boundWrite struct {
 func (b *boundWrite) wait(fn func(error)) {
 	b.mu.Lock()
 	if !b.settled {
-		b.waiters = append(b.waiters, fn)
+		if b.first == nil {
+			b.first = fn
+		} else {
+			b.waiters = append(b.waiters, fn)
+		}
 		b.mu.Unlock()
 		return
 	}
@@ -37,14 +44,17 @@ func (b *boundWrite) state() (durable, failed bool) {
 	return b.settled && b.err == nil, b.settled && b.err != nil
 }
 
-// settle records the outcome and answers every waiter. The committer calls
-// it once.
+// settle records the outcome and answers every waiter, in the order they
+// waited. The committer calls it once.
 func (b *boundWrite) settle(err error) {
 	b.mu.Lock()
 	b.settled, b.err = true, err
-	waiters := b.waiters
-	b.waiters = nil
+	first, waiters := b.first, b.waiters
+	b.first, b.waiters = nil, nil
 	b.mu.Unlock()
+	if first != nil {
+		first(err)
+	}
 	for _, fn := range waiters {
 		fn(err)
 	}

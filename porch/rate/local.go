@@ -64,17 +64,18 @@ func (c *local) hit(shard int, call *call) {
 			w.pending, w.pendingAt = nil, 0 // its waiters got the error; write again
 		}
 	}
-	reply := call.reply
 	switch {
 	case w.count <= w.durable:
-		reply.Send(verdict, nil) // the common case: no write, no wait
+		call.reply.Send(verdict, nil) // the common case: no write, no wait
 		if c.hot(w, most) {
 			c.writeAhead(key, &w, most, nil)
 		}
 	case w.pending != nil && w.count <= w.pendingAt:
-		w.pending.wait(func(err error) { sendVerdict(reply, verdict, err) })
+		call.verdict = verdict
+		w.pending.wait(call.answer)
 	default:
-		c.writeAhead(key, &w, most, func(err error) { sendVerdict(reply, verdict, err) })
+		call.verdict = verdict
+		c.writeAhead(key, &w, most, call.answer)
 	}
 	v.counts[key] = w
 }

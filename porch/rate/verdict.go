@@ -115,7 +115,7 @@ func (l *Limiter) await(ctx context.Context, c *call) (Verdict, time.Time, error
 	// A nil error is the actor's answer, never ctx's: the reply has been
 	// sent and received, so nothing else can write to the call.
 	start := c.start
-	c.key, c.start = "", time.Time{}
+	c.key, c.start, c.verdict = "", time.Time{}, Verdict{}
 	l.calls.Put(c)
 	return v, start, nil
 }
@@ -131,12 +131,17 @@ type call struct {
 	start time.Time // the window the hit was counted in: the store's timeline (exclusive) or the database's clock (shared)
 	reply porch.Reply[Verdict]
 	run   func(shard int) // the job, bound once to this call
+	// verdict is what answer sends once the write the hit waits on
+	// settles (local counting): set on the actor before it waits.
+	verdict Verdict
+	answer  func(error) // bound once to this call, so that a hit waiting on a write allocates no waiter
 }
 
 // newCall is Limiter.calls' New.
 func (l *Limiter) newCall() any {
 	c := &call{reply: porch.NewReply[Verdict]()}
 	c.run = func(shard int) { l.counting.hit(shard, c) }
+	c.answer = func(err error) { sendVerdict(c.reply, c.verdict, err) }
 	return c
 }
 
