@@ -50,9 +50,13 @@ type Store struct {
 	// committer touches them.
 	appDeadline time.Time
 	appRan      bool
-	refusal     string        // why authorize refused the statement being prepared, if it did
-	claims      policy.Claims // the rate policies this process counts under
-	jr          journal       // the hit journal's bookkeeping; see journal.go
+	// isolate runs applications' statements each in a savepoint: set once
+	// a pass of the batch has had one fail (see applyBare). Only the
+	// committer touches it.
+	isolate bool
+	refusal string        // why authorize refused the statement being prepared, if it did
+	claims  policy.Claims // the rate policies this process counts under
+	jr      journal       // the hit journal's bookkeeping; see journal.go
 	// responsesDue is when (store ms) a stored response may first have
 	// expired, so that a commit before it skips the responses prune; see
 	// pruneResponses. Only the committer touches it, after open.

@@ -25,7 +25,7 @@ type Op struct {
 	Counter  *store.Counter
 	Response *store.Response
 	// Owner is the statements an idempotency owner ran through
-	// Reservation.Exec; they commit with Response, in one savepoint.
+	// Reservation.Exec; they commit with Response, or neither does.
 	Owner  []Statement
 	Delete *Deletion
 	Hit    *Hit
