@@ -374,8 +374,13 @@ func (r *reservation) Save(ctx context.Context, res store.Response, ttl time.Dur
 	// owner's Load must read it.
 	r.s.stored.add(r.key, res.Expires.UnixMilli(), res.Created.UnixMilli())
 	// Not bounded by ctx: waiting less would not undo the write, and the
-	// owner must know whether its response is stored.
-	return r.s.c.Do(context.WithoutCancel(ctx), commit.Op{Response: &res, Owner: owner})
+	// owner must know whether its response is stored. (idem passes a
+	// context that cannot end already: wrapping it again cost an
+	// allocation a request.)
+	if ctx.Done() != nil {
+		ctx = context.WithoutCancel(ctx)
+	}
+	return r.s.c.Do(ctx, commit.Op{Response: &res, Owner: owner})
 }
 
 func (r *reservation) Release() {
