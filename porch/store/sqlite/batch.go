@@ -12,7 +12,6 @@ import (
 
 	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/internal/commit"
-	"github.com/writeonce/porch-go/porch/store/internal/header"
 )
 
 // writeBatch runs on the committer goroutine: one IMMEDIATE transaction for
@@ -88,10 +87,18 @@ func (s *Store) writeBatchOnce(batch []commit.Op) (err error) {
 			s.seen[c.Key] = i
 		}
 	}
-	for i := range batch {
+	for i := 0; i < len(batch); {
+		if j := plainResponses(batch, i); j > i {
+			if err := s.upsertRun(batch[i:j]); err != nil {
+				return err
+			}
+			i = j
+			continue
+		}
 		if err := s.apply(ctx, batch, i); err != nil {
 			return err
 		}
+		i++
 	}
 	if err := s.cleanJournal(ctx); err != nil {
 		return err
@@ -108,6 +115,18 @@ func (s *Store) writeBatchOnce(batch []commit.Op) (err error) {
 		s.ckpt.poke()
 	}
 	return nil
+}
+
+// plainResponses returns the end of the run of plain responses (no
+// owner's statements) that starts at batch[i], or i if there is none: a
+// run is written in one call on the driver's connection (see
+// responseRows), in the batch's order, since nothing else is between them.
+func plainResponses(batch []commit.Op, i int) int {
+	j := i
+	for j < len(batch) && batch[j].Response != nil && len(batch[j].Owner) == 0 && !batch[j].Dropped {
+		j++
+	}
+	return j
 }
 
 func (s *Store) apply(ctx context.Context, batch []commit.Op, i int) error {
@@ -152,9 +171,7 @@ func (s *Store) apply(ctx context.Context, batch []commit.Op, i int) error {
 		}
 		batch[i].Failed = ownErr
 	case o.Response != nil:
-		if err := s.upsertResponse(ctx, o.Response); err != nil {
-			return err
-		}
+		return s.upsertResponse(o.Response)
 	case o.Delete != nil:
 		if _, err := s.stmts.deleteResponse.ExecContext(ctx, o.Delete.Key, o.Delete.Now); err != nil {
 			return fmt.Errorf("sqlite: delete response: %w", err)
@@ -188,19 +205,6 @@ func (s *Store) apply(ctx context.Context, batch []commit.Op, i int) error {
 	case o.Probe:
 		return s.writeProbe(ctx)
 	}
-	return nil
-}
-
-func (s *Store) upsertResponse(ctx context.Context, r *store.Response) error {
-	body := r.Body
-	if body == nil {
-		body = []byte{} // an empty response (a 204) is a value, not NULL
-	}
-	if _, err := s.stmts.upsertResponse.ExecContext(ctx, r.Key, r.Digest, r.Status, r.ContentType, body,
-		r.Created.UnixMilli(), r.Expires.UnixMilli(), header.Encode(r.Header)); err != nil {
-		return fmt.Errorf("sqlite: save response: %w", err)
-	}
-	s.savedDue = min(s.savedDue, r.Expires.UnixMilli()) // due from this batch's commit on
 	return nil
 }
 
@@ -273,7 +277,7 @@ func (s *Store) applyOwner(ctx context.Context, o commit.Op) error {
 			return fmt.Errorf("sqlite: owner's write: %w", err)
 		}
 	}
-	return s.upsertResponse(ctx, o.Response)
+	return s.upsertResponse(o.Response)
 }
 
 // ownersFault tells a statement that failed because of what it says (a

@@ -63,11 +63,12 @@ type Store struct {
 	responsesDue int64
 	savedDue     int64      // the earliest expiry saved by the batch being written
 	stored       storedKeys // keys that may have a live response; see stored.go
+	rows         responseRows
 }
 
 type preparedStmts struct {
-	upsertResponse, deleteResponse, pruneResponses *sql.Stmt // on the writer
-	loadResponse                                   *sql.Stmt // on the reader pool
+	deleteResponse, pruneResponses *sql.Stmt // on the writer (responses are upserted by rows)
+	loadResponse                   *sql.Stmt // on the reader pool
 }
 
 var (
@@ -136,7 +137,7 @@ func (s *Store) init(ctx context.Context) error {
 			return fmt.Errorf("unexpected driver connection %T", dc)
 		}
 		c.RegisterAuthorizer(s.authorize)
-		return nil
+		return s.rows.prepare(s, c)
 	}); err != nil {
 		return fmt.Errorf("sqlite: writer connection: %w", err)
 	}
@@ -161,7 +162,6 @@ func (s *Store) init(ctx context.Context) error {
 		dst **sql.Stmt
 		sql string
 	}{
-		{&s.stmts.upsertResponse, sqlUpsertResponse},
 		{&s.stmts.deleteResponse, sqlDeleteExpiredResponse},
 		{&s.stmts.pruneResponses, sqlPruneResponses},
 	} {
