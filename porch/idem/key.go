@@ -22,11 +22,12 @@ var (
 	errKeyQuoted   = errors.New("the Idempotency-Key is a malformed quoted string")
 )
 
-// parseKey reads the Idempotency-Key of r, in the header name. The draft makes it a
+// parseKey reads the Idempotency-Key of r, in the header name, which must
+// be canonical (as net/http keys r.Header). The draft makes it a
 // structured-field string ("abc"); many clients send it bare (abc), so both
 // are accepted and mean the same key.
 func parseKey(r *http.Request, name string) (string, error) {
-	vals := r.Header.Values(name)
+	vals := r.Header[name] // name is canonical (headerNames): Values would canonicalize it again
 	switch len(vals) {
 	case 0:
 		return "", errKeyMissing

@@ -3,10 +3,8 @@ package idem
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -352,33 +350,6 @@ func (m *Keys) stores(status int) bool {
 // response, which idempotency needs: nothing may reach the client before the
 // response is durable.
 func (m *Keys) Handler(next http.Handler) http.Handler { return porch.Adapt(m)(next) }
-
-// digest reads the body (restoring it for the handler) and hashes method,
-// path with query, and the body's fingerprint.
-func (m *Keys) digest(r *http.Request) ([]byte, *porch.Response) {
-	body, err := io.ReadAll(io.LimitReader(r.Body, m.opt.MaxBody+1))
-	if err != nil {
-		return nil, m.problem(ProblemBodyUnreadable, http.StatusBadRequest, "Unreadable body", err.Error())
-	}
-	if int64(len(body)) > m.opt.MaxBody {
-		return nil, m.problem(ProblemBodyTooLarge, http.StatusRequestEntityTooLarge, "Body too large",
-			fmt.Sprintf("an idempotent request body may be at most %d bytes", m.opt.MaxBody))
-	}
-	r.Body = io.NopCloser(bytes.NewReader(body))
-	fp := body
-	if m.opt.Fingerprint != nil {
-		if fp, err = m.opt.Fingerprint(body); err != nil {
-			return nil, m.problem(ProblemBodyInvalid, http.StatusBadRequest, "Invalid body", err.Error())
-		}
-	}
-	h := sha256.New()
-	io.WriteString(h, r.Method)
-	h.Write([]byte{0})
-	io.WriteString(h, r.URL.RequestURI())
-	h.Write([]byte{0})
-	h.Write(fp)
-	return h.Sum(nil), nil
-}
 
 // scope makes the lookup key: the key under the principal, or under the
 // client's address when there is none, so that no client can ever read

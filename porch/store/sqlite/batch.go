@@ -12,7 +12,6 @@ import (
 
 	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/internal/commit"
-	"github.com/writeonce/porch-go/porch/store/internal/header"
 )
 
 // writeBatch runs on the committer goroutine: one IMMEDIATE transaction for
@@ -29,7 +28,8 @@ func (s *Store) writeBatch(batch []commit.Op) error {
 	if b := s.execBudget(); b > 0 {
 		s.appDeadline = time.Now().Add(b)
 	}
-	s.appRan = false // across passes: a pass written again must not run another owner first
+	s.appRan = false  // across passes: a pass written again must not run another owner first
+	s.isolate = false // the first pass runs applications' statements bare; see apply
 	for range len(batch) + 1 {
 		for i := range batch {
 			batch[i].Deferred = false // each pass decides afresh
@@ -46,6 +46,7 @@ func (s *Store) writeBatch(batch []commit.Op) error {
 			}
 		}
 		batch[ab.index].Failed = ab.err
+		s.isolate = true // a batch that had one failure may have more: one more pass each is enough
 	}
 	return errors.New("sqlite: batch aborted by every write in it") // unreachable: each pass drops one
 }
@@ -86,10 +87,18 @@ func (s *Store) writeBatchOnce(batch []commit.Op) (err error) {
 			s.seen[c.Key] = i
 		}
 	}
-	for i := range batch {
+	for i := 0; i < len(batch); {
+		if j := plainResponses(batch, i); j > i {
+			if err := s.upsertRun(batch[i:j]); err != nil {
+				return err
+			}
+			i = j
+			continue
+		}
 		if err := s.apply(ctx, batch, i); err != nil {
 			return err
 		}
+		i++
 	}
 	if err := s.cleanJournal(ctx); err != nil {
 		return err
@@ -106,6 +115,18 @@ func (s *Store) writeBatchOnce(batch []commit.Op) (err error) {
 		s.ckpt.poke()
 	}
 	return nil
+}
+
+// plainResponses returns the end of the run of plain responses (no
+// owner's statements) that starts at batch[i], or i if there is none: a
+// run is written in one call on the driver's connection (see
+// responseRows), in the batch's order, since nothing else is between them.
+func plainResponses(batch []commit.Op, i int) int {
+	j := i
+	for j < len(batch) && batch[j].Response != nil && len(batch[j].Owner) == 0 && !batch[j].Dropped {
+		j++
+	}
+	return j
 }
 
 func (s *Store) apply(ctx context.Context, batch []commit.Op, i int) error {
@@ -127,6 +148,9 @@ func (s *Store) apply(ctx context.Context, batch []commit.Op, i int) error {
 			batch[i].Deferred = true
 			return nil
 		}
+		if !s.isolate {
+			return s.applyBare(i, s.applyOwner(ctx, o), func(err error) bool { return errors.Is(err, store.ErrWriteFailed) }, "save response")
+		}
 		ownErr, txErr := s.inSavepoint(ctx, func() error { return s.applyOwner(ctx, o) })
 		if errors.Is(txErr, errTxGone) {
 			if errors.Is(ownErr, store.ErrWriteFailed) {
@@ -147,9 +171,7 @@ func (s *Store) apply(ctx context.Context, batch []commit.Op, i int) error {
 		}
 		batch[i].Failed = ownErr
 	case o.Response != nil:
-		if err := s.upsertResponse(ctx, o.Response); err != nil {
-			return err
-		}
+		return s.upsertResponse(o.Response)
 	case o.Delete != nil:
 		if _, err := s.stmts.deleteResponse.ExecContext(ctx, o.Delete.Key, o.Delete.Now); err != nil {
 			return fmt.Errorf("sqlite: delete response: %w", err)
@@ -159,11 +181,17 @@ func (s *Store) apply(ctx context.Context, batch []commit.Op, i int) error {
 			batch[i].Deferred = true
 			return nil
 		}
-		execErr, txErr := s.inSavepoint(ctx, func() error {
+		run := func() error {
 			bctx, cancel := s.budget(ctx)
 			defer cancel()
 			return s.execApp(bctx, o.Exec)
-		})
+		}
+		if !s.isolate {
+			// Any error of its own fails the Exec alone, as in a savepoint,
+			// unless it took the transaction with it and was not its fault.
+			return s.applyBare(i, run(), func(err error) bool { return s.inTransaction() || ownersFault(err) }, "exec")
+		}
+		execErr, txErr := s.inSavepoint(ctx, run)
 		if errors.Is(txErr, errTxGone) {
 			if ownersFault(execErr) {
 				return &appAborted{index: i, err: execErr}
@@ -180,17 +208,26 @@ func (s *Store) apply(ctx context.Context, batch []commit.Op, i int) error {
 	return nil
 }
 
-func (s *Store) upsertResponse(ctx context.Context, r *store.Response) error {
-	body := r.Body
-	if body == nil {
-		body = []byte{} // an empty response (a 204) is a value, not NULL
+// applyBare judges an application's statements (an owner's, or an Exec)
+// that ran outside a savepoint. The first pass of a batch runs them so:
+// a SAVEPOINT and a RELEASE per owner, each parsed and run by SQLite, were
+// a quarter of the instructions of a batch of 32 owners of one INSERT each
+// (BenchmarkWriteBatch/owner), and almost every batch has no failure to
+// isolate. err is what they
+// returned; alone reports whether it is theirs alone to bear, as a
+// savepoint would have made it. Such a failure may have left earlier
+// statements of theirs in the transaction, so the batch is rolled back and
+// written again without them (appAborted), and in savepoints from then on:
+// the first failure costs one more pass, later ones what they cost before.
+// Any other error fails the batch, as the store's own failure.
+func (s *Store) applyBare(i int, err error, alone func(error) bool, what string) error {
+	switch {
+	case err == nil:
+		return nil
+	case alone(err):
+		return &appAborted{index: i, err: err}
 	}
-	if _, err := s.stmts.upsertResponse.ExecContext(ctx, r.Key, r.Digest, r.Status, r.ContentType, body,
-		r.Created.UnixMilli(), r.Expires.UnixMilli(), header.Encode(r.Header)); err != nil {
-		return fmt.Errorf("sqlite: save response: %w", err)
-	}
-	s.savedDue = min(s.savedDue, r.Expires.UnixMilli()) // due from this batch's commit on
-	return nil
+	return fmt.Errorf("sqlite: %s: %w", what, err)
 }
 
 // pruneResponses deletes at most PruneRows expired responses, if any can
@@ -223,8 +260,8 @@ func (s *Store) pruneResponses(ctx context.Context) (due int64, err error) {
 }
 
 // applyOwner runs an idempotency owner's statements, then stores its
-// response: inside one savepoint, so that they commit together or not at
-// all. A statement that fails on its own terms (a constraint, a bad query)
+// response; they commit together or not at all, since a failure rolls
+// back the owner's savepoint, or, in a bare pass, the batch (applyBare). A statement that fails on its own terms (a constraint, a bad query)
 // is store.ErrWriteFailed; anything else (a full disk) is the store failing.
 //
 // The owner's statements share one budget (store.Options.ExecBudget), so
@@ -241,7 +278,7 @@ func (s *Store) applyOwner(ctx context.Context, o commit.Op) error {
 			return fmt.Errorf("sqlite: owner's write: %w", err)
 		}
 	}
-	return s.upsertResponse(ctx, o.Response)
+	return s.upsertResponse(o.Response)
 }
 
 // ownersFault tells a statement that failed because of what it says (a
@@ -274,7 +311,7 @@ func ownersFault(err error) bool {
 // a statement the interrupt reached is undone by SQLite, one that had
 // finished before it landed is reported done (the driver returns its own
 // result), and any error, budget or not, rolls the caller's savepoint back
-// with every statement of it.
+// with every statement of it (or, in a bare pass, the batch: applyBare).
 func (s *Store) execApp(ctx context.Context, e *commit.Statement) error {
 	s.appStatement, s.refusal = true, ""
 	defer func() { s.appStatement = false }()

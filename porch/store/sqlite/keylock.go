@@ -12,7 +12,10 @@ import (
 // both run the handler. PostgreSQL's advisory lock does the same job
 // across processes.
 type keyLocks struct {
-	mu   sync.Mutex // protects held
+	mu sync.Mutex // protects held
+	// held maps each held key to the channel its unlock closes, made by
+	// the first holder to wait: nil while nobody waits, since almost no
+	// key is contended and the channel cost every owner an allocation.
 	held map[string]chan struct{}
 }
 
@@ -25,9 +28,13 @@ func (l *keyLocks) lock(ctx context.Context, key string) error {
 		}
 		freed, taken := l.held[key]
 		if !taken {
-			l.held[key] = make(chan struct{})
+			l.held[key] = nil
 			l.mu.Unlock()
 			return nil
+		}
+		if freed == nil {
+			freed = make(chan struct{})
+			l.held[key] = freed
 		}
 		l.mu.Unlock()
 		select {
@@ -48,7 +55,7 @@ func (l *keyLocks) tryLock(key string) bool {
 	if l.held == nil {
 		l.held = make(map[string]chan struct{})
 	}
-	l.held[key] = make(chan struct{})
+	l.held[key] = nil
 	return true
 }
 
@@ -58,6 +65,8 @@ func (l *keyLocks) unlock(key string) {
 	defer l.mu.Unlock()
 	if freed, ok := l.held[key]; ok {
 		delete(l.held, key)
-		close(freed)
+		if freed != nil {
+			close(freed)
+		}
 	}
 }

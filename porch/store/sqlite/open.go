@@ -68,12 +68,12 @@ func openHint(path string, err error) string {
 // open, and the lock must outlive them all. It is safe after an init that
 // failed part way.
 func (s *Store) closeDB() error {
-	for _, st := range []*sql.Stmt{s.stmts.upsertResponse, s.stmts.deleteResponse,
-		s.stmts.pruneResponses, s.stmts.loadResponse} {
+	for _, st := range []*sql.Stmt{s.stmts.deleteResponse, s.stmts.pruneResponses, s.stmts.loadResponse} {
 		if st != nil {
 			st.Close()
 		}
 	}
+	s.rows.close(s)
 	s.jr.close()
 	if s.wconn != nil {
 		s.wconn.Close()

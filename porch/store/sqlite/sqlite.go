@@ -50,20 +50,25 @@ type Store struct {
 	// committer touches them.
 	appDeadline time.Time
 	appRan      bool
-	refusal     string        // why authorize refused the statement being prepared, if it did
-	claims      policy.Claims // the rate policies this process counts under
-	jr          journal       // the hit journal's bookkeeping; see journal.go
+	// isolate runs applications' statements each in a savepoint: set once
+	// a pass of the batch has had one fail (see applyBare). Only the
+	// committer touches it.
+	isolate bool
+	refusal string        // why authorize refused the statement being prepared, if it did
+	claims  policy.Claims // the rate policies this process counts under
+	jr      journal       // the hit journal's bookkeeping; see journal.go
 	// responsesDue is when (store ms) a stored response may first have
 	// expired, so that a commit before it skips the responses prune; see
 	// pruneResponses. Only the committer touches it, after open.
 	responsesDue int64
 	savedDue     int64      // the earliest expiry saved by the batch being written
 	stored       storedKeys // keys that may have a live response; see stored.go
+	rows         responseRows
 }
 
 type preparedStmts struct {
-	upsertResponse, deleteResponse, pruneResponses *sql.Stmt // on the writer
-	loadResponse                                   *sql.Stmt // on the reader pool
+	deleteResponse, pruneResponses *sql.Stmt // on the writer (responses are upserted by rows)
+	loadResponse                   *sql.Stmt // on the reader pool
 }
 
 var (
@@ -132,7 +137,7 @@ func (s *Store) init(ctx context.Context) error {
 			return fmt.Errorf("unexpected driver connection %T", dc)
 		}
 		c.RegisterAuthorizer(s.authorize)
-		return nil
+		return s.rows.prepare(s, c)
 	}); err != nil {
 		return fmt.Errorf("sqlite: writer connection: %w", err)
 	}
@@ -157,7 +162,6 @@ func (s *Store) init(ctx context.Context) error {
 		dst **sql.Stmt
 		sql string
 	}{
-		{&s.stmts.upsertResponse, sqlUpsertResponse},
 		{&s.stmts.deleteResponse, sqlDeleteExpiredResponse},
 		{&s.stmts.pruneResponses, sqlPruneResponses},
 	} {
@@ -370,8 +374,13 @@ func (r *reservation) Save(ctx context.Context, res store.Response, ttl time.Dur
 	// owner's Load must read it.
 	r.s.stored.add(r.key, res.Expires.UnixMilli(), res.Created.UnixMilli())
 	// Not bounded by ctx: waiting less would not undo the write, and the
-	// owner must know whether its response is stored.
-	return r.s.c.Do(context.WithoutCancel(ctx), commit.Op{Response: &res, Owner: owner})
+	// owner must know whether its response is stored. (idem passes a
+	// context that cannot end already: wrapping it again cost an
+	// allocation a request.)
+	if ctx.Done() != nil {
+		ctx = context.WithoutCancel(ctx)
+	}
+	return r.s.c.Do(ctx, commit.Op{Response: &res, Owner: owner})
 }
 
 func (r *reservation) Release() {

@@ -25,7 +25,7 @@ type Op struct {
 	Counter  *store.Counter
 	Response *store.Response
 	// Owner is the statements an idempotency owner ran through
-	// Reservation.Exec; they commit with Response, in one savepoint.
+	// Reservation.Exec; they commit with Response, or neither does.
 	Owner  []Statement
 	Delete *Deletion
 	Hit    *Hit
@@ -281,18 +281,36 @@ func (c *Committer) Close(ctx context.Context) error {
 // commit. Pass context.WithoutCancel to always learn the outcome; the
 // committer always answers, within a batch.
 func (c *Committer) Do(ctx context.Context, o Op) error {
-	done := make(chan error, 1)
-	o.Done = func(err error) { done <- err }
+	w := waiters.Get().(*waiter)
+	o.Done = w.done
 	if err := c.Enqueue(o); err != nil {
+		waiters.Put(w) // never queued: nothing will answer it
 		return err
 	}
 	select {
-	case err := <-done:
+	case err := <-w.ch:
+		waiters.Put(w)
 		return err
 	case <-ctx.Done():
-		return ctx.Err()
+		return ctx.Err() // w is left to the committer's answer, never reused
 	}
 }
+
+// waiter is how Do waits for its write's answer: a channel and the Done
+// that answers it, made together once and reused, since every stored
+// response and Exec waits so and the two cost it two allocations. A
+// waiter goes back to the pool only once its answer has been received (or
+// its write was never queued), so that no late answer lands on a reuse.
+type waiter struct {
+	ch   chan error
+	done func(error)
+}
+
+var waiters = sync.Pool{New: func() any {
+	w := &waiter{ch: make(chan error, 1)}
+	w.done = func(err error) { w.ch <- err }
+	return w
+}}
 
 // Stats reports the committer's counters since it started.
 func (c *Committer) Stats() store.Stats {

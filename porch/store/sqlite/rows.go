@@ -1,0 +1,100 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql/driver"
+	"fmt"
+
+	"github.com/mattn/go-sqlite3"
+
+	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/internal/commit"
+	"github.com/writeonce/porch-go/porch/store/internal/header"
+)
+
+// responseRows upserts stored responses through the driver's own prepared
+// statement on the writer's connection, a run of them in one Raw call.
+// Through database/sql each row paid its argument conversion, its
+// connection locking and its argument slice: 9% of the committer's
+// instructions for a batch of 32 responses, 350 bytes and 2 allocations a
+// row. The statement and its arguments are touched only by the committer,
+// inside Raw, so that database/sql still owns the connection.
+type responseRows struct {
+	stmt *sqlite3.SQLiteStmt        // sqlUpsertResponse, prepared at open; nil until then
+	args [8]driver.NamedValue       // its arguments, reused row after row
+	run  []*store.Response          // the run being written
+	fn   func(driverConn any) error // Raw's callback, made once
+}
+
+// prepare prepares the statement on the writer's driver connection c.
+func (w *responseRows) prepare(s *Store, c *sqlite3.SQLiteConn) error {
+	st, err := c.Prepare(sqlUpsertResponse)
+	if err != nil {
+		return err
+	}
+	w.stmt = st.(*sqlite3.SQLiteStmt)
+	for i := range w.args {
+		w.args[i].Ordinal = i + 1
+	}
+	w.fn = func(any) error { return w.write(s) }
+	return nil
+}
+
+// upsertRun stores the responses of batch, every one a plain Response op,
+// in one Raw call.
+func (s *Store) upsertRun(batch []commit.Op) error {
+	w := &s.rows
+	w.run = w.run[:0]
+	for k := range batch {
+		w.run = append(w.run, batch[k].Response)
+	}
+	return s.flushRows()
+}
+
+// upsertResponse stores one response.
+func (s *Store) upsertResponse(r *store.Response) error {
+	s.rows.run = append(s.rows.run[:0], r)
+	return s.flushRows()
+}
+
+// flushRows writes the run, then lets its rows go with their batch.
+func (s *Store) flushRows() error {
+	w := &s.rows
+	err := s.wconn.Raw(w.fn)
+	clear(w.run)
+	for i := range w.args {
+		w.args[i].Value = nil
+	}
+	if err != nil {
+		return fmt.Errorf("sqlite: save response: %w", err)
+	}
+	return nil
+}
+
+// write runs the statement once per row of the run, inside Raw.
+func (w *responseRows) write(s *Store) error {
+	for _, r := range w.run {
+		body := r.Body
+		if body == nil {
+			body = []byte{} // an empty response (a 204) is a value, not NULL
+		}
+		hdr := header.Encode(r.Header)
+		a := &w.args
+		a[0].Value, a[1].Value, a[2].Value, a[3].Value = r.Key, r.Digest, int64(r.Status), r.ContentType
+		a[4].Value, a[5].Value, a[6].Value, a[7].Value = body, r.Created.UnixMilli(), r.Expires.UnixMilli(), hdr
+		if _, err := w.stmt.ExecContext(context.Background(), a[:]); err != nil {
+			return err
+		}
+		s.savedDue = min(s.savedDue, r.Expires.UnixMilli()) // due from this batch's commit on
+	}
+	return nil
+}
+
+// close finalizes the statement, on the writer's connection.
+func (w *responseRows) close(s *Store) {
+	if w.stmt == nil || s.wconn == nil {
+		return
+	}
+	s.wconn.Raw(func(any) error { return w.stmt.Close() }) //nolint:errcheck // closing anyway
+	w.stmt = nil
+}
