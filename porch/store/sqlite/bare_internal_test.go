@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -116,5 +117,63 @@ func TestFailingOwnersLeaveNothingBehind(t *testing.T) {
 				t.Errorf("the counter: %d (%v), want 2", count, err)
 			}
 		})
+	}
+}
+
+// Once a batch has had an application's statement fail, the next batches
+// run owners in savepoints from their first pass, so that a client sending
+// failing writes on purpose cannot make every batch run twice; after
+// isolateAfterFailure clean batches the first pass runs bare again.
+func TestFailuresTurnIsolationOn(t *testing.T) {
+	s := openInternal(t, filepath.Join(t.TempDir(), "porch.db"))
+	t.Cleanup(func() { s.Close(context.Background()) })
+	for _, q := range []string{`CREATE TABLE ledger (id TEXT NOT NULL PRIMARY KEY)`, `INSERT INTO ledger (id) VALUES ('taken')`} {
+		if _, err := s.db.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n := 0
+	batch := func(failing bool) []commit.Op {
+		now := s.Now()
+		n++
+		id := fmt.Sprintf("good-%d", n)
+		bad := fmt.Sprintf("bad-%d", n)
+		if failing {
+			bad = "taken"
+		}
+		ops := []commit.Op{
+			{Response: &store.Response{Key: "ok-" + id}, Owner: []commit.Statement{{Query: `INSERT INTO ledger (id) VALUES (?)`, Args: []any{id}}}},
+			{Response: &store.Response{Key: "maybe-" + id}, Owner: []commit.Statement{{Query: `INSERT INTO ledger (id) VALUES (?)`, Args: []any{bad}}}},
+		}
+		for _, o := range ops {
+			o.Response.Digest, o.Response.Status, o.Response.Body, o.Response.Created, o.Response.Expires = []byte{1}, 201, []byte("ok"), now, now.Add(time.Hour)
+		}
+		return ops
+	}
+	write := func(failing bool) (passes int) {
+		t.Helper()
+		b := batch(failing)
+		before := s.passes
+		if err := s.writeBatch(b); err != nil {
+			t.Fatal(err)
+		}
+		if got := b[1].Failed != nil; got != failing {
+			t.Fatalf("second owner failed: %v, want %v", got, failing)
+		}
+		return s.passes - before
+	}
+	if p := write(true); p != 2 {
+		t.Fatalf("the first failure took %d passes, want 2 (bare, then again without it)", p)
+	}
+	for i := range 3 {
+		if p := write(true); p != 1 {
+			t.Fatalf("failure %d after the first took %d passes, want 1 (isolated from the first pass)", i+2, p)
+		}
+	}
+	for range isolateAfterFailure {
+		write(false)
+	}
+	if p := write(true); p != 2 {
+		t.Fatalf("a failure after %d clean batches took %d passes, want 2 (the first pass bare again)", isolateAfterFailure, p)
 	}
 }

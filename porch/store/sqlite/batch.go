@@ -28,8 +28,39 @@ func (s *Store) writeBatch(batch []commit.Op) error {
 	if b := s.execBudget(); b > 0 {
 		s.appDeadline = time.Now().Add(b)
 	}
-	s.appRan = false  // across passes: a pass written again must not run another owner first
-	s.isolate = false // the first pass runs applications' statements bare; see apply
+	s.appRan = false // across passes: a pass written again must not run another owner first
+	// The first pass runs applications' statements bare (see applyBare),
+	// unless a recent batch had one fail: then in savepoints from the
+	// start, so that a client sending failing writes on purpose costs its
+	// neighbours a savepoint each, not a second pass of every batch.
+	s.isolate = s.isolating > 0
+	err := s.writePasses(batch)
+	s.noteFailures(batch)
+	return err
+}
+
+// isolateAfterFailure is how many batches in a row must have no failing
+// application statement before the first pass runs bare again.
+const isolateAfterFailure = 64
+
+// noteFailures counts batch towards the clean streak that lets first
+// passes run bare again, or, if an application's statement in it failed,
+// starts the streak over.
+func (s *Store) noteFailures(batch []commit.Op) {
+	for i := range batch {
+		if o := &batch[i]; o.Failed != nil && (o.Exec != nil || len(o.Owner) > 0) {
+			s.isolating = isolateAfterFailure
+			return
+		}
+	}
+	if s.isolating > 0 {
+		s.isolating--
+	}
+}
+
+// writePasses writes batch, again without any application statement that
+// aborted the whole transaction, until a pass commits or fails on its own.
+func (s *Store) writePasses(batch []commit.Op) error {
 	for range len(batch) + 1 {
 		for i := range batch {
 			batch[i].Deferred = false // each pass decides afresh
@@ -61,6 +92,7 @@ type appAborted struct {
 func (a *appAborted) Error() string { return a.err.Error() }
 
 func (s *Store) writeBatchOnce(batch []commit.Op) (err error) {
+	s.passes++
 	ctx := context.Background()
 	if s.opt.CommitDelay > 0 {
 		time.Sleep(s.opt.CommitDelay) // fault injection: a slow disk

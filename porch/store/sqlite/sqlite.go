@@ -54,9 +54,14 @@ type Store struct {
 	// a pass of the batch has had one fail (see applyBare). Only the
 	// committer touches it.
 	isolate bool
-	refusal string        // why authorize refused the statement being prepared, if it did
-	claims  policy.Claims // the rate policies this process counts under
-	jr      journal       // the hit journal's bookkeeping; see journal.go
+	// isolating counts down the batches whose first pass still runs
+	// applications' statements in savepoints, after one had a failure
+	// (see writeBatch). Only the committer touches it.
+	isolating int
+	passes    int           // passes written, all batches together: for tests
+	refusal   string        // why authorize refused the statement being prepared, if it did
+	claims    policy.Claims // the rate policies this process counts under
+	jr        journal       // the hit journal's bookkeeping; see journal.go
 	// responsesDue is when (store ms) a stored response may first have
 	// expired, so that a commit before it skips the responses prune; see
 	// pruneResponses. Only the committer touches it, after open.
