@@ -245,11 +245,7 @@ func (p *Store) countHits(ctx context.Context, conn *pgx.Conn, b *batchHits) err
 			first.Queue(q)
 		}
 	}
-	b.prune = p.prunes.claim(time.Now())
-	if b.prune {
-		first.Queue(pgPruneCounters, p.opt.PruneRows)
-		first.Queue(pgPruneResponses, p.opt.PruneRows)
-	}
+	p.queuePrunes(first, b)
 	if err := p.sendFirst(ctx, conn, first, b); err != nil {
 		return err
 	}
@@ -278,9 +274,7 @@ func (p *Store) countHits(ctx context.Context, conn *pgx.Conn, b *batchHits) err
 		// COMMIT of an aborted transaction answers ROLLBACK, not an error.
 		return fmt.Errorf("postgres: commit hits: %w", pgx.ErrTxCommitRollback)
 	}
-	if b.prune {
-		p.prunes.pruned(max(b.pruned[0], b.pruned[1]))
-	}
+	p.prunesCommitted(b)
 	return br.Close()
 }
 
@@ -334,11 +328,7 @@ func (p *Store) countFitting(ctx context.Context, conn *pgx.Conn, b *batchHits) 
 			pl.Queue(q)
 		}
 	}
-	prune := p.prunes.claim(time.Now())
-	if prune {
-		pl.Queue(pgPruneCounters, p.opt.PruneRows)
-		pl.Queue(pgPruneResponses, p.opt.PruneRows)
-	}
+	p.queuePrunes(pl, b)
 	pl.Queue("COMMIT")
 	br := conn.SendBatch(ctx, pl)
 	defer br.Close()
@@ -375,15 +365,8 @@ func (p *Store) countFitting(ctx context.Context, conn *pgx.Conn, b *batchHits) 
 			}
 		}
 	}
-	var pruned [2]int64
-	if prune {
-		for i := range pruned {
-			tag, err := br.Exec()
-			if err != nil {
-				return nil, fmt.Errorf("postgres: prune: %w", err)
-			}
-			pruned[i] = tag.RowsAffected()
-		}
+	if err := b.readPrunes(br); err != nil {
+		return nil, err
 	}
 	tag, err := br.Exec()
 	if err != nil {
@@ -392,9 +375,7 @@ func (p *Store) countFitting(ctx context.Context, conn *pgx.Conn, b *batchHits) 
 	if tag.String() != "COMMIT" {
 		return nil, fmt.Errorf("postgres: commit hits: %w", pgx.ErrTxCommitRollback)
 	}
-	if prune {
-		p.prunes.pruned(max(pruned[0], pruned[1]))
-	}
+	p.prunesCommitted(b)
 	if err := br.Close(); err != nil {
 		return nil, err
 	}
@@ -439,16 +420,8 @@ func (p *Store) sendFirst(ctx context.Context, conn *pgx.Conn, first *pgx.Batch,
 			}
 		}
 	}
-	if b.prune {
-		tag, err := br.Exec()
-		if err != nil {
-			return fmt.Errorf("postgres: prune counters: %w", err)
-		}
-		b.pruned[0] = tag.RowsAffected()
-		if tag, err = br.Exec(); err != nil {
-			return fmt.Errorf("postgres: prune responses: %w", err)
-		}
-		b.pruned[1] = tag.RowsAffected()
+	if err := b.readPrunes(br); err != nil {
+		return err
 	}
 	return br.Close()
 }

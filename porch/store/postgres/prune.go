@@ -1,8 +1,11 @@
 package postgres
 
 import (
+	"fmt"
 	"sync/atomic"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // pruneEvery is how often, at most, expired rows are deleted while there
@@ -51,5 +54,38 @@ func (p *pruner) claim(now time.Time) bool {
 func (p *pruner) pruned(deleted int64) {
 	if deleted >= p.rows {
 		p.next.Store(0)
+	}
+}
+
+// queuePrunes claims the committer's prunes for b and, if they are due,
+// queues them on pl.
+func (p *Store) queuePrunes(pl *pgx.Batch, b *batchHits) {
+	b.prune = p.prunes.claim(time.Now())
+	if b.prune {
+		pl.Queue(pgPruneCounters, p.opt.PruneRows)
+		pl.Queue(pgPruneResponses, p.opt.PruneRows)
+	}
+}
+
+// readPrunes reads, from br, the answers to what queuePrunes queued.
+func (b *batchHits) readPrunes(br pgx.BatchResults) error {
+	if !b.prune {
+		return nil
+	}
+	for i, table := range [...]string{"counters", "responses"} {
+		tag, err := br.Exec()
+		if err != nil {
+			return fmt.Errorf("postgres: prune %s: %w", table, err)
+		}
+		b.pruned[i] = tag.RowsAffected()
+	}
+	return nil
+}
+
+// prunesCommitted tells the pacer what b's prunes deleted, once b has
+// committed.
+func (p *Store) prunesCommitted(b *batchHits) {
+	if b.prune {
+		p.prunes.pruned(max(b.pruned[0], b.pruned[1]))
 	}
 }
