@@ -92,8 +92,9 @@ type lease struct {
 	gen uint64
 }
 
-func newLeases(l *Limiter, st store.SharedCounters, cache *refusals, most int64, hit func(int, *call)) *leases {
-	c := &leases{l: l, st: st, refusals: cache, most: min(most, l.most), hit: hit, shards: make([]leaseShard, l.pool.Size()),
+// newLeases makes the leases of l on st; the caller sets hit.
+func newLeases(l *Limiter, st store.SharedCounters, cache *refusals, most int64) *leases {
+	c := &leases{l: l, st: st, refusals: cache, most: min(most, l.most), shards: make([]leaseShard, l.pool.Size()),
 		arrived: make(chan struct{}, 1), stop: make(chan struct{}), swept: make(chan struct{})}
 	for i := range c.shards {
 		c.shards[i].m = make(map[string]*lease)

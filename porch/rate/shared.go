@@ -34,7 +34,9 @@ func newShared(l *Limiter, st store.SharedCounters) shared {
 		c.cache = newRefusals(l.pool, life)
 	}
 	if l.opt.Lease > 0 {
-		c.leases = newLeases(l, st, c.cache, int64(l.opt.Lease), nil)
+		c.leases = newLeases(l, st, c.cache, int64(l.opt.Lease))
+		// Bound once c holds its leases: the hits that waited on a lease
+		// are decided again through them.
 		c.leases.hit = c.hit
 	}
 	return c
@@ -185,9 +187,9 @@ func (c shared) takeBack(shard int, key string, start time.Time, n int64) {
 	}
 	if c.leases != nil {
 		c.leases.apply(shard)
-	}
-	if c.leases != nil && c.leases.giveBack(shard, key, start, n, time.Now()) {
-		return // back in the key's lease: counted still, answered again from it
+		if c.leases.giveBack(shard, key, start, n, time.Now()) {
+			return // back in the key's lease: counted still, answered again from it
+		}
 	}
 	if err := c.st.TakeBack(key, start, n, c.l.takeBackDone); err != nil {
 		c.l.takeBackDone(err)
