@@ -8,19 +8,23 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/go-chi/chi/v5/middleware"
 
 	"github.com/writeonce/porch-go/porch"
+	"github.com/writeonce/porch-go/porch/internal/actor"
+	"github.com/writeonce/porch-go/porch/internal/fail"
 	"github.com/writeonce/porch-go/porch/porchtest"
 )
 
 func TestPoolObserverCountsOnlySendsRefusedForSaturation(t *testing.T) {
 	obs := &porchtest.Observer{}
-	p := newPool(t, porch.PoolOptions{Size: 1, Mailbox: 1, Observer: obs})
+	pub := porch.NewPool(porch.PoolOptions{Size: 1, Mailbox: 1, Observer: obs})
+	t.Cleanup(func() { pub.Close(context.Background()) })
+	p := actor.Of(pub)
 	release := blockActor(t, p, "k")
 	if err := p.Send("k", func(int) {}); err != nil {
 		t.Fatalf("send into a mailbox with room: %v", err)
@@ -40,6 +44,22 @@ func TestPoolObserverCountsOnlySendsRefusedForSaturation(t *testing.T) {
 	release()
 }
 
+// blockActor parks key's actor on a job until release is called (also at
+// cleanup); when it returns, the actor is inside that job and its mailbox
+// is empty.
+func blockActor(t *testing.T, p *actor.Pool, key string) (release func()) {
+	t.Helper()
+	started, unblock := make(chan struct{}), make(chan struct{})
+	if err := p.Send(key, func(int) { close(started); <-unblock }); err != nil {
+		t.Fatalf("send blocking job: %v", err)
+	}
+	<-started
+	var once sync.Once
+	release = func() { once.Do(func() { close(unblock) }) }
+	t.Cleanup(release)
+	return release
+}
+
 // logLines decodes the JSON lines buf holds.
 func logLines(t *testing.T, buf *porchtest.LogBuffer) []map[string]any {
 	t.Helper()
@@ -55,15 +75,13 @@ func logLines(t *testing.T, buf *porchtest.LogBuffer) []map[string]any {
 	return out
 }
 
-// failing is a middleware whose store always fails: it answers through
-// FailClosed, which logs.
 // failing fails every request closed, logging "porch: could not " + what.
 // The process's error log lets one line of a kind through per interval, so
 // a test that runs again (-count) needs a kind of its own.
 type failing struct{ what string }
 
 func (f failing) Before(r *http.Request) (*http.Request, *porch.Response) {
-	return r, porch.FailClosed(r, "about:blank", f.what, errors.New("disk on fire"))
+	return r, fail.Closed(nil, r, "about:blank", f.what, errors.New("disk on fire"))
 }
 func (failing) After(*http.Request, *porch.Response, porch.Completion) {}
 
@@ -100,24 +118,5 @@ func TestAppLoggerGetsRequestLogsWithTheRequestID(t *testing.T) {
 		if !seen {
 			t.Errorf("%q: not in App.Logger's output", msg)
 		}
-	}
-}
-
-func TestNilErrorLogIsTheProcesss(t *testing.T) {
-	var l *porch.ErrorLog
-	l.Error(context.Background(), "porch test: a nil ErrorLog logs") // must not panic
-}
-
-func TestErrorLogAddsTheRequestID(t *testing.T) {
-	var buf porchtest.LogBuffer
-	l := porch.NewErrorLog(porchtest.NewFakeClock(time.Unix(0, 0)), 0, slog.New(slog.NewJSONHandler(&buf, nil)))
-	ctx := context.WithValue(context.Background(), middleware.RequestIDKey, "host/abc-000001")
-	l.Error(ctx, "a")
-	lines := logLines(t, &buf)
-	if len(lines) != 1 {
-		t.Fatalf("got %d lines, want 1", len(lines))
-	}
-	if got, want := lines[0]["request_id"], "host/abc-000001"; got != want {
-		t.Errorf("got request_id %v, want %q", got, want)
 	}
 }

@@ -2,11 +2,8 @@ package porch
 
 import (
 	"context"
-	"errors"
-	"hash/maphash"
-	"sync"
 
-	"github.com/writeonce/porch-go/porch/internal/lifecycle"
+	"github.com/writeonce/porch-go/porch/internal/actor"
 )
 
 // Capacity defaults for [PoolOptions]. A burst of 1,000 concurrent requests
@@ -16,15 +13,16 @@ const (
 	DefaultMailbox  = 1024
 )
 
-// Errors returned by [Pool.Send] and its variants.
+// Errors a middleware built on a [Pool] fails closed with.
 var (
-	// ErrSaturated is returned at once when the key's mailbox is full. Callers
-	// fail closed: answer 503 with Retry-After, never proceed uncounted.
-	ErrSaturated = errors.New("porch: pool saturated")
+	// ErrSaturated means the actor a request's key hashes to had a full
+	// mailbox: the middleware answered 503 with Retry-After rather than
+	// proceed uncounted.
+	ErrSaturated = actor.ErrSaturated
 	// ErrClosed is returned after [Pool.Close] has begun. It is the same
 	// value as store.ErrClosed, so one errors.Is catches a request refused
 	// by either.
-	ErrClosed = lifecycle.ErrClosed
+	ErrClosed = actor.ErrClosed
 )
 
 // PoolOptions are the pool's capacity knobs.
@@ -32,35 +30,30 @@ type PoolOptions struct {
 	// Size is the number of actors. More actors buy concurrency across keys;
 	// one key is always served by one actor. If zero, DefaultPoolSize.
 	Size int
-	// Mailbox is how many jobs each actor's mailbox holds before Send fails
-	// with ErrSaturated. If zero, DefaultMailbox.
+	// Mailbox is how many requests each actor holds queued before the
+	// middlewares answer 503 (ErrSaturated). If zero, DefaultMailbox.
 	Mailbox int
-	// Observer is told of every job Send refuses with ErrSaturated. If
+	// Observer is told of every request refused with ErrSaturated. If
 	// nil, nothing is observed.
 	Observer PoolObserver
 }
 
-// Pool is a fixed set of actor goroutines. A job sent for a key runs on the
-// actor chosen by a hash of the key modulo the pool size, after every job sent
-// earlier for that key. Each actor runs one job at a time, so state indexed
-// by shard (see [Pool.Shard]) is touched by one goroutine only and needs no
-// lock.
+// Pool is a fixed set of actor goroutines shared by porch's middlewares
+// (rate.New and idem.New take one). Every request for one key is decided by
+// the actor a hash of the key picks, one at a time, so per-key state needs
+// no lock and no read-modify-write runs on a handler goroutine.
 //
 // A Pool is safe for concurrent use. Create it with [NewPool]; the zero value
-// is not usable.
-type Pool struct {
-	seed      maphash.Seed
-	mailboxes []chan func(shard int)
-	mailbox   int
-	observer  PoolObserver // PoolOptions.Observer; may be nil
+// is not usable. Close it after the middlewares built on it.
+type Pool struct{ a *actor.Pool }
 
-	mu     sync.RWMutex // protects closed against Send racing Close
-	closed bool
-
-	closing   chan struct{} // closed when Close begins, so a parked SendWait gives up
-	closeOnce sync.Once
-
-	wg sync.WaitGroup
+func init() {
+	actor.Of = func(pool any) *actor.Pool {
+		if p, _ := pool.(*Pool); p != nil {
+			return p.a
+		}
+		return nil
+	}
 }
 
 // NewPool starts the pool's actors. Close stops them.
@@ -74,136 +67,17 @@ func NewPool(opt PoolOptions) *Pool {
 	if opt.Mailbox == 0 {
 		opt.Mailbox = DefaultMailbox
 	}
-	p := &Pool{seed: maphash.MakeSeed(), mailboxes: make([]chan func(int), opt.Size), mailbox: opt.Mailbox,
-		closing: make(chan struct{}), observer: opt.Observer}
-	for i := range p.mailboxes {
-		mb := make(chan func(int), opt.Mailbox)
-		p.mailboxes[i] = mb
-		p.wg.Add(1)
-		go func() {
-			defer p.wg.Done()
-			for job := range mb {
-				job(i)
-			}
-		}()
+	var rejected func()
+	if opt.Observer != nil {
+		rejected = opt.Observer.PoolRejected
 	}
-	return p
+	return &Pool{a: actor.New(opt.Size, opt.Mailbox, rejected)}
 }
 
-// Size reports the number of actors; shard indexes run from 0 to Size()-1.
-func (p *Pool) Size() int { return len(p.mailboxes) }
+// Size reports the number of actors.
+func (p *Pool) Size() int { return p.a.Size() }
 
-// Mailbox reports the capacity of each actor's mailbox.
-func (p *Pool) Mailbox() int { return p.mailbox }
-
-// Shard reports which actor serves key.
-func (p *Pool) Shard(key string) int {
-	return int(maphash.String(p.seed, key) % uint64(len(p.mailboxes)))
-}
-
-// Send queues job on key's actor and returns at once. The job receives the
-// shard index. It fails with ErrSaturated when the mailbox is full and with
-// ErrClosed once Close has begun; the job then never runs. A refusal for
-// saturation is told to PoolOptions.Observer.
-func (p *Pool) Send(key string, job func(shard int)) error {
-	err := p.send(p.Shard(key), job, false)
-	if err == ErrSaturated && p.observer != nil {
-		p.observer.PoolRejected()
-	}
-	return err
-}
-
-// SendWait is Send that waits for room in the mailbox instead of failing with
-// ErrSaturated. It is for reports that must not be lost (an idempotency owner
-// handing back its key), never for admitting new work: admission fails fast
-// so that overload becomes 503s. It fails with ErrClosed once Close has begun.
-func (p *Pool) SendWait(key string, job func(shard int)) error {
-	return p.send(p.Shard(key), job, true)
-}
-
-// SendShard queues job on a shard's actor, for state kept per shard rather
-// than per key (a timer's job, a flush of every shard at Close). Without
-// wait it fails fast, as Send does; with wait it waits for room, as SendWait
-// does.
-func (p *Pool) SendShard(shard int, wait bool, job func(shard int)) error {
-	return p.send(shard, job, wait)
-}
-
-// send queues job on shard's mailbox under the read lock that keeps Close
-// from closing it meanwhile. When the mailbox is full it fails with
-// ErrSaturated, or, if wait, waits for room until Close begins.
-func (p *Pool) send(shard int, job func(shard int), wait bool) error {
-	p.mu.RLock()
-	defer p.mu.RUnlock()
-	if p.closed {
-		return ErrClosed
-	}
-	mb := p.mailboxes[shard]
-	if !wait {
-		select {
-		case mb <- job:
-			return nil
-		default:
-			return ErrSaturated
-		}
-	}
-	select {
-	case mb <- job:
-		return nil
-	case <-p.closing:
-		return ErrClosed
-	}
-}
-
-// Close stops accepting jobs, lets every actor finish the jobs already in its
-// mailbox, and waits for the actors to exit or for ctx to end, returning
-// ctx.Err() in that case.
-func (p *Pool) Close(ctx context.Context) error {
-	p.closeOnce.Do(func() { close(p.closing) })
-	p.mu.Lock()
-	if !p.closed {
-		p.closed = true
-		for _, mb := range p.mailboxes {
-			close(mb)
-		}
-	}
-	p.mu.Unlock()
-	done := make(chan struct{})
-	go func() { p.wg.Wait(); close(done) }()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// Reply carries an actor's answer back to the caller that sent it the job:
-// the caller makes one with [NewReply], sends a job that answers it, and
-// waits. An actor may keep a Reply and answer it later, from any goroutine
-// (a committer after its transaction, or an owner's report). Send must be
-// called exactly once; it never blocks, even when the caller has stopped
-// waiting.
-type Reply[T any] struct{ ch chan result[T] }
-
-type result[T any] struct {
-	v   T
-	err error
-}
-
-// NewReply makes a reply for a caller that waits with [Reply.Wait].
-func NewReply[T any]() Reply[T] { return Reply[T]{ch: make(chan result[T], 1)} }
-
-// Send delivers the answer.
-func (r Reply[T]) Send(v T, err error) { r.ch <- result[T]{v, err} }
-
-// Wait blocks until the answer arrives or ctx ends, returning ctx.Err().
-func (r Reply[T]) Wait(ctx context.Context) (T, error) {
-	select {
-	case res := <-r.ch:
-		return res.v, res.err
-	case <-ctx.Done():
-		var zero T
-		return zero, ctx.Err()
-	}
-}
+// Close stops accepting work, lets every actor finish what is already in
+// its mailbox, and waits for the actors to exit or for ctx to end,
+// returning ctx.Err() in that case.
+func (p *Pool) Close(ctx context.Context) error { return p.a.Close(ctx) }

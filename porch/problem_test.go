@@ -4,13 +4,14 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/writeonce/porch-go/porch"
 )
 
-func TestRetryAfterSeconds(t *testing.T) {
+func TestUnavailableRetryAfterRoundsUpToWholeSeconds(t *testing.T) {
 	tests := []struct {
 		name string
 		d    time.Duration
@@ -25,8 +26,9 @@ func TestRetryAfterSeconds(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := porch.RetryAfterSeconds(tt.d); got != tt.want {
-				t.Errorf("got RetryAfterSeconds(%v) = %d, want %d", tt.d, got, tt.want)
+			res := porch.Unavailable("about:blank", "busy", tt.d)
+			if got, want := res.Header.Get("Retry-After"), strconv.Itoa(tt.want); got != want {
+				t.Errorf("Unavailable(…, %v): got Retry-After %q, want %q", tt.d, got, want)
 			}
 		})
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/idem"
+	"github.com/writeonce/porch-go/porch/internal/actor"
 )
 
 // TestSaturatedPool: with the only actor busy and its mailbox full, a keyed
@@ -22,7 +23,7 @@ func TestSaturatedPool(t *testing.T) {
 	var once sync.Once
 	free := func() { once.Do(func() { close(unblock) }) }
 	t.Cleanup(free)
-	if err := e.pool.Send("blocker", func(int) { close(busy); <-unblock }); err != nil {
+	if err := actor.Of(e.pool).Send("blocker", func(int) { close(busy); <-unblock }); err != nil {
 		t.Fatalf("send the blocking job: %v", err)
 	}
 	select {
@@ -30,7 +31,7 @@ func TestSaturatedPool(t *testing.T) {
 	case <-time.After(waitLimit):
 		t.Fatal("the blocking job never ran")
 	}
-	if err := e.pool.Send("filler", func(int) { close(drained) }); err != nil {
+	if err := actor.Of(e.pool).Send("filler", func(int) { close(drained) }); err != nil {
 		t.Fatalf("fill the mailbox: %v", err)
 	}
 

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/writeonce/porch-go/porch"
+	"github.com/writeonce/porch-go/porch/internal/actor"
+	"github.com/writeonce/porch-go/porch/internal/problemtype"
 	"github.com/writeonce/porch-go/porch/store"
 )
 
@@ -103,7 +105,7 @@ func (m *Keys) decide(r *http.Request, key string, digest []byte) (*http.Request
 // nobody runs.
 func (m *Keys) begin(ctx context.Context, key string) (f *flight, leads bool, err error) {
 	mine := newFlight(key)
-	reply := porch.NewReply[*flight]()
+	reply := actor.NewReply[*flight]()
 	if err := m.pool.Send(key, func(i int) { reply.Send(m.shards[i].join(mine), nil) }); err != nil {
 		return nil, false, err
 	}
@@ -234,7 +236,7 @@ func (m *Keys) wait(r *http.Request, f *flight, digest []byte) *porch.Response {
 func (m *Keys) inFlight() *porch.Response {
 	res := m.problem(ProblemInFlight, http.StatusConflict, "Request in flight",
 		"a request with this "+m.keyHeader+" is still being processed; retry later")
-	res.SetHeader("Retry-After", strconv.Itoa(porch.RetryAfterSeconds(m.opt.MaxWait)))
+	res.SetHeader("Retry-After", strconv.Itoa(problemtype.RetryAfter(m.opt.MaxWait)))
 	return res
 }
 

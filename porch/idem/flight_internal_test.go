@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/writeonce/porch-go/porch"
+	"github.com/writeonce/porch-go/porch/internal/actor"
 	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/sqlite"
 )
@@ -64,7 +65,7 @@ func inFlight(t *testing.T, m *Keys) int {
 	defer cancel()
 	total := 0
 	for i := range m.shards {
-		reply := porch.NewReply[int]()
+		reply := actor.NewReply[int]()
 		if err := m.pool.SendShard(i, false, func(i int) { reply.Send(len(m.shards[i].flights), nil) }); err != nil {
 			t.Fatalf("ask shard %d: %v", i, err)
 		}

@@ -15,7 +15,9 @@ import (
 
 	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/clock"
+	"github.com/writeonce/porch-go/porch/internal/actor"
 	"github.com/writeonce/porch-go/porch/internal/clientip"
+	"github.com/writeonce/porch-go/porch/internal/errlog"
 	"github.com/writeonce/porch-go/porch/internal/logctx"
 	"github.com/writeonce/porch-go/porch/internal/problemtype"
 	"github.com/writeonce/porch-go/porch/store"
@@ -129,7 +131,7 @@ type Options struct {
 	Observer Observer
 	// Logger receives what the middleware logs: a store failure or a
 	// handler's failed writes (at most one line of a kind every
-	// porch.DefaultErrorLogEvery) and a client address rewritten from a
+	// errlog.DefaultEvery) and a client address rewritten from a
 	// header. If nil, App.Logger for a request an App serves, else
 	// slog.Default().
 	Logger *slog.Logger
@@ -143,7 +145,7 @@ type Options struct {
 // Create it with [New]; the zero value is not usable. It is safe for
 // concurrent use.
 type Keys struct {
-	pool    *porch.Pool
+	pool    *actor.Pool
 	store   store.Keys
 	opt     Options
 	shards  []*shard // indexed by pool shard; shards[i] is touched only by actor i
@@ -153,7 +155,7 @@ type Keys struct {
 	keyHeader, replayedHeader string // Options.KeyHeader and ReplayedHeader, canonical
 
 	warnRewritten sync.Once
-	errs          *porch.ErrorLog // for Options.Logger; nil: the process's
+	errs          *errlog.Log // for Options.Logger; nil: the process's
 }
 
 // New returns the middleware, its in-flight state kept by pool's actors and
@@ -184,9 +186,9 @@ func New(pool *porch.Pool, st store.Keys, opt Options) *Keys {
 	if opt.MaxStoredBody == 0 {
 		opt.MaxStoredBody = DefaultMaxStoredBody
 	}
-	m := &Keys{pool: pool, store: st, opt: opt, shards: make([]*shard, pool.Size())}
+	m := &Keys{pool: actor.Of(pool), store: st, opt: opt, shards: make([]*shard, pool.Size())}
 	if opt.Logger != nil {
-		m.errs = porch.NewErrorLog(clock.System{}, 0, opt.Logger)
+		m.errs = errlog.New(clock.System{}, 0, opt.Logger)
 	}
 	m.methods = opt.Methods
 	m.keyHeader, m.replayedHeader = headerNames(opt.KeyHeader, opt.ReplayedHeader)

@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/writeonce/porch-go/porch"
+	"github.com/writeonce/porch-go/porch/internal/actor"
 	"github.com/writeonce/porch-go/porch/internal/clientip"
 	"github.com/writeonce/porch-go/porch/store"
 )
@@ -139,7 +139,7 @@ func (m *Keys) scopedKey(scope Scope, key string) (string, error) {
 // flying asks key's actor whether a request of this middleware leads a
 // flight of key.
 func (m *Keys) flying(ctx context.Context, key string) (bool, error) {
-	reply := porch.NewReply[bool]()
+	reply := actor.NewReply[bool]()
 	if err := m.pool.Send(key, func(i int) {
 		_, ok := m.shards[i].flights[key]
 		reply.Send(ok, nil)

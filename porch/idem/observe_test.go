@@ -11,6 +11,7 @@ import (
 
 	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/idem"
+	"github.com/writeonce/porch-go/porch/internal/actor"
 	"github.com/writeonce/porch-go/porch/porchtest"
 )
 
@@ -82,11 +83,11 @@ func TestObserverCountsEveryOutcome(t *testing.T) {
 func fillActor(t *testing.T, pool *porch.Pool) (release func()) {
 	t.Helper()
 	started, unblock, drained := make(chan struct{}), make(chan struct{}), make(chan struct{})
-	if err := pool.Send("block", func(int) { close(started); <-unblock }); err != nil {
+	if err := actor.Of(pool).Send("block", func(int) { close(started); <-unblock }); err != nil {
 		t.Fatal(err)
 	}
 	<-started
-	if err := pool.Send("fill", func(int) { close(drained) }); err != nil {
+	if err := actor.Of(pool).Send("fill", func(int) { close(drained) }); err != nil {
 		t.Fatal(err)
 	}
 	done := false

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/writeonce/porch-go/porch"
+	"github.com/writeonce/porch-go/porch/internal/fail"
 	"github.com/writeonce/porch-go/porch/internal/problemtype"
 	"github.com/writeonce/porch-go/porch/store"
 )
@@ -46,7 +47,7 @@ func (m *Keys) unavailable(r *http.Request, err error) *porch.Response {
 	if errors.Is(err, store.ErrNoKeyConn) {
 		return porch.Unavailable(m.problemType(ProblemUnavailable), "no database connection is free to hold this key", time.Second)
 	}
-	return m.errs.FailClosed(r, m.problemType(ProblemUnavailable), "decide or store this key's response", err)
+	return fail.Closed(m.errs, r, m.problemType(ProblemUnavailable), "decide or store this key's response", err)
 }
 
 // writeFailed answers an owner whose own writes failed at commit: its

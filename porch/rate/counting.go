@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/writeonce/porch-go/porch"
+	"github.com/writeonce/porch-go/porch/internal/actor"
 	"github.com/writeonce/porch-go/porch/store"
 )
 
@@ -27,7 +27,7 @@ type counting interface {
 	// hit decides c and answers c.reply; it sets c.start before it does.
 	hit(shard int, c *call)
 	// peek answers what a hit of weight 1 would be told, counting nothing.
-	peek(shard int, key string, reply porch.Reply[Verdict])
+	peek(shard int, key string, reply actor.Reply[Verdict])
 	// reset starts key's state over, calling answer once that is durable.
 	reset(shard int, key string, answer func(error))
 	// takeBack gives back n counted for key in the epoch started at start.

@@ -6,14 +6,14 @@ import (
 	"sync"
 	"time"
 
-	"github.com/writeonce/porch-go/porch"
+	"github.com/writeonce/porch-go/porch/internal/errlog"
 	"github.com/writeonce/porch-go/porch/internal/logctx"
 )
 
 // dryRunLogEvery is how often a dry-run limiter logs a would-be refusal: the
 // first at once, then at most one line per interval carrying how many were
 // held back, so that a client far over a new limit cannot flood the log.
-const dryRunLogEvery = porch.DefaultErrorLogEvery
+const dryRunLogEvery = errlog.DefaultEvery
 
 // dryRun turns count's outcome into DryRun's: a refusal is served with
 // Verdict.DryRun set, and a failure (other than ErrSkip) is logged and

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/writeonce/porch-go/porch"
+	"github.com/writeonce/porch-go/porch/internal/actor"
 	"github.com/writeonce/porch-go/porch/porchtest"
 	"github.com/writeonce/porch-go/porch/rate"
 	"github.com/writeonce/porch-go/porch/store"
@@ -175,17 +176,17 @@ func blockActors(t *testing.T, pool *porch.Pool) (release func()) {
 		t.Fatalf("blockActors wants a pool of one actor, got %d", pool.Size())
 	}
 	started, unblock := make(chan struct{}), make(chan struct{})
-	if err := pool.Send("block", func(int) { close(started); <-unblock }); err != nil {
+	if err := actor.Of(pool).Send("block", func(int) { close(started); <-unblock }); err != nil {
 		t.Fatal(err)
 	}
 	<-started
 	drained := make(chan struct{})
-	for i := range pool.Mailbox() {
+	for i := range actor.Of(pool).Mailbox() {
 		job := func(int) {}
-		if i == pool.Mailbox()-1 {
+		if i == actor.Of(pool).Mailbox()-1 {
 			job = func(int) { close(drained) }
 		}
-		if err := pool.Send("fill", job); err != nil {
+		if err := actor.Of(pool).Send("fill", job); err != nil {
 			t.Fatalf("fill mailbox: %v", err)
 		}
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/writeonce/porch-go/internal/pgtest"
 	"github.com/writeonce/porch-go/porch"
+	"github.com/writeonce/porch-go/porch/internal/actor"
 	"github.com/writeonce/porch-go/porch/rate"
 	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/postgres"
@@ -115,11 +116,11 @@ func TestLeaseAnswerToAFullMailboxIsNotLost(t *testing.T) {
 	// Block the (only) actor and fill its one-job mailbox, then let the
 	// store answer: the answer's SendShard finds the mailbox full.
 	blocked, unblock := make(chan struct{}), make(chan struct{})
-	if err := pool.SendShard(0, true, func(int) { close(blocked); <-unblock }); err != nil {
+	if err := actor.Of(pool).SendShard(0, true, func(int) { close(blocked); <-unblock }); err != nil {
 		t.Fatal(err)
 	}
 	<-blocked
-	for pool.SendShard(0, false, func(int) {}) == nil {
+	for actor.Of(pool).SendShard(0, false, func(int) {}) == nil {
 	}
 	release()
 	select {

@@ -12,6 +12,8 @@ import (
 
 	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/clock"
+	"github.com/writeonce/porch-go/porch/internal/actor"
+	"github.com/writeonce/porch-go/porch/internal/errlog"
 	"github.com/writeonce/porch-go/porch/internal/problemtype"
 	"github.com/writeonce/porch-go/porch/store"
 )
@@ -179,7 +181,7 @@ type Options struct {
 	// If nil, nothing is observed.
 	Observer Observer
 	// Logger receives what the limiter logs: a store failure (at most one
-	// line of a kind every porch.DefaultErrorLogEvery) and a client
+	// line of a kind every errlog.DefaultEvery) and a client
 	// address rewritten from a header. If nil, App.Logger for a request an
 	// App serves, else slog.Default().
 	Logger *slog.Logger
@@ -195,7 +197,7 @@ type Options struct {
 // A Limiter is safe for concurrent use. Create it with [New]; the zero
 // value is not usable.
 type Limiter struct {
-	pool     *porch.Pool
+	pool     *actor.Pool
 	store    store.Counters
 	counting counting // local or shared, chosen by the store
 	rule     rule     // Options.Algorithm with the limit, window and burst
@@ -211,9 +213,9 @@ type Limiter struct {
 	prefix                  string // counter key prefix
 	release                 func() // ends the store's claim of this limiter's policy
 	warnRewritten           sync.Once
-	dryLog                  throttledLog    // would-be refusals in DryRun
-	calls                   sync.Pool       // of *call, see allow
-	errs                    *porch.ErrorLog // for Options.Logger; nil: the process's
+	dryLog                  throttledLog // would-be refusals in DryRun
+	calls                   sync.Pool    // of *call, see allow
+	errs                    *errlog.Log  // for Options.Logger; nil: the process's
 }
 
 // MaxLimit is the largest limit New accepts, and so the heaviest request a
@@ -350,13 +352,13 @@ func newLimiter(pool *porch.Pool, st store.Counters, limit int, window time.Dura
 		ahead = 0
 	}
 	l := &Limiter{
-		pool: pool, store: st, limit: int64(limit), window: window, ahead: ahead, opt: opt,
+		pool: actor.Of(pool), store: st, limit: int64(limit), window: window, ahead: ahead, opt: opt,
 		rule:   newRule(opt.Algorithm, int64(limit), window, int64(opt.Burst)),
-		policy: fmt.Sprintf(`%q;q=%d;w=%d`, opt.Name, limit, porch.RetryAfterSeconds(window)),
+		policy: fmt.Sprintf(`%q;q=%d;w=%d`, opt.Name, limit, problemtype.RetryAfter(window)),
 		prefix: "rate:" + opt.Name + ":",
 	}
 	if opt.Logger != nil {
-		l.errs = porch.NewErrorLog(clock.System{}, 0, opt.Logger)
+		l.errs = errlog.New(clock.System{}, 0, opt.Logger)
 	}
 	l.most = l.rule.most()
 	l.limitValue = []string{strconv.FormatInt(l.most, 10)}

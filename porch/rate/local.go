@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/writeonce/porch-go/porch"
+	"github.com/writeonce/porch-go/porch/internal/actor"
 	"github.com/writeonce/porch-go/porch/store"
 )
 
@@ -83,7 +84,7 @@ func (c *local) hit(shard int, call *call) {
 // sendVerdict answers a hit whose write settled with err. A failed write
 // answers no verdict at all: the request must not be served, and a caller
 // that reads Allowed before the error must not find true.
-func sendVerdict(reply porch.Reply[Verdict], v Verdict, err error) {
+func sendVerdict(reply actor.Reply[Verdict], v Verdict, err error) {
 	if err != nil {
 		v = Verdict{}
 	}
@@ -150,7 +151,7 @@ func (c *local) carry(g gcraRule, old tally, w *tally) {
 }
 
 // peek runs on key's actor: the key's state as its next hit would find it.
-func (c *local) peek(shard int, key string, reply porch.Reply[Verdict]) {
+func (c *local) peek(shard int, key string, reply actor.Reply[Verdict]) {
 	now := c.st.Now()
 	w := c.views[shard].counts[key]
 	s := c.l.rule.Advance(w.state(), now)

@@ -8,6 +8,7 @@ import (
 	"reflect"
 
 	"github.com/writeonce/porch-go/porch"
+	"github.com/writeonce/porch-go/porch/internal/fail"
 	"github.com/writeonce/porch-go/porch/internal/problemtype"
 )
 
@@ -189,7 +190,7 @@ func (l *Limiter) refusal(r *http.Request, v Verdict) *porch.Response {
 // renders in its place: the request was not counted, so it must not be
 // served.
 func (l *Limiter) unavailable(r *http.Request, err error) *porch.Response {
-	def := l.errs.FailClosed(r, problemtype.Under(l.opt.ProblemBase, ProblemUnavailable), "count this request", err)
+	def := fail.Closed(l.errs, r, problemtype.Under(l.opt.ProblemBase, ProblemUnavailable), "count this request", err)
 	if l.opt.ErrorResponse == nil {
 		return def
 	}

@@ -3,7 +3,7 @@ package rate
 import (
 	"time"
 
-	"github.com/writeonce/porch-go/porch"
+	"github.com/writeonce/porch-go/porch/internal/actor"
 )
 
 // DefaultRefusalCacheFor is how long, at most, a limiter on a shared store
@@ -20,7 +20,7 @@ const maxRefusals = 1 << 16
 // when, on this process's monotonic clock, they are sure to stay refused.
 // Each shard is touched only by its actor, so the hot path takes no lock.
 type refusals struct {
-	pool   *porch.Pool
+	pool   *actor.Pool
 	life   time.Duration // Options.RefusalCacheFor, resolved
 	shards []refusalShard
 }
@@ -43,7 +43,7 @@ type refusal struct {
 	v     Verdict
 }
 
-func newRefusals(pool *porch.Pool, life time.Duration) *refusals {
+func newRefusals(pool *actor.Pool, life time.Duration) *refusals {
 	c := &refusals{pool: pool, life: life, shards: make([]refusalShard, pool.Size())}
 	for i := range c.shards {
 		c.shards[i] = refusalShard{m: make(map[string]refusal), sweepAt: 64}

@@ -7,13 +7,14 @@ import (
 	"time"
 
 	"github.com/writeonce/porch-go/porch"
+	"github.com/writeonce/porch-go/porch/internal/actor"
 )
 
 // onActor runs fn on shard's actor and waits for it.
 func onActor(t *testing.T, pool *porch.Pool, shard int, fn func()) {
 	t.Helper()
 	done := make(chan struct{})
-	if err := pool.SendShard(shard, true, func(int) { fn(); close(done) }); err != nil {
+	if err := actor.Of(pool).SendShard(shard, true, func(int) { fn(); close(done) }); err != nil {
 		t.Fatal(err)
 	}
 	<-done
@@ -29,7 +30,7 @@ func TestRefusalCacheRecoversAfterAFullBurst(t *testing.T) {
 	pool := porch.NewPool(porch.PoolOptions{Size: 1})
 	t.Cleanup(func() { pool.Close(context.Background()) })
 	const life = time.Second
-	c := newRefusals(pool, life)
+	c := newRefusals(actor.Of(pool), life)
 	v := Verdict{Limit: 1}
 	for i := 0; i < maxRefusals+10; i++ {
 		if i%512 == 0 {

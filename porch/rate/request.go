@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/writeonce/porch-go/porch"
+	"github.com/writeonce/porch-go/porch/internal/errlog"
 )
 
 // Problem types of the requests the limiter cannot count.
@@ -85,7 +86,7 @@ func (l *Limiter) failure(r *http.Request, err error) *porch.Response {
 // internal is the 500 for a request the application's KeyFunc or Weight
 // failed on. The error is logged, not sent: it is the server's.
 func (l *Limiter) internal(r *http.Request, err error, detail string) *porch.Response {
-	porch.LogError(r.Context(), "rate: could not key or weigh a request", "limiter", l.opt.Name, "err", err)
+	errlog.Error(r.Context(), "rate: could not key or weigh a request", "limiter", l.opt.Name, "err", err)
 	return porch.Problem{
 		Type:   ProblemKeyFailed,
 		Title:  "Internal Server Error",

@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/writeonce/porch-go/porch"
+	"github.com/writeonce/porch-go/porch/internal/actor"
 	"github.com/writeonce/porch-go/porch/store"
 )
 
@@ -139,7 +139,7 @@ func (c shared) trip(shard int, call *call, now time.Time) {
 	}
 }
 
-func (c shared) peek(shard int, key string, reply porch.Reply[Verdict]) {
+func (c shared) peek(shard int, key string, reply actor.Reply[Verdict]) {
 	var held int64 // hits this process's lease holds: counted, and still to answer
 	if c.leases != nil {
 		c.leases.apply(shard)

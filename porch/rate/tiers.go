@@ -8,6 +8,7 @@ import (
 	"reflect"
 
 	"github.com/writeonce/porch-go/porch"
+	"github.com/writeonce/porch-go/porch/internal/errlog"
 )
 
 // Tier is one policy a [Tiered] picks per request: a *Limiter, or a *Set of
@@ -141,7 +142,7 @@ func (t *Tiered) Handler(next http.Handler) http.Handler {
 // tierFailure is the 500 for a request whose tier cannot be told. The
 // error is logged, not sent: it is the server's.
 func tierFailure(r *http.Request, err error) *porch.Response {
-	porch.LogError(r.Context(), "rate: could not pick a request's tier", "err", err)
+	errlog.Error(r.Context(), "rate: could not pick a request's tier", "err", err)
 	return porch.Problem{
 		Type:   ProblemKeyFailed,
 		Title:  "Internal Server Error",

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/writeonce/porch-go/porch"
+	"github.com/writeonce/porch-go/porch/internal/actor"
 )
 
 // Verdict is a limiter's decision for one request, with what the response
@@ -129,7 +129,7 @@ type call struct {
 	key   string
 	n     int64
 	start time.Time // the window the hit was counted in: the store's timeline (exclusive) or the database's clock (shared)
-	reply porch.Reply[Verdict]
+	reply actor.Reply[Verdict]
 	run   func(shard int) // the job, bound once to this call
 	// verdict is what answer sends once the write the hit waits on
 	// settles (local counting): set on the actor before it waits.
@@ -139,7 +139,7 @@ type call struct {
 
 // newCall is Limiter.calls' New.
 func (l *Limiter) newCall() any {
-	c := &call{reply: porch.NewReply[Verdict]()}
+	c := &call{reply: actor.NewReply[Verdict]()}
 	c.run = func(shard int) { l.counting.hit(shard, c) }
 	c.answer = func(err error) { sendVerdict(c.reply, c.verdict, err) }
 	return c
@@ -219,7 +219,7 @@ func (l *Limiter) Peek(ctx context.Context, principal string) (Verdict, error) {
 
 // peek reads the counter key on its actor.
 func (l *Limiter) peek(ctx context.Context, key string) (Verdict, error) {
-	reply := porch.NewReply[Verdict]()
+	reply := actor.NewReply[Verdict]()
 	err := l.pool.Send(key, func(shard int) { l.counting.peek(shard, key, reply) })
 	if err != nil {
 		return Verdict{}, err
@@ -255,7 +255,7 @@ func (l *Limiter) Reset(ctx context.Context, principal string) error {
 // reset clears the counter key on its actor and waits until that is
 // durable.
 func (l *Limiter) reset(ctx context.Context, key string) error {
-	reply := porch.NewReply[struct{}]()
+	reply := actor.NewReply[struct{}]()
 	answer := func(err error) { reply.Send(struct{}{}, err) }
 	err := l.pool.Send(key, func(shard int) { l.counting.reset(shard, key, answer) })
 	if err != nil {

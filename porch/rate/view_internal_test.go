@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/writeonce/porch-go/porch"
+	"github.com/writeonce/porch-go/porch/internal/actor"
 	"github.com/writeonce/porch-go/porch/store"
 )
 
@@ -107,8 +107,8 @@ func TestLimiterForgetsClosedWindows(t *testing.T) {
 		}
 	}
 	// Read the view on its actor, the only goroutine that may touch it.
-	reply := porch.NewReply[[]string]()
-	if err := rg.pool.Send("new", func(shard int) { reply.Send(keys(l.counting.(*local).views[shard]), nil) }); err != nil {
+	reply := actor.NewReply[[]string]()
+	if err := actor.Of(rg.pool).Send("new", func(shard int) { reply.Send(keys(l.counting.(*local).views[shard]), nil) }); err != nil {
 		t.Fatal(err)
 	}
 	got, err := reply.Wait(ctx)
@@ -140,8 +140,8 @@ func TestIdleActorForgets(t *testing.T) {
 	for {
 		left := 0
 		for shard, v := range l.counting.(*local).views {
-			reply := porch.NewReply[int]()
-			if err := rg.pool.SendShard(shard, false, func(int) { reply.Send(len(v.counts), nil) }); err != nil {
+			reply := actor.NewReply[int]()
+			if err := actor.Of(rg.pool).SendShard(shard, false, func(int) { reply.Send(len(v.counts), nil) }); err != nil {
 				t.Fatal(err)
 			}
 			n, err := reply.Wait(ctx)

@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -78,7 +80,11 @@ func newShop(cfg config, m *prom.Metrics) (*porch.App, error) {
 	pool := porch.NewPool(porch.PoolOptions{Size: cfg.pool, Mailbox: cfg.mailbox, Observer: poolObs})
 	app := porch.New()
 	// The committer holds one write for every job the mailboxes hold.
-	st, err := openStores(cfg, app, pool.Size()*pool.Mailbox(), storeObs)
+	mailbox := cfg.mailbox
+	if mailbox == 0 {
+		mailbox = porch.DefaultMailbox
+	}
+	st, err := openStores(cfg, app, pool.Size()*mailbox, storeObs)
 	if err != nil {
 		pool.Close(context.Background())
 		return nil, err
@@ -215,8 +221,35 @@ const problemBase = "https://porch.dev/problems/storefront/"
 // database failing (a dropped connection, a busy file), which a retry may
 // get past; a 5xx also keeps idempotency from storing the answer.
 func serverError(w http.ResponseWriter, err error) {
-	porch.LogError(context.Background(), "storefront: request failed", "err", err)
+	if held, ok := serverErrors.admit(time.Now()); ok {
+		slog.Error("storefront: request failed", "err", err, "suppressed", held)
+	}
 	porch.Unavailable(problemBase+"database-unavailable", "the database could not be reached; retry", time.Second).Write(w)
+}
+
+// serverErrors lets one "request failed" line through per second: a
+// database that is down fails every request alike, and ten thousand lines
+// a second would bury the first, the one that says why.
+var serverErrors logSampler
+
+// logSampler admits one line per second and counts the ones it held back.
+type logSampler struct {
+	mu   sync.Mutex // protects the fields below
+	last time.Time
+	held int
+}
+
+// admit reports whether a line may be logged at now, and how many were
+// held back since the last one.
+func (s *logSampler) admit(now time.Time) (held int, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if now.Sub(s.last) < time.Second {
+		s.held++
+		return 0, false
+	}
+	held, s.held, s.last = s.held, 0, now
+	return held, true
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -44,6 +44,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/rate"
 )
 
@@ -99,6 +100,9 @@ func parseFlags(args []string) (config, error) {
 		return c, err
 	}
 	c.algorithm = alg
+	if c.mailbox == 0 {
+		c.mailbox = porch.DefaultMailbox // the committer holds a write per queued job
+	}
 	switch {
 	case !validMode(c.mode):
 		return c, fmt.Errorf("unknown -mode %q", c.mode)

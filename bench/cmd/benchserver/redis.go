@@ -72,7 +72,7 @@ func porchRedis(ctx context.Context, cfg config, app *porch.App, clk clock.Clock
 	c, prefix := redisClient(cfg, app)
 	pool := porch.NewPool(porch.PoolOptions{Size: cfg.pool, Mailbox: cfg.mailbox})
 	st, err := redis.Open(ctx, c, redis.Options{
-		Options:        store.Options{Clock: clk, QueueSize: pool.Size() * pool.Mailbox()},
+		Options:        store.Options{Clock: clk, QueueSize: pool.Size() * cfg.mailbox},
 		Prefix:         prefix,
 		RequireDurable: cfg.mode == "porch-redis-aof",
 	})

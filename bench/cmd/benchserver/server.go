@@ -101,7 +101,7 @@ func newLimiter(ctx context.Context, cfg config, app *porch.App, clk clock.Clock
 		return n.Handler, n, nil
 	}
 	pool := porch.NewPool(porch.PoolOptions{Size: cfg.pool, Mailbox: cfg.mailbox})
-	opt := store.Options{Clock: clk, QueueSize: pool.Size() * pool.Mailbox()}
+	opt := store.Options{Clock: clk, QueueSize: pool.Size() * cfg.mailbox}
 	var st interface {
 		store.Keys
 		store.Counters

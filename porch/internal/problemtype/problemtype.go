@@ -6,6 +6,7 @@ package problemtype
 import (
 	"net/url"
 	"strings"
+	"time"
 )
 
 // Default is the base every porch problem type is defined under.
@@ -26,4 +27,14 @@ func Under(base, typ string) string {
 func Valid(base string) bool {
 	_, err := url.Parse(base)
 	return err == nil
+}
+
+// RetryAfter rounds d up to whole seconds, at least 1, as the Retry-After
+// header wants.
+func RetryAfter(d time.Duration) int {
+	s := int((d + time.Second - 1) / time.Second)
+	if s < 1 {
+		return 1
+	}
+	return s
 }

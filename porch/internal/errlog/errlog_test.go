@@ -1,4 +1,4 @@
-package porch_test
+package errlog_test
 
 import (
 	"bytes"
@@ -9,7 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/writeonce/porch-go/porch"
+	"github.com/go-chi/chi/v5/middleware"
+
+	"github.com/writeonce/porch-go/porch/internal/errlog"
 	"github.com/writeonce/porch-go/porch/porchtest"
 )
 
@@ -81,7 +83,7 @@ func TestErrorLog(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			clock := porchtest.NewFakeClock(time.Unix(0, 0))
 			logger, lines := jsonLog(t)
-			l := porch.NewErrorLog(clock, every, logger)
+			l := errlog.New(clock, every, logger)
 			for _, e := range tc.events {
 				clock.Advance(e.after)
 				l.Error(context.Background(), e.msg, "err", "disk full")
@@ -90,5 +92,26 @@ func TestErrorLog(t *testing.T) {
 				t.Errorf("lines: got %+v, want %+v", got, tc.want)
 			}
 		})
+	}
+}
+
+func TestNilErrorLogIsTheProcesss(t *testing.T) {
+	var l *errlog.Log
+	l.Error(context.Background(), "porch test: a nil ErrorLog logs") // must not panic
+}
+
+func TestErrorLogAddsTheRequestID(t *testing.T) {
+	var buf bytes.Buffer
+	l := errlog.New(porchtest.NewFakeClock(time.Unix(0, 0)), 0, slog.New(slog.NewJSONHandler(&buf, nil)))
+	ctx := context.WithValue(context.Background(), middleware.RequestIDKey, "host/abc-000001")
+	l.Error(ctx, "a")
+	var line struct {
+		RequestID string `json:"request_id"`
+	}
+	if err := json.Unmarshal(buf.Bytes(), &line); err != nil {
+		t.Fatalf("read the one line logged: %v (%q)", err, buf.String())
+	}
+	if got, want := line.RequestID, "host/abc-000001"; got != want {
+		t.Errorf("got request_id %q, want %q", got, want)
 	}
 }

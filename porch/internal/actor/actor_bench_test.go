@@ -1,4 +1,4 @@
-package porch_test
+package actor_test
 
 import (
 	"context"
@@ -7,12 +7,13 @@ import (
 	"testing"
 
 	"github.com/writeonce/porch-go/porch"
+	"github.com/writeonce/porch-go/porch/internal/actor"
 )
 
 // benchPool starts a pool with the default options, closed when b ends.
-func benchPool(b *testing.B) *porch.Pool {
+func benchPool(b *testing.B) *actor.Pool {
 	b.Helper()
-	p := porch.NewPool(porch.PoolOptions{})
+	p := actor.Of(porch.NewPool(porch.PoolOptions{}))
 	b.Cleanup(func() { p.Close(context.Background()) })
 	return p
 }
@@ -34,7 +35,7 @@ func benchKeys(n int) []string {
 // callers per GOMAXPROCS, as a server under load has, on one key (one actor
 // does all the work) and on many keys (every actor has a share).
 func BenchmarkRoundTrip(b *testing.B) {
-	job := func(shard int, r porch.Reply[int]) { r.Send(shard, nil) }
+	job := func(shard int, r actor.Reply[int]) { r.Send(shard, nil) }
 	for _, bc := range []struct {
 		name string
 		keys []string

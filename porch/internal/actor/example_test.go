@@ -1,14 +1,15 @@
-package porch_test
+package actor_test
 
 import (
 	"context"
 	"fmt"
 
 	"github.com/writeonce/porch-go/porch"
+	"github.com/writeonce/porch-go/porch/internal/actor"
 )
 
 func ExampleReply() {
-	p := porch.NewPool(porch.PoolOptions{Size: 4})
+	p := actor.Of(porch.NewPool(porch.PoolOptions{Size: 4}))
 	defer p.Close(context.Background())
 
 	// counts[shard] is touched only by that shard's actor: no lock.
@@ -17,7 +18,7 @@ func ExampleReply() {
 		counts[i] = make(map[string]int)
 	}
 	hit := func(key string) int {
-		reply := porch.NewReply[int]()
+		reply := actor.NewReply[int]()
 		err := p.Send(key, func(shard int) {
 			counts[shard][key]++
 			reply.Send(counts[shard][key], nil)

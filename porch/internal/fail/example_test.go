@@ -1,4 +1,4 @@
-package porch_test
+package fail_test
 
 import (
 	"errors"
@@ -9,14 +9,15 @@ import (
 
 	"github.com/go-chi/chi/v5/middleware"
 
-	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/clock"
+	"github.com/writeonce/porch-go/porch/internal/errlog"
+	"github.com/writeonce/porch-go/porch/internal/fail"
 )
 
 // A store failure porch logs about a request carries the request ID chi's
 // middleware.RequestID gave it. App.Logger, rate.Options.Logger,
-// idem.Options.Logger and NewErrorLog all choose where the line goes.
-func ExampleNewErrorLog() {
+// idem.Options.Logger all choose where the line goes.
+func ExampleClosed() {
 	logger := slog.New(slog.NewTextHandler(os.Stdout, &slog.HandlerOptions{
 		ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
 			if a.Key == slog.TimeKey {
@@ -25,9 +26,9 @@ func ExampleNewErrorLog() {
 			return a
 		},
 	}))
-	errs := porch.NewErrorLog(clock.System{}, 0, logger)
+	errs := errlog.New(clock.System{}, 0, logger)
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		errs.FailClosed(r, "https://example.com/problems/unavailable", "count this request", errors.New("disk full")).Write(w)
+		fail.Closed(errs, r, "https://example.com/problems/unavailable", "count this request", errors.New("disk full")).Write(w)
 	})
 	req := httptest.NewRequest(http.MethodGet, "/", nil)
 	req.Header.Set(middleware.RequestIDHeader, "req-42") // as a proxy in front may set it

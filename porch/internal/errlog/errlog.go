@@ -1,4 +1,7 @@
-package porch
+// Package errlog logs the errors porch's middlewares fail closed on without
+// flooding: the first of a kind at once, then at most one line of that kind
+// per interval, carrying how many were held back.
+package errlog
 
 import (
 	"context"
@@ -10,11 +13,11 @@ import (
 	"github.com/writeonce/porch-go/porch/internal/logctx"
 )
 
-// DefaultErrorLogEvery is how often an ErrorLog lets a repeated kind of
-// error through, and the interval of the one [LogError] uses.
-const DefaultErrorLogEvery = 10 * time.Second
+// DefaultEvery is how often a Log lets a repeated kind of error through,
+// and the interval of the process's (see [Error]).
+const DefaultEvery = 10 * time.Second
 
-// ErrorLog logs errors at ERROR without flooding. A store that fails fails
+// Log logs errors at ERROR without flooding. A store that fails fails
 // every request the same way: a full disk logged some ten thousand lines a
 // second, which spent what was left of the disk and buried the first line,
 // the one that says why. So the first error of a kind is logged at once,
@@ -22,13 +25,13 @@ const DefaultErrorLogEvery = 10 * time.Second
 // "suppressed", the count held back since the kind's last line.
 //
 // A kind is the message. Each kind is remembered for the life of the
-// ErrorLog, so messages must come from a fixed set, a constant at each call
+// Log, so messages must come from a fixed set, a constant at each call
 // site, with what varies in the attributes. Errors held back at the end of
 // a burst are counted in the next line of their kind, if one comes.
 //
-// An ErrorLog is safe for concurrent use. Create it with [NewErrorLog]; a
-// nil *ErrorLog logs through the process's, as [LogError] does.
-type ErrorLog struct {
+// A Log is safe for concurrent use. Create it with [New]; a
+// nil *Log logs through the process's, as [Error] does.
+type Log struct {
 	clock  clock.Clock
 	every  time.Duration
 	logger *slog.Logger // if nil, the request's (see logctx.Logger) at each call
@@ -42,27 +45,27 @@ type errorKind struct {
 	suppressed int           // errors held back since that line
 }
 
-// NewErrorLog returns an ErrorLog that logs each kind at most once per every
+// New returns a Log that logs each kind at most once per every
 // on clock's monotonic reading, to logger. If every is zero,
-// DefaultErrorLogEvery; if logger is nil, App.Logger when the line is about
+// DefaultEvery; if logger is nil, App.Logger when the line is about
 // a request an App serves, else slog.Default() as of each call. A line
 // about a request that chi's middleware.RequestID saw carries its
 // "request_id". It panics on a negative every or a nil clock.
-func NewErrorLog(clock clock.Clock, every time.Duration, logger *slog.Logger) *ErrorLog {
+func New(clock clock.Clock, every time.Duration, logger *slog.Logger) *Log {
 	if clock == nil || every < 0 {
-		panic("porch: NewErrorLog expects a clock and every >= 0")
+		panic("errlog: New expects a clock and every >= 0")
 	}
 	if every == 0 {
-		every = DefaultErrorLogEvery
+		every = DefaultEvery
 	}
-	return &ErrorLog{clock: clock, every: every, logger: logger, kinds: make(map[string]*errorKind)}
+	return &Log{clock: clock, every: every, logger: logger, kinds: make(map[string]*errorKind)}
 }
 
 // Error logs msg and args at ERROR, unless a line of kind msg was logged less
-// than the interval ago: then it only counts it. On a nil l it is LogError.
-func (l *ErrorLog) Error(ctx context.Context, msg string, args ...any) {
+// than the interval ago: then it only counts it. On a nil l it is [Error].
+func (l *Log) Error(ctx context.Context, msg string, args ...any) {
 	if l == nil {
-		l = errorLog
+		l = process
 	}
 	suppressed, ok := l.admit(msg)
 	if !ok {
@@ -76,7 +79,7 @@ func (l *ErrorLog) Error(ctx context.Context, msg string, args ...any) {
 
 // admit decides whether a line of kind msg is logged now, and how many it
 // held back before it.
-func (l *ErrorLog) admit(msg string) (suppressed int, ok bool) {
+func (l *Log) admit(msg string) (suppressed int, ok bool) {
 	now := l.clock.Monotonic()
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -93,13 +96,13 @@ func (l *ErrorLog) admit(msg string) (suppressed int, ok bool) {
 	return suppressed, true
 }
 
-// errorLog is the process's ErrorLog, for LogError.
-var errorLog = NewErrorLog(clock.System{}, DefaultErrorLogEvery, nil)
+// process is the process's Log, for [Error].
+var process = New(clock.System{}, DefaultEvery, nil)
 
-// LogError logs through the process's ErrorLog (every DefaultErrorLogEvery,
+// Error logs through the process's Log (every DefaultEvery,
 // to App.Logger for a request an App serves, else slog's default logger): for errors that recur with every request while
-// a dependency is down, such as the store failures [FailClosed] logs. msg is
+// a dependency is down, such as the store failures fail.Closed logs. msg is
 // the kind and must be a constant.
-func LogError(ctx context.Context, msg string, args ...any) {
-	errorLog.Error(ctx, msg, args...)
+func Error(ctx context.Context, msg string, args ...any) {
+	process.Error(ctx, msg, args...)
 }

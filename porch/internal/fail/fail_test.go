@@ -1,7 +1,9 @@
-package porch_test
+package fail_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/writeonce/porch-go/porch"
+	"github.com/writeonce/porch-go/porch/internal/fail"
 )
 
 func TestFailClosed(t *testing.T) {
@@ -28,7 +31,7 @@ func TestFailClosed(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			r := httptest.NewRequest(http.MethodGet, "/", nil)
-			res := porch.FailClosed(r, "https://example.test/p", "count this request", tc.err)
+			res := fail.Closed(nil, r, "https://example.test/p", "count this request", tc.err)
 			if res.Status != http.StatusServiceUnavailable {
 				t.Errorf("status: got %d, want 503", res.Status)
 			}
@@ -51,7 +54,19 @@ func TestFailClosed(t *testing.T) {
 var burstRuns atomic.Int64
 
 func TestFailClosedLogsABurstOnce(t *testing.T) {
-	logger, lines := jsonLog(t)
+	var buf bytes.Buffer
+	logger := slog.New(slog.NewJSONHandler(&buf, nil))
+	lines := func() (out []struct{ Msg string }) {
+		dec := json.NewDecoder(&buf)
+		for dec.More() {
+			var l struct{ Msg string }
+			if err := dec.Decode(&l); err != nil {
+				t.Fatalf("read log: %v", err)
+			}
+			out = append(out, l)
+		}
+		return out
+	}
 	prev := slog.Default()
 	slog.SetDefault(logger)
 	t.Cleanup(func() { slog.SetDefault(prev) })
@@ -61,7 +76,7 @@ func TestFailClosedLogsABurstOnce(t *testing.T) {
 	// failure of its own per run lets -count run the test again.
 	what := fmt.Sprintf("test a burst of failures (run %d)", burstRuns.Add(1))
 	for range 1000 {
-		porch.FailClosed(r, "https://example.test/p", what, errors.New("database or disk is full"))
+		fail.Closed(nil, r, "https://example.test/p", what, errors.New("database or disk is full"))
 	}
 	if got := lines(); len(got) != 1 || got[0].Msg != "porch: could not "+what {
 		t.Errorf("lines logged for 1000 failures: got %d %+v, want the first alone", len(got), got)

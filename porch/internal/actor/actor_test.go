@@ -1,4 +1,4 @@
-package porch_test
+package actor_test
 
 import (
 	"context"
@@ -12,12 +12,13 @@ import (
 	"time"
 
 	"github.com/writeonce/porch-go/porch"
+	"github.com/writeonce/porch-go/porch/internal/actor"
 )
 
 // newPool starts a pool that is closed when the test ends.
-func newPool(t *testing.T, opt porch.PoolOptions) *porch.Pool {
+func newPool(t *testing.T, opt porch.PoolOptions) *actor.Pool {
 	t.Helper()
-	p := porch.NewPool(opt)
+	p := actor.Of(porch.NewPool(opt))
 	t.Cleanup(func() {
 		if err := p.Close(context.Background()); err != nil {
 			t.Errorf("close pool: %v", err)
@@ -30,7 +31,7 @@ func newPool(t *testing.T, opt porch.PoolOptions) *porch.Pool {
 // called (release is idempotent and also runs at cleanup, before the pool is
 // closed). When blockActor returns the actor is inside that job, so its
 // mailbox is empty.
-func blockActor(t *testing.T, p *porch.Pool, key string) (release func()) {
+func blockActor(t *testing.T, p *actor.Pool, key string) (release func()) {
 	t.Helper()
 	started, unblock := make(chan struct{}), make(chan struct{})
 	if err := p.Send(key, func(int) { close(started); <-unblock }); err != nil {
@@ -83,7 +84,7 @@ func TestNewPoolPanicsOnBadOptions(t *testing.T) {
 					t.Errorf("got panic %v, want a message prefixed %q", v, "porch: ")
 				}
 			}()
-			p := porch.NewPool(tt.opt)
+			p := actor.Of(porch.NewPool(tt.opt))
 			p.Close(context.Background())
 		})
 	}
@@ -92,7 +93,7 @@ func TestNewPoolPanicsOnBadOptions(t *testing.T) {
 func TestPoolOrdersJobsPerKey(t *testing.T) {
 	const keys, jobs = 32, 200
 	// The mailboxes hold every job, so no Send can be refused.
-	p := porch.NewPool(porch.PoolOptions{Size: 4, Mailbox: keys * jobs})
+	p := actor.Of(porch.NewPool(porch.PoolOptions{Size: 4, Mailbox: keys * jobs}))
 
 	// seen[k] and shards[k] are written only by key k's actor: if two actors
 	// ever ran jobs of one key, the race detector would report it.
@@ -158,7 +159,7 @@ func TestPoolShard(t *testing.T) {
 	}
 
 	for _, key := range []string{"a", "b", "c"} {
-		got, err := call(context.Background(), p, key, func(shard int, r porch.Reply[int]) {
+		got, err := call(context.Background(), p, key, func(shard int, r actor.Reply[int]) {
 			r.Send(shard, nil)
 		})
 		if err != nil {
@@ -184,7 +185,7 @@ func TestPoolFullMailboxIsSaturated(t *testing.T) {
 	promptly(t, "Send into a full mailbox", func() {
 		sendErr = p.Send("k", refused)
 		otherErr = p.Send("other key, same (only) actor", refused)
-		_, callErr = call(context.Background(), p, "k", func(int, porch.Reply[int]) { refused(0) })
+		_, callErr = call(context.Background(), p, "k", func(int, actor.Reply[int]) { refused(0) })
 	})
 	for _, got := range []error{sendErr, otherErr, callErr} {
 		if !errors.Is(got, porch.ErrSaturated) {
@@ -194,7 +195,7 @@ func TestPoolFullMailboxIsSaturated(t *testing.T) {
 }
 
 func TestPoolCloseDrainsThenRefuses(t *testing.T) {
-	p := porch.NewPool(porch.PoolOptions{Size: 1, Mailbox: 8})
+	p := actor.Of(porch.NewPool(porch.PoolOptions{Size: 1, Mailbox: 8}))
 	release := blockActor(t, p, "k")
 	var ran []int // touched by the actor only; read after Close returns
 	for i := range 5 {
@@ -213,7 +214,7 @@ func TestPoolCloseDrainsThenRefuses(t *testing.T) {
 	if err := p.Send("k", func(int) { t.Error("job sent after Close ran") }); !errors.Is(err, porch.ErrClosed) {
 		t.Errorf("got Send after Close = %v, want ErrClosed", err)
 	}
-	_, err := call(context.Background(), p, "k", func(int, porch.Reply[int]) {})
+	_, err := call(context.Background(), p, "k", func(int, actor.Reply[int]) {})
 	if !errors.Is(err, porch.ErrClosed) {
 		t.Errorf("got a round trip after Close = %v, want ErrClosed", err)
 	}
@@ -251,13 +252,13 @@ func TestReplyWaitHonoursContext(t *testing.T) {
 			p := newPool(t, porch.PoolOptions{Size: 1})
 			ctx, cancel := tt.ctx()
 			defer cancel()
-			kept := make(chan porch.Reply[string], 1)
+			kept := make(chan actor.Reply[string], 1)
 			// The job never answers in time: it keeps the reply and ends the
 			// caller's context, so only the context can end the wait.
 			var got string
 			var err error
 			promptly(t, "Wait after its context ended", func() {
-				got, err = call(ctx, p, "k", func(_ int, r porch.Reply[string]) {
+				got, err = call(ctx, p, "k", func(_ int, r actor.Reply[string]) {
 					kept <- r
 					cancel()
 				})
@@ -289,14 +290,14 @@ func TestReplyFromAnotherGoroutine(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			p := newPool(t, porch.PoolOptions{Size: 2})
-			kept := make(chan porch.Reply[int], 1)
+			kept := make(chan actor.Reply[int], 1)
 			answered := make(chan struct{})
 			go func() {
 				defer close(answered)
 				r := <-kept // the actor has long returned by now
 				r.Send(tt.value, tt.err)
 			}()
-			got, err := call(context.Background(), p, "k", func(_ int, r porch.Reply[int]) {
+			got, err := call(context.Background(), p, "k", func(_ int, r actor.Reply[int]) {
 				kept <- r
 			})
 			<-answered
@@ -347,7 +348,7 @@ func waitParked(t *testing.T, fn string) {
 }
 
 func TestPoolCloseHonoursContextWhileSendWaitParked(t *testing.T) {
-	p := porch.NewPool(porch.PoolOptions{Size: 1, Mailbox: 1})
+	p := actor.Of(porch.NewPool(porch.PoolOptions{Size: 1, Mailbox: 1}))
 	blockActor(t, p, "k") // a slow actor: its mailbox will not drain
 	if err := p.Send("k", func(int) {}); err != nil {
 		t.Fatalf("fill mailbox: %v", err)
@@ -372,8 +373,8 @@ func TestPoolCloseHonoursContextWhileSendWaitParked(t *testing.T) {
 
 // call is the round trip rate and idem make: send key's actor a job that
 // answers a Reply, now or later, and wait for the answer under ctx.
-func call[T any](ctx context.Context, p *porch.Pool, key string, job func(shard int, r porch.Reply[T])) (T, error) {
-	r := porch.NewReply[T]()
+func call[T any](ctx context.Context, p *actor.Pool, key string, job func(shard int, r actor.Reply[T])) (T, error) {
+	r := actor.NewReply[T]()
 	if err := p.Send(key, func(shard int) { job(shard, r) }); err != nil {
 		var zero T
 		return zero, err
