@@ -57,22 +57,32 @@ func (c Completion) String() string {
 // and change the whole response before any byte reaches the client; that is
 // what lets a store-backed middleware make a response durable before it is
 // visible. Streaming handlers should not sit behind a porch chain.
-// [ChainOptions] configure a chain; Chain uses their zero value.
-func Chain(ms ...Middleware) func(http.Handler) http.Handler { return ChainOptions{}.Chain(ms...) }
+//
+// A panic in the handler or a hook is logged and answered with a
+// problem+json 500, and every after hook whose before ran still runs.
+//
+// Mount one porch middleware with its Handler method (r.Use(lim.Handler));
+// use Chain for several that must see one buffered response, such as a
+// limiter in front of idempotency keys.
+func Chain(ms ...Middleware) func(http.Handler) http.Handler {
+	ms = append([]Middleware(nil), ms...)
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			serve(ms, next, w, r)
+		})
+	}
+}
 
-// Adapt is Chain for a single middleware.
-func Adapt(m Middleware) func(http.Handler) http.Handler { return Chain(m) }
-
-func (o ChainOptions) serve(ms []Middleware, next http.Handler, w http.ResponseWriter, r *http.Request) {
+func serve(ms []Middleware, next http.Handler, w http.ResponseWriter, r *http.Request) {
 	var stack [4]*http.Request // the common chain fits without a heap allocation
 	reqs := stack[:0]
 	in := r // runBefores returns no request when a hook panicked
-	res, c, r := o.runBefores(ms, r, &reqs)
+	res, c, r := runBefores(ms, r, &reqs)
 	if res == nil {
-		res, c = o.runHandler(next, r)
+		res, c = runHandler(next, r)
 	}
 	for i := len(reqs) - 1; i >= 0; i-- {
-		res, c = o.runAfter(ms[i], reqs[i], res, c)
+		res, c = runAfter(ms[i], reqs[i], res, c)
 	}
 	extendWriteDeadline(w, in)
 	res.Write(w)
@@ -84,10 +94,10 @@ func (o ChainOptions) serve(ms []Middleware, next http.Handler, w http.ResponseW
 // runs: a key or principal function) becomes a 500 like a handler's panic,
 // so that the after hooks of those before it still run: a middleware that
 // took a resource in Before (an idempotency key) must get to give it back.
-func (o ChainOptions) runBefores(ms []Middleware, r *http.Request, reqs *[]*http.Request) (res *Response, c Completion, out *http.Request) {
+func runBefores(ms []Middleware, r *http.Request, reqs *[]*http.Request) (res *Response, c Completion, out *http.Request) {
 	defer func() {
 		if v := recover(); v != nil {
-			res, c = o.recovered(r, v), Panicked
+			res, c = recovered(r, v), Panicked
 		}
 	}()
 	for _, m := range ms {
@@ -105,11 +115,11 @@ func (o ChainOptions) runBefores(ms []Middleware, r *http.Request, reqs *[]*http
 // becomes a 500 so that the after hooks learn the handler did not complete
 // (idempotency must not store such a response); only ErrAbortHandler, which
 // handlers raise on purpose, goes unlogged.
-func (o ChainOptions) runHandler(h http.Handler, r *http.Request) (res *Response, c Completion) {
+func runHandler(h http.Handler, r *http.Request) (res *Response, c Completion) {
 	bw := newBufferWriter()
 	defer func() {
 		if v := recover(); v != nil {
-			res, c = o.recovered(r, v), Panicked
+			res, c = recovered(r, v), Panicked
 		}
 	}()
 	h.ServeHTTP(bw, r)
@@ -121,10 +131,10 @@ func (o ChainOptions) runHandler(h http.Handler, r *http.Request) (res *Response
 // the request Panicked: a middleware that took a resource in Before (an
 // idempotency key) must get to give it back, and must not store an answer
 // a later hook failed to finish.
-func (o ChainOptions) runAfter(m Middleware, r *http.Request, res *Response, c Completion) (out *Response, oc Completion) {
+func runAfter(m Middleware, r *http.Request, res *Response, c Completion) (out *Response, oc Completion) {
 	defer func() {
 		if v := recover(); v != nil {
-			out, oc = o.recovered(r, v), Panicked
+			out, oc = recovered(r, v), Panicked
 		}
 	}()
 	m.After(r, res, c)
@@ -133,14 +143,11 @@ func (o ChainOptions) runAfter(m Middleware, r *http.Request, res *Response, c C
 
 // recovered logs a recovered panic (but http.ErrAbortHandler, which is
 // raised on purpose) and returns the 500 that replaces the response.
-func (o ChainOptions) recovered(r *http.Request, v any) *Response {
+func recovered(r *http.Request, v any) *Response {
 	if v != http.ErrAbortHandler {
 		logctx.Logger(r.Context(), nil).ErrorContext(r.Context(), "porch: panic",
 			"method", r.Method, "path", r.URL.Path,
 			"panic", fmt.Sprint(v), "stack", string(debug.Stack()))
-	}
-	if res := o.panicResponse(r); res != nil {
-		return res
 	}
 	return Problem{
 		Type:   "about:blank",

@@ -267,9 +267,9 @@ func (headerMiddleware) After(r *http.Request, res *porch.Response, _ porch.Comp
 	res.SetHeader("X-Porch", "after")
 }
 
-func TestAdaptIsChiMiddleware(t *testing.T) {
+func TestChainOfOneIsChiMiddleware(t *testing.T) {
 	r := chi.NewRouter()
-	r.Use(porch.Adapt(headerMiddleware{}))
+	r.Use(porch.Chain(headerMiddleware{}))
 	r.Get("/items/{id}", func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "item "+chi.URLParam(r, "id"))
 	})

@@ -16,10 +16,11 @@
 //     each with its own budget, so that state is flushed however the drain
 //     went.
 //
-// Every porch middleware is also a plain func(http.Handler) http.Handler (see
-// [Chain] and [Adapt]), so it can be copied into any chi application:
+// Every porch middleware mounts as a plain func(http.Handler) http.Handler,
+// its Handler method, so it can be copied into any chi application; [Chain]
+// runs several around one buffered response:
 //
 //	r := chi.NewRouter()
-//	r.Use(porch.Adapt(limiter))
-//	r.Post("/checkout", checkout)
+//	r.Use(limiter.Handler)
+//	r.With(porch.Chain(limiter, keys)).Post("/checkout", checkout)
 package porch

@@ -351,7 +351,7 @@ func (m *Keys) stores(status int) bool {
 // Handler is the middleware as plain chi middleware. It buffers the
 // response, which idempotency needs: nothing may reach the client before the
 // response is durable.
-func (m *Keys) Handler(next http.Handler) http.Handler { return porch.Adapt(m)(next) }
+func (m *Keys) Handler(next http.Handler) http.Handler { return porch.Chain(m)(next) }
 
 // scope makes the lookup key: the key under the principal, or under the
 // client's address when there is none, so that no client can ever read

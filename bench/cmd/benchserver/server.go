@@ -125,7 +125,7 @@ func newLimiter(ctx context.Context, cfg config, app *porch.App, clk clock.Clock
 	app.OnShutdown(pool.Close) // runs before the store's Close: the pool's last jobs write
 	if cfg.mode == "porch-idem" {
 		m := idem.New(pool, st, idem.Options{})
-		return porch.Adapt(m), st, nil
+		return m.Handler, st, nil
 	}
 	lim, err := rate.New(pool, st, cfg.limit, cfg.window, rate.Options{TrustProxy: cfg.trustProxy, Algorithm: cfg.algorithm, Burst: cfg.burst, Lease: cfg.lease})
 	if err != nil {
@@ -133,7 +133,7 @@ func newLimiter(ctx context.Context, cfg config, app *porch.App, clk clock.Clock
 	}
 	app.OnShutdown(lim.Close) // runs before the pool's Close: exact counts on the way out
 	if cfg.chain {
-		return porch.Adapt(lim), st, nil
+		return lim.Handler, st, nil
 	}
 	return lim.Handler, st, nil
 }
