@@ -51,9 +51,6 @@ type Kit struct {
 // idempotency.
 var ErrNoStore = errors.New("kit: no store for this middleware")
 
-// ErrClosed is returned by a Kit's methods after Close.
-var ErrClosed = errors.New("kit: closed")
-
 // Open returns a Kit on st, which holds both the limiters' counters and
 // the idempotency keys (SQLite's and PostgreSQL's stores do), with a pool
 // of porch's default size. It takes a driver's Open results as they come,
@@ -102,7 +99,7 @@ func (k *Kit) Limiter(limit int, window time.Duration, opt rate.Options) (*rate.
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.closed {
-		return nil, ErrClosed
+		return nil, porch.ErrClosed
 	}
 	l, err := rate.New(k.pool, k.counters, limit, window, opt)
 	if err != nil {
@@ -142,7 +139,7 @@ func (k *Kit) Idempotency(opt idem.Options) (*idem.Keys, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.closed {
-		return nil, ErrClosed
+		return nil, porch.ErrClosed
 	}
 	return idem.New(k.pool, k.keys, opt), nil
 }
@@ -153,12 +150,12 @@ func (k *Kit) Idempotency(opt idem.Options) (*idem.Keys, error) {
 // the server has stopped serving. Each step gets what is left of ctx; it
 // returns every step's error, joined, and the later steps run even when
 // an earlier one fails, so that nothing is left open. A second Close
-// returns ErrClosed.
+// returns porch.ErrClosed.
 func (k *Kit) Close(ctx context.Context) error {
 	k.mu.Lock()
 	if k.closed {
 		k.mu.Unlock()
-		return ErrClosed
+		return porch.ErrClosed
 	}
 	k.closed = true
 	limiters := k.limiters

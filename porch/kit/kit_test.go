@@ -37,11 +37,11 @@ func TestCloseLeavesExactCounts(t *testing.T) {
 	if err := k.Close(context.Background()); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
-	if err := k.Close(context.Background()); !errors.Is(err, kit.ErrClosed) {
-		t.Errorf("second Close: %v, want kit.ErrClosed", err)
+	if err := k.Close(context.Background()); !errors.Is(err, porch.ErrClosed) {
+		t.Errorf("second Close: %v, want porch.ErrClosed", err)
 	}
-	if _, err := k.Limiter(10, time.Hour, rate.Options{}); !errors.Is(err, kit.ErrClosed) {
-		t.Errorf("Limiter after Close: %v, want kit.ErrClosed", err)
+	if _, err := k.Limiter(10, time.Hour, rate.Options{}); !errors.Is(err, porch.ErrClosed) {
+		t.Errorf("Limiter after Close: %v, want porch.ErrClosed", err)
 	}
 
 	k2 := kit.Must(kit.Open(sqlite.Open(path, store.Options{})))

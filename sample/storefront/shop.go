@@ -131,7 +131,7 @@ func newShop(cfg config, m *prom.Metrics) (*porch.App, error) {
 			r.With(readLogin).Post("/login", s.login)
 			return
 		}
-		r.With(porch.Chain(lim)).Get("/products", s.products)
+		r.With(lim.Handler).Get("/products", s.products)
 		// Limit first: a refused request must not reserve its key.
 		r.With(porch.Chain(lim, keys)).Post("/checkout", s.checkout)
 		// The body first: the login limiter keys on its user.
