@@ -15,16 +15,16 @@ import (
 func (m *Keys) digest(r *http.Request) ([]byte, *porch.Response) {
 	body, err := m.readBody(r)
 	if err != nil {
-		return nil, m.problem(ProblemBodyUnreadable, http.StatusBadRequest, "Unreadable body", err.Error())
+		return nil, m.problem(problemBodyUnreadable, http.StatusBadRequest, "Unreadable body", err.Error())
 	}
 	if int64(len(body)) > m.opt.MaxBody {
-		return nil, m.problem(ProblemBodyTooLarge, http.StatusRequestEntityTooLarge, "Body too large",
+		return nil, m.problem(problemBodyTooLarge, http.StatusRequestEntityTooLarge, "Body too large",
 			fmt.Sprintf("an idempotent request body may be at most %d bytes", m.opt.MaxBody))
 	}
 	fp := body
 	if m.opt.Fingerprint != nil {
 		if fp, err = m.opt.Fingerprint(body); err != nil {
-			return nil, m.problem(ProblemBodyInvalid, http.StatusBadRequest, "Invalid body", err.Error())
+			return nil, m.problem(problemBodyInvalid, http.StatusBadRequest, "Invalid body", err.Error())
 		}
 	}
 	return requestDigest(r.Method, r.URL.RequestURI(), fp), nil

@@ -66,4 +66,25 @@
 // (porch/metrics/prom) implements [Observer]. They were porch.Observer and
 // porch.IdemOutcome before the framework stopped declaring its middlewares'
 // types: the method is unchanged, the constants lost their Idem prefix.
+//
+// # Problem types
+//
+// The middleware's own answers are application/problem+json (RFC 9457),
+// with a type clients may switch on, under "https://porch.dev/problems/"
+// or Options.ProblemBase:
+//
+//   - idempotency-key-required: 400, Options.RequireKey and no key sent.
+//   - idempotency-key-invalid: 400, a key that is empty, too long or not
+//     printable ASCII.
+//   - idempotency-key-reused: 422, the key was used for another request.
+//   - idempotency-in-flight: 409, the key's first request is still running.
+//   - idempotency-body-too-large: 413, a body over Options.MaxBody.
+//   - idempotency-body-unreadable: 400, the body could not be read.
+//   - idempotency-body-invalid: 400, Options.Fingerprint refused the body.
+//   - idempotency-unavailable: 503, the key could not be decided or its
+//     response stored; the handler's writes were not kept.
+//   - idempotency-write-failed: 500, one of the handler's own writes
+//     failed, so nothing it did was kept.
+//   - idempotency-response-too-large: 500, the handler's answer was over
+//     Options.MaxStoredBody, so it was withheld and its writes discarded.
 package idem

@@ -220,7 +220,7 @@ func (m *Keys) wait(r *http.Request, f *flight, digest []byte) *porch.Response {
 	case <-timeout:
 		if owner := f.owner.Load(); owner != nil && !bytes.Equal(*owner, digest) {
 			m.observe(r, Mismatch)
-			return m.problem(ProblemKeyReused, http.StatusUnprocessableEntity, m.keyHeader+" reused",
+			return m.problem(problemKeyReused, http.StatusUnprocessableEntity, m.keyHeader+" reused",
 				"a request with a different method, path or body is running under this key")
 		}
 		m.observe(r, InFlight)
@@ -234,7 +234,7 @@ func (m *Keys) wait(r *http.Request, f *flight, digest []byte) *porch.Response {
 // inFlight is the draft's answer to a duplicate that waited MaxWait for the
 // key's owner: 409, and when to retry.
 func (m *Keys) inFlight() *porch.Response {
-	res := m.problem(ProblemInFlight, http.StatusConflict, "Request in flight",
+	res := m.problem(problemInFlight, http.StatusConflict, "Request in flight",
 		"a request with this "+m.keyHeader+" is still being processed; retry later")
 	res.SetHeader("Retry-After", strconv.Itoa(problemtype.RetryAfter(m.opt.MaxWait)))
 	return res
@@ -246,7 +246,7 @@ func (m *Keys) inFlight() *porch.Response {
 func (m *Keys) answer(r *http.Request, row store.Response, digest []byte) *porch.Response {
 	if !bytes.Equal(row.Digest, digest) {
 		m.observe(r, Mismatch)
-		return m.problem(ProblemKeyReused, http.StatusUnprocessableEntity, m.keyHeader+" reused",
+		return m.problem(problemKeyReused, http.StatusUnprocessableEntity, m.keyHeader+" reused",
 			"this key was used for a request with a different method, path or body")
 	}
 	m.observe(r, Replayed)

@@ -243,12 +243,12 @@ func (m *Keys) Before(r *http.Request) (*http.Request, *porch.Response) {
 			return r, nil
 		}
 		m.observe(r, Invalid)
-		return r, m.problem(ProblemKeyRequired, http.StatusBadRequest, m.keyHeader+" required",
+		return r, m.problem(problemKeyRequired, http.StatusBadRequest, m.keyHeader+" required",
 			"this endpoint requires an "+m.keyHeader+" header")
 	}
 	if err != nil {
 		m.observe(r, Invalid)
-		return r, m.problem(ProblemKeyInvalid, http.StatusBadRequest, "Invalid "+m.keyHeader,
+		return r, m.problem(problemKeyInvalid, http.StatusBadRequest, "Invalid "+m.keyHeader,
 			strings.ReplaceAll(err.Error(), Header, m.keyHeader))
 	}
 	digest, res := m.digest(r)
@@ -265,7 +265,7 @@ func (m *Keys) Before(r *http.Request) (*http.Request, *porch.Response) {
 		// nothing, so its After must not find the outer ownership.
 		if !bytes.Equal(outer.digest, digest) {
 			m.observe(r, Mismatch)
-			return r, m.problem(ProblemKeyReused, http.StatusUnprocessableEntity, m.keyHeader+" reused",
+			return r, m.problem(problemKeyReused, http.StatusUnprocessableEntity, m.keyHeader+" reused",
 				"an enclosing request owns this key for a different method, path or body")
 		}
 		return r.WithContext(context.WithValue(r.Context(), ownershipKey{m}, (*ownership)(nil))), nil

@@ -15,27 +15,27 @@ import (
 // Problem types this package answers with; clients may switch on them.
 // Options.ProblemBase moves them under another URI.
 const (
-	ProblemKeyRequired    = "https://porch.dev/problems/idempotency-key-required"
-	ProblemKeyInvalid     = "https://porch.dev/problems/idempotency-key-invalid"
-	ProblemKeyReused      = "https://porch.dev/problems/idempotency-key-reused"
-	ProblemInFlight       = "https://porch.dev/problems/idempotency-in-flight"
-	ProblemBodyTooLarge   = "https://porch.dev/problems/idempotency-body-too-large"
-	ProblemBodyUnreadable = "https://porch.dev/problems/idempotency-body-unreadable"
-	ProblemUnavailable    = "https://porch.dev/problems/idempotency-unavailable"
-	ProblemWriteFailed    = "https://porch.dev/problems/idempotency-write-failed"
-	ProblemBodyInvalid    = "https://porch.dev/problems/idempotency-body-invalid"
-	// ProblemResponseTooLarge: the handler's answer was larger than
+	problemKeyRequired    = "https://porch.dev/problems/idempotency-key-required"
+	problemKeyInvalid     = "https://porch.dev/problems/idempotency-key-invalid"
+	problemKeyReused      = "https://porch.dev/problems/idempotency-key-reused"
+	problemInFlight       = "https://porch.dev/problems/idempotency-in-flight"
+	problemBodyTooLarge   = "https://porch.dev/problems/idempotency-body-too-large"
+	problemBodyUnreadable = "https://porch.dev/problems/idempotency-body-unreadable"
+	problemUnavailable    = "https://porch.dev/problems/idempotency-unavailable"
+	problemWriteFailed    = "https://porch.dev/problems/idempotency-write-failed"
+	problemBodyInvalid    = "https://porch.dev/problems/idempotency-body-invalid"
+	// problemResponseTooLarge: the handler's answer was larger than
 	// Options.MaxStoredBody, so it was withheld and its writes discarded.
-	ProblemResponseTooLarge = "https://porch.dev/problems/idempotency-response-too-large"
+	problemResponseTooLarge = "https://porch.dev/problems/idempotency-response-too-large"
 )
 
-// problem renders a problem of type typ, one of the Problem… constants,
+// problem renders a problem of type typ, one of the problem… constants,
 // under Options.ProblemBase.
 func (m *Keys) problem(typ string, status int, title, detail string) *porch.Response {
 	return porch.Problem{Type: m.problemType(typ), Title: title, Status: status, Detail: detail}.Response()
 }
 
-// problemType is typ, one of the Problem… constants, under
+// problemType is typ, one of the problem… constants, under
 // Options.ProblemBase.
 func (m *Keys) problemType(typ string) string {
 	return problemtype.Under(m.opt.ProblemBase, typ)
@@ -45,9 +45,9 @@ func (m *Keys) problemType(typ string) string {
 // response is withheld because it could not be made durable.
 func (m *Keys) unavailable(r *http.Request, err error) *porch.Response {
 	if errors.Is(err, store.ErrNoKeyConn) {
-		return porch.Unavailable(m.problemType(ProblemUnavailable), "no database connection is free to hold this key", time.Second)
+		return porch.Unavailable(m.problemType(problemUnavailable), "no database connection is free to hold this key", time.Second)
 	}
-	return fail.Closed(m.errs, r, m.problemType(ProblemUnavailable), "decide or store this key's response", err)
+	return fail.Closed(m.errs, r, m.problemType(problemUnavailable), "decide or store this key's response", err)
 }
 
 // writeFailed answers an owner whose own writes failed at commit: its
@@ -57,7 +57,7 @@ func (m *Keys) unavailable(r *http.Request, err error) *porch.Response {
 func (m *Keys) writeFailed(r *http.Request, err error) *porch.Response {
 	m.errs.Error(r.Context(), "idem: the handler's writes failed; nothing was stored",
 		"method", r.Method, "path", r.URL.Path, "err", err)
-	return m.problem(ProblemWriteFailed, http.StatusInternalServerError, "Write failed",
+	return m.problem(problemWriteFailed, http.StatusInternalServerError, "Write failed",
 		"the request's writes could not be committed, so nothing was done or stored; the handler's answer was withheld")
 }
 
@@ -69,7 +69,7 @@ func (m *Keys) writeFailed(r *http.Request, err error) *porch.Response {
 func (m *Keys) tooLarge(r *http.Request, n int64) *porch.Response {
 	m.errs.Error(r.Context(), "idem: the handler's response is larger than MaxStoredBody; nothing was stored",
 		"method", r.Method, "path", r.URL.Path, "bytes", n, "max", m.opt.MaxStoredBody)
-	return m.problem(ProblemResponseTooLarge, http.StatusInternalServerError, "Response too large to store",
+	return m.problem(problemResponseTooLarge, http.StatusInternalServerError, "Response too large to store",
 		fmt.Sprintf("the response was %d bytes, more than the %d this endpoint stores, so nothing was done or stored; "+
 			"the handler's answer was withheld", n, m.opt.MaxStoredBody))
 }

@@ -92,12 +92,12 @@
 // (KeyByHeader on a header your authentication set), a route (KeyByRoute),
 // or several joined by Keys. It exempts a request with ErrSkip (served,
 // uncounted, without headers); any other error fails the request closed
-// with a 500 of type ProblemKeyFailed, because serving it uncounted would
+// with a 500 of type rate-key-failed, because serving it uncounted would
 // make a failing lookup a way around the limit.
 //
 // Options.Weight and AllowN count a request as n: it is allowed only if its
 // window's count plus n is within the limit. A weight above the limit is
-// refused with ErrOverLimit (413, ProblemOverLimit), never counted, because
+// refused with ErrOverLimit (413, rate-weight-over-limit), never counted, because
 // no window could ever allow it and a 429 would invite retries. A refused
 // request changes nothing, on either store: a lighter request after a
 // refused heavy one is still allowed if it fits.
@@ -140,4 +140,16 @@
 // new limit: a request over it is served with X-RateLimit-Dry-Run: limited
 // beside the usual headers, and logged at most once per 10 s (with how many
 // were held back).
+//
+// # Problem types
+//
+// The limiter's own answers are application/problem+json (RFC 9457), with
+// a type clients may switch on, under "https://porch.dev/problems/" or
+// Options.ProblemBase:
+//
+//   - rate-limited: 429, over the limit; Retry-After says when to come back.
+//   - rate-unavailable: 503, the request could not be counted (a saturated
+//     pool, a failed write); it was not served.
+//   - rate-key-failed: 500, Options.KeyFunc or Options.Weight failed.
+//   - rate-weight-over-limit: 413, the request weighs more than the limit.
 package rate

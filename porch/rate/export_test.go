@@ -19,3 +19,11 @@ func (l *Limiter) CounterKey(r *http.Request) string {
 func (l *Limiter) AllowKey(ctx context.Context, key string) (Verdict, error) {
 	return l.allow(ctx, key, 1)
 }
+
+// The problem types, under the names the black-box tests match on.
+const (
+	ProblemLimited     = problemLimited
+	ProblemUnavailable = problemUnavailable
+	ProblemKeyFailed   = problemKeyFailed
+	ProblemOverLimit   = problemOverLimit
+)

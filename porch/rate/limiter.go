@@ -41,7 +41,7 @@ type Options struct {
 	// API key, a user id, a route: see [KeyFunc], [Keys]), exempts it with
 	// [ErrSkip], or fails it. A request whose KeyFunc fails with another
 	// error is not counted and not served: the middleware answers 500
-	// (application/problem+json of type ProblemKeyFailed) and logs the
+	// (application/problem+json of type rate-key-failed) and logs the
 	// error, because serving it uncounted would turn a failing lookup into
 	// a way around the limit. If nil, Key; if both are nil, the client
 	// address.
@@ -175,7 +175,7 @@ type Options struct {
 	// "https://api.example.com/problems/", a refusal is
 	// "https://api.example.com/problems/rate-limited". Clients switch on
 	// the type, so an API that documents its own problem types wants them
-	// under its own URI. If empty, ProblemLimited and ProblemUnavailable.
+	// under its own URI. If empty, problemLimited and problemUnavailable.
 	ProblemBase string
 	// Observer is told of every request the limiter decides, with Name.
 	// If nil, nothing is observed.

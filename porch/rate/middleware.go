@@ -15,8 +15,8 @@ import (
 // Problem types this package answers with. Options.ProblemBase moves them
 // under another URI.
 const (
-	ProblemLimited     = "https://porch.dev/problems/rate-limited"
-	ProblemUnavailable = "https://porch.dev/problems/rate-unavailable"
+	problemLimited     = "https://porch.dev/problems/rate-limited"
+	problemUnavailable = "https://porch.dev/problems/rate-unavailable"
 )
 
 // counted is the context a limiter's mount hands on once it has counted a
@@ -170,7 +170,7 @@ func (l *Limiter) refusal(r *http.Request, v Verdict) *porch.Response {
 		res = own(res)
 	} else {
 		res = porch.Problem{
-			Type:   problemtype.Under(l.opt.ProblemBase, ProblemLimited),
+			Type:   problemtype.Under(l.opt.ProblemBase, problemLimited),
 			Title:  "Too Many Requests",
 			Status: http.StatusTooManyRequests,
 			Detail: fmt.Sprintf("limit of %d requests per %s reached", v.Limit, l.window),
@@ -190,7 +190,7 @@ func (l *Limiter) refusal(r *http.Request, v Verdict) *porch.Response {
 // renders in its place: the request was not counted, so it must not be
 // served.
 func (l *Limiter) unavailable(r *http.Request, err error) *porch.Response {
-	def := fail.Closed(l.errs, r, problemtype.Under(l.opt.ProblemBase, ProblemUnavailable), "count this request", err)
+	def := fail.Closed(l.errs, r, problemtype.Under(l.opt.ProblemBase, problemUnavailable), "count this request", err)
 	if l.opt.ErrorResponse == nil {
 		return def
 	}

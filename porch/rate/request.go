@@ -12,12 +12,12 @@ import (
 
 // Problem types of the requests the limiter cannot count.
 const (
-	// ProblemKeyFailed answers 500 when Options.KeyFunc fails, or
+	// problemKeyFailed answers 500 when Options.KeyFunc fails, or
 	// Options.Weight returns less than 1.
-	ProblemKeyFailed = "https://porch.dev/problems/rate-key-failed"
-	// ProblemOverLimit answers 413 when a request's weight exceeds the
+	problemKeyFailed = "https://porch.dev/problems/rate-key-failed"
+	// problemOverLimit answers 413 when a request's weight exceeds the
 	// limit (see ErrOverLimit).
-	ProblemOverLimit = "https://porch.dev/problems/rate-weight-over-limit"
+	problemOverLimit = "https://porch.dev/problems/rate-weight-over-limit"
 )
 
 // keyError is a KeyFunc's failure, told apart from the store's.
@@ -74,7 +74,7 @@ func (l *Limiter) failure(r *http.Request, err error) *porch.Response {
 		return l.internal(r, err, "the rate limiter could not weigh this request")
 	case errors.Is(err, ErrOverLimit):
 		return porch.Problem{
-			Type:   ProblemOverLimit,
+			Type:   problemOverLimit,
 			Title:  "Content Too Large",
 			Status: http.StatusRequestEntityTooLarge,
 			Detail: fmt.Sprintf("this request costs more than the limit of %d per %s, so it can never be allowed", l.limit, l.window),
@@ -88,7 +88,7 @@ func (l *Limiter) failure(r *http.Request, err error) *porch.Response {
 func (l *Limiter) internal(r *http.Request, err error, detail string) *porch.Response {
 	errlog.Error(r.Context(), "rate: could not key or weigh a request", "limiter", l.opt.Name, "err", err)
 	return porch.Problem{
-		Type:   ProblemKeyFailed,
+		Type:   problemKeyFailed,
 		Title:  "Internal Server Error",
 		Status: http.StatusInternalServerError,
 		Detail: detail,

@@ -39,7 +39,7 @@ var ErrUnknownTier = errors.New("rate: the request's tier is not one of the limi
 //
 // A request whose tier cannot be told is not served uncounted: a TierFunc
 // error, or a tier the Tiered does not have, answers 500
-// (application/problem+json of type ProblemKeyFailed) and is logged, as a
+// (application/problem+json of type rate-key-failed) and is logged, as a
 // failing KeyFunc is. ErrSkip from the TierFunc exempts the request:
 // served uncounted, without headers.
 //
@@ -144,7 +144,7 @@ func (t *Tiered) Handler(next http.Handler) http.Handler {
 func tierFailure(r *http.Request, err error) *porch.Response {
 	errlog.Error(r.Context(), "rate: could not pick a request's tier", "err", err)
 	return porch.Problem{
-		Type:   ProblemKeyFailed,
+		Type:   problemKeyFailed,
 		Title:  "Internal Server Error",
 		Status: http.StatusInternalServerError,
 		Detail: "the rate limiter could not tell which tier this request belongs to",

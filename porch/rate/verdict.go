@@ -39,7 +39,7 @@ var ErrWeight = errors.New("rate: a request's weight must be at least 1")
 
 // ErrOverLimit is returned, wrapped, by AllowN for a weight above the
 // limit, which no window could ever allow. Nothing is counted. The
-// middleware answers 413 (ProblemOverLimit) without Retry-After rather than
+// middleware answers 413 (rate-weight-over-limit) without Retry-After rather than
 // 429: a client retries a 429, and this request would be refused forever.
 var ErrOverLimit = errors.New("rate: request weight exceeds the limit")
 

@@ -1,0 +1,15 @@
+package idem
+
+// The problem types, under the names the black-box tests match on.
+const (
+	ProblemKeyRequired      = problemKeyRequired
+	ProblemKeyInvalid       = problemKeyInvalid
+	ProblemKeyReused        = problemKeyReused
+	ProblemInFlight         = problemInFlight
+	ProblemBodyTooLarge     = problemBodyTooLarge
+	ProblemBodyUnreadable   = problemBodyUnreadable
+	ProblemUnavailable      = problemUnavailable
+	ProblemWriteFailed      = problemWriteFailed
+	ProblemBodyInvalid      = problemBodyInvalid
+	ProblemResponseTooLarge = problemResponseTooLarge
+)
