@@ -81,6 +81,7 @@
 //   - idempotency-body-too-large: 413, a body over Options.MaxBody.
 //   - idempotency-body-unreadable: 400, the body could not be read.
 //   - idempotency-body-invalid: 400, Options.Fingerprint refused the body.
+//   - idempotency-principal-failed: 500, Options.Principal failed.
 //   - idempotency-unavailable: 503, the key could not be decided or its
 //     response stored; the handler's writes were not kept.
 //   - idempotency-write-failed: 500, one of the handler's own writes

@@ -118,7 +118,7 @@ func ExampleKeys_Forget() {
 
 	keys, err := k.Idempotency(idem.Options{
 		// In a real API, the account the auth middleware authenticated.
-		Principal: func(r *http.Request) string { return r.Header.Get("X-Account") },
+		Principal: porch.KeyByHeader("X-Account"),
 	})
 	if err != nil {
 		panic(err)

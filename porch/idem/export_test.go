@@ -12,4 +12,5 @@ const (
 	ProblemWriteFailed      = problemWriteFailed
 	ProblemBodyInvalid      = problemBodyInvalid
 	ProblemResponseTooLarge = problemResponseTooLarge
+	ProblemPrincipalFailed  = problemPrincipalFailed
 )

@@ -2,6 +2,7 @@ package idem_test
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -389,7 +390,7 @@ func TestPrincipal(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			o := new(orders)
 			e := newEnv(t, envConfig{opt: idem.Options{
-				Principal: func(r *http.Request) string { return r.Header.Get("X-Account") },
+				Principal: porch.KeyByHeader("X-Account"),
 			}}, o)
 			req := func(pk [2]string) result {
 				r := keyed("one", pk[1])
@@ -412,6 +413,41 @@ func TestPrincipal(t *testing.T) {
 				t.Errorf("first principal again: got %s, want %s", again, first)
 			}
 		})
+	}
+}
+
+// A Principal that fails runs no handler and stores nothing: a 500 of its
+// own type, while one that returns porch.ErrSkip serves the request
+// without idempotency (every retry runs the handler).
+func TestPrincipalErrorAndSkip(t *testing.T) {
+	o := new(orders)
+	e := newEnv(t, envConfig{opt: idem.Options{
+		Principal: func(r *http.Request) (string, error) {
+			switch r.Header.Get("X-Account") {
+			case "internal":
+				return "", porch.ErrSkip
+			case "broken":
+				return "", errors.New("session store down")
+			}
+			return r.Header.Get("X-Account"), nil
+		},
+	}}, o)
+	req := func(account string) result {
+		r := keyed("one", "k")
+		r.Header.Set("X-Account", account)
+		return e.serve(r)
+	}
+	wantProblem(t, req("broken"), http.StatusInternalServerError, idem.ProblemPrincipalFailed)
+	if got := o.calls.Load(); got != 0 {
+		t.Fatalf("after a failing Principal: got %d handler calls, want 0", got)
+	}
+	for i := range 2 {
+		if got := req("internal"); got.status != http.StatusCreated || got.replayed() {
+			t.Fatalf("skipped request %d: got %d (replayed %v), want a fresh 201", i+1, got.status, got.replayed())
+		}
+	}
+	if got := o.calls.Load(); got != 2 {
+		t.Errorf("after two skipped requests with one key: got %d handler calls, want 2", got)
 	}
 }
 

@@ -48,9 +48,9 @@ func checkHostilePrincipals(t *testing.T, open func(t *testing.T) store.Keys) {
 		w.WriteHeader(http.StatusCreated)
 		w.Write([]byte("order for " + strconv.Itoa(i)))
 	})
-	opt := idem.Options{RequireKey: true, Principal: func(r *http.Request) string {
+	opt := idem.Options{RequireKey: true, Principal: func(r *http.Request) (string, error) {
 		i, _ := strconv.Atoi(r.URL.Query().Get("p"))
-		return principals[i]
+		return principals[i], nil
 	}}
 	e := newEnvOn(t, open(t), envConfig{opt: opt}, h)
 	for round := range 2 {

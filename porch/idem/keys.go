@@ -54,13 +54,16 @@ type Options struct {
 	ReplayedHeader string
 	// Principal scopes keys: two principals using the same key get separate
 	// records. Set it to the authenticated account (the auth middleware
-	// must run first). If nil, or when it returns "", a key is scoped by
-	// the client's address, as the rate limiter keys it by default (the
-	// peer IP, an IPv6 client by its /64; see TrustProxy), so that one
-	// client's stored response is never replayed to another that sends the
-	// same key. A key is never global unless Principal makes it so by
-	// returning one constant.
-	Principal func(r *http.Request) string
+	// must run first), with the same key functions a limiter takes
+	// (porch.KeyByHeader, porch.JoinKeys). If nil, or when it returns "",
+	// a key is scoped by the client's address, as the rate limiter keys it
+	// by default (the peer IP, an IPv6 client by its /64; see TrustProxy),
+	// so that one client's stored response is never replayed to another
+	// that sends the same key. A key is never global unless Principal makes
+	// it so by returning one constant. [porch.ErrSkip] serves the request
+	// without idempotency; any other error fails it with a 500 of type
+	// idempotency-principal-failed, logged, and runs no handler.
+	Principal porch.KeyFunc
 	// TrustProxy scopes keys without a principal by the client address
 	// chi's client-IP middleware resolved (middleware.ClientIPFromXFF,
 	// ClientIPFromXFFTrustedProxies), as rate.Options.TrustProxy does; set
@@ -251,12 +254,21 @@ func (m *Keys) Before(r *http.Request) (*http.Request, *porch.Response) {
 		return r, m.problem(problemKeyInvalid, http.StatusBadRequest, "Invalid "+m.keyHeader,
 			strings.ReplaceAll(err.Error(), Header, m.keyHeader))
 	}
+	principal, err := m.principal(r)
+	if errors.Is(err, porch.ErrSkip) {
+		return r, nil
+	}
+	if err != nil {
+		m.errs.Error(r.Context(), "idem: Options.Principal failed", "method", r.Method, "path", r.URL.Path, "err", err)
+		return r, m.problem(problemPrincipalFailed, http.StatusInternalServerError, "Principal failed",
+			"the request's principal could not be told, so its key could not be scoped")
+	}
 	digest, res := m.digest(r)
 	if res != nil {
 		m.observe(r, Invalid)
 		return r, res
 	}
-	key = m.scope(r, key)
+	key = m.scope(r, principal, key)
 	if outer := owned(r, m.store, key); outer != nil {
 		// A middleware further out (another one, or m itself mounted
 		// twice) already owns this key on this store for this very
@@ -353,19 +365,25 @@ func (m *Keys) stores(status int) bool {
 // response is durable.
 func (m *Keys) Handler(next http.Handler) http.Handler { return porch.Chain(m)(next) }
 
-// scope makes the lookup key: the key under the principal, or under the
+// scope makes the lookup key: the key under principal, or under the
 // client's address when there is none, so that no client can ever read
 // another's stored response. Lengths are spelled out so that no scope/key
 // pair can be made to collide with another, and the two forms differ after
 // "idem:" (a digit, or "ip:"). A principal's form is the one earlier
 // versions stored.
-func (m *Keys) scope(r *http.Request, key string) string {
-	if m.opt.Principal != nil {
-		if p := m.opt.Principal(r); p != "" {
-			return principalKey(p, key)
-		}
+func (m *Keys) scope(r *http.Request, principal, key string) string {
+	if principal != "" {
+		return principalKey(principal, key)
 	}
 	return addrKey(m.clientAddr(r), key)
+}
+
+// principal runs Options.Principal, if set.
+func (m *Keys) principal(r *http.Request) (string, error) {
+	if m.opt.Principal == nil {
+		return "", nil
+	}
+	return m.opt.Principal(r)
 }
 
 // principalKey and addrKey are scope's two forms; Lookup and Forget make

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/writeonce/porch-go/internal/pgtest"
+	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/idem"
 	"github.com/writeonce/porch-go/porch/store"
 )
@@ -43,7 +44,7 @@ func TestLookupAndForget(t *testing.T) {
 			}
 			w.WriteHeader(http.StatusCreated)
 		}}
-		opt := idem.Options{TTL: time.Hour, Principal: func(r *http.Request) string { return r.Header.Get("X-Account") }}
+		opt := idem.Options{TTL: time.Hour, Principal: porch.KeyByHeader("X-Account")}
 		a := idem.New(newPool(t, porchOptions()), sa, opt)
 		b := idem.New(newPool(t, porchOptions()), sb, opt) // another instance
 		ha := a.Handler(o)

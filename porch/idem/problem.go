@@ -24,6 +24,8 @@ const (
 	problemUnavailable    = "https://porch.dev/problems/idempotency-unavailable"
 	problemWriteFailed    = "https://porch.dev/problems/idempotency-write-failed"
 	problemBodyInvalid    = "https://porch.dev/problems/idempotency-body-invalid"
+	// problemPrincipalFailed: Options.Principal returned an error.
+	problemPrincipalFailed = "https://porch.dev/problems/idempotency-principal-failed"
 	// problemResponseTooLarge: the handler's answer was larger than
 	// Options.MaxStoredBody, so it was withheld and its writes discarded.
 	problemResponseTooLarge = "https://porch.dev/problems/idempotency-response-too-large"
@@ -53,7 +55,7 @@ func (m *Keys) unavailable(r *http.Request, err error) *porch.Response {
 // writeFailed answers an owner whose own writes failed at commit: its
 // response is withheld, since the side effect it reports did not happen.
 // The statement's error stays in the log, which a handler failing on every
-// request does not flood (see porch.LogError); it may name tables and values.
+// request does not flood; it may name tables and values.
 func (m *Keys) writeFailed(r *http.Request, err error) *porch.Response {
 	m.errs.Error(r.Context(), "idem: the handler's writes failed; nothing was stored",
 		"method", r.Method, "path", r.URL.Path, "err", err)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/go-chi/chi/v5/middleware"
 
+	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/idem"
 )
 
@@ -19,7 +20,7 @@ import (
 // answers 401; the second request replays it only when it comes from the
 // same scope, and otherwise runs the handler (201).
 func TestScopeWithoutPrincipal(t *testing.T) {
-	byHeader := func(r *http.Request) string { return r.Header.Get("X-Account") }
+	byHeader := porch.KeyByHeader("X-Account")
 	type from struct{ addr, account, xff string }
 	tests := []struct {
 		name        string

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/writeonce/porch-go/internal/pgtest"
+	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/idem"
 	"github.com/writeonce/porch-go/porch/store"
 )
@@ -241,7 +242,7 @@ func TestOperationID(t *testing.T) {
 		w.WriteHeader(http.StatusServiceUnavailable) // not stored: the next retry runs again
 	})
 	m := idem.New(newPool(t, porchOptions()), openStore(t, store.Options{}),
-		idem.Options{Principal: func(r *http.Request) string { return r.Header.Get("X-User") }})
+		idem.Options{Principal: porch.KeyByHeader("X-User")})
 	mh := m.Handler(h)
 	for _, c := range []struct{ key, user string }{{"k", "ann"}, {"k", "ann"}, {"other", "ann"}, {"k", "bob"}} {
 		req := httptest.NewRequest(http.MethodPost, "/orders", strings.NewReader("a"))
@@ -361,7 +362,7 @@ func TestNestedMiddlewaresPassThrough(t *testing.T) {
 		h := &ledgerHandler{}
 		m := idem.New(newPool(t, porchOptions()), b.st, idem.Options{})
 		other := idem.New(newPool(t, porchOptions()), b.st,
-			idem.Options{Principal: func(*http.Request) string { return "someone else" }})
+			idem.Options{Principal: func(*http.Request) (string, error) { return "someone else", nil }})
 		tests := []struct {
 			name string
 			mh   http.Handler

@@ -40,7 +40,7 @@ func attempt(user string, ok bool) *http.Request {
 
 // byUser keys attempts by the X-User header, so that Peek and Reset reach
 // their counter by the user's name.
-var byUser = rate.KeyByHeader("X-User")
+var byUser = porch.KeyByHeader("X-User")
 
 // checkOnlyFailuresCount runs a login limiter of 3 with CountStatus
 // Failures, wired both ways: successful logins are given back, failed ones

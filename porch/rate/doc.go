@@ -47,7 +47,7 @@
 // "rate: " message, before any I/O: a nil pool or store, a store that keeps
 // no counters, a limit below 1 or above MaxLimit, a window under a
 // millisecond or above MaxWindow, an Options.Name that a counter key or a
-// header cannot hold, or both Options.Key and Options.KeyFunc. An error is
+// header cannot hold. An error is
 // returned only for what the store answers: the policy refused
 // (store.ErrPolicyConflict), or the store failing to record the policy or
 // to load the open windows. Past New the limiter does not panic: a hit it
@@ -90,7 +90,7 @@
 //
 // Options.KeyFunc names what a request is counted against: a user
 // (KeyByHeader on a header your authentication set), a route (KeyByRoute),
-// or several joined by Keys. It exempts a request with ErrSkip (served,
+// or several joined by Keys. It exempts a request with porch.ErrSkip (served,
 // uncounted, without headers); any other error fails the request closed
 // with a 500 of type rate-key-failed, because serving it uncounted would
 // make a failing lookup a way around the limit.

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/internal/errlog"
 	"github.com/writeonce/porch-go/porch/internal/logctx"
 )
@@ -16,14 +17,14 @@ import (
 const dryRunLogEvery = errlog.DefaultEvery
 
 // dryRun turns count's outcome into DryRun's: a refusal is served with
-// Verdict.DryRun set, and a failure (other than ErrSkip) is logged and
+// Verdict.DryRun set, and a failure (other than porch.ErrSkip) is logged and
 // served uncounted.
 func (l *Limiter) dryRun(r *http.Request, key string, n int64, v Verdict, err error) (Verdict, error) {
 	if err != nil {
-		if !errors.Is(err, ErrSkip) {
+		if !errors.Is(err, porch.ErrSkip) {
 			l.errs.Error(r.Context(), "rate: dry run: could not count a request; serving it", "limiter", l.opt.Name, "err", err)
 		}
-		return Verdict{}, ErrSkip
+		return Verdict{}, porch.ErrSkip
 	}
 	v.DryRun = true
 	if !v.Allowed {

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/kit"
 	"github.com/writeonce/porch-go/porch/rate"
 	"github.com/writeonce/porch-go/porch/store"
@@ -27,7 +28,7 @@ func ExampleOptions_countStatus() {
 
 	logins, err := k.Limiter(3, time.Hour, rate.Options{
 		Name:        "login",
-		KeyFunc:     rate.KeyByHeader("X-User"),
+		KeyFunc:     porch.KeyByHeader("X-User"),
 		CountStatus: rate.Failures, // only 4xx and 5xx answers count
 	})
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/kit"
 	"github.com/writeonce/porch-go/porch/rate"
 	"github.com/writeonce/porch-go/porch/store"
@@ -27,11 +28,11 @@ func ExampleKeys() {
 	defer os.RemoveAll(dir)
 	k := kit.Must(kit.Open(sqlite.Open(filepath.Join(dir, "app.db"), store.Options{})))
 	defer k.Close(context.Background()) // the limiters, the pool, the store: in that order
-	userRoute := rate.Keys(rate.KeyByHeader("X-User-Id"), rate.KeyByRoute)
+	userRoute := porch.JoinKeys(porch.KeyByHeader("X-User-Id"), porch.KeyByRoute)
 	lim, err := k.Limiter(1, time.Minute, rate.Options{
 		KeyFunc: func(r *http.Request) (string, error) {
 			if r.URL.Path == "/healthz" {
-				return "", rate.ErrSkip
+				return "", porch.ErrSkip
 			}
 			return userRoute(r)
 		},

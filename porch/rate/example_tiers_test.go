@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/kit"
 	"github.com/writeonce/porch-go/porch/rate"
 	"github.com/writeonce/porch-go/porch/store"
@@ -23,7 +24,7 @@ func ExampleTiers() {
 	k := kit.Must(kit.Open(sqlite.Open(filepath.Join(dir, "app.db"), store.Options{})))
 	defer k.Close(context.Background()) // the limiters, the pool, the store: in that order
 
-	byKey := rate.KeyByHeader("X-Api-Key")
+	byKey := porch.KeyByHeader("X-Api-Key")
 	free, err := k.Limiter(1, time.Minute, rate.Options{Name: "free", KeyFunc: byKey})
 	if err != nil {
 		panic(err)

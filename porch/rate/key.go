@@ -22,20 +22,17 @@ func (l *Limiter) appendClientKey(dst []byte, r *http.Request) []byte {
 }
 
 // key is the counter key r is counted against: the limiter's prefix, then
-// the principal Options.KeyFunc (or Key) returns, or else the client
+// the principal Options.KeyFunc returns, or else the client
 // address. It returns the KeyFunc's error as it is. The storage format
 // stays inside the package, so that what a caller counts is always what
 // load reads back after a restart.
 func (l *Limiter) key(r *http.Request) (string, error) {
 	var k string
-	switch {
-	case l.opt.KeyFunc != nil:
+	if l.opt.KeyFunc != nil {
 		var err error
 		if k, err = l.opt.KeyFunc(r); err != nil {
 			return "", err
 		}
-	case l.opt.Key != nil:
-		k = l.opt.Key(r)
 	}
 	if k != "" {
 		return l.principalKey(k), nil

@@ -12,6 +12,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
 
+	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/rate"
 )
 
@@ -121,8 +122,8 @@ func TestIPv6SubnetSharesALimit(t *testing.T) {
 }
 
 func TestKeyPrincipal(t *testing.T) {
-	principal := func(r *http.Request) string { return r.Header.Get("X-API-Key") }
-	rg := newRig(t, 1, time.Minute, rigOptions{rate: rate.Options{Key: principal}})
+	principal := porch.KeyByHeader("X-API-Key")
+	rg := newRig(t, 1, time.Minute, rigOptions{rate: rate.Options{KeyFunc: principal}})
 	req := func(addr, apiKey string) *http.Request {
 		r := request(addr)
 		if apiKey != "" {

@@ -16,7 +16,7 @@ import (
 // skipHealth exempts /healthz and keys the rest by the X-User header.
 func skipHealth(r *http.Request) (string, error) {
 	if r.URL.Path == "/healthz" {
-		return "", rate.ErrSkip
+		return "", porch.ErrSkip
 	}
 	return r.Header.Get("X-User"), nil
 }
@@ -90,7 +90,7 @@ func wantPlainProblem(t *testing.T, res *http.Response, body []byte, status int,
 
 func TestKeys(t *testing.T) {
 	rg := newRig(t, 1, time.Minute, rigOptions{rate: rate.Options{
-		KeyFunc: rate.Keys(rate.KeyByHeader("X-User"), rate.KeyByRoute),
+		KeyFunc: porch.JoinKeys(porch.KeyByHeader("X-User"), porch.KeyByRoute),
 	}})
 	var keys []string
 	record := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -135,7 +135,7 @@ func TestKeys(t *testing.T) {
 
 // Parts are length-prefixed: ("a:b", "c") and ("a", "b:c") are two keys.
 func TestKeysDoNotCollide(t *testing.T) {
-	k := rate.Keys(rate.KeyByHeader("X-A"), rate.KeyByHeader("X-B"))
+	k := porch.JoinKeys(porch.KeyByHeader("X-A"), porch.KeyByHeader("X-B"))
 	key := func(a, b string) string {
 		r := request("192.0.2.1:1")
 		r.Header.Set("X-A", a)
@@ -161,7 +161,7 @@ func TestKeysDoNotCollide(t *testing.T) {
 // on the top router's Use must say so, not key on the raw path (a fresh
 // counter per path).
 func TestKeyByRouteBeforeRouting(t *testing.T) {
-	rg := newRig(t, 5, time.Minute, rigOptions{rate: rate.Options{KeyFunc: rate.KeyByRoute}})
+	rg := newRig(t, 5, time.Minute, rigOptions{rate: rate.Options{KeyFunc: porch.KeyByRoute}})
 	r := chi.NewRouter()
 	r.Use(rg.lim.Handler)
 	h := &counted{}
@@ -170,19 +170,7 @@ func TestKeyByRouteBeforeRouting(t *testing.T) {
 	q.URL.Path = "/orders/1"
 	res, body := serve(r, q)
 	wantPlainProblem(t, res, body, http.StatusInternalServerError, rate.ProblemKeyFailed)
-	if _, err := rate.KeyByRoute(q); !errors.Is(err, rate.ErrNoRoute) {
+	if _, err := porch.KeyByRoute(q); !errors.Is(err, porch.ErrNoRoute) {
 		t.Errorf("KeyByRoute without chi: got %v, want ErrNoRoute", err)
 	}
-}
-
-func TestKeyAndKeyFuncPanics(t *testing.T) {
-	defer func() {
-		if recover() == nil {
-			t.Error("got no panic for both Options.Key and Options.KeyFunc")
-		}
-	}()
-	newRig(t, 1, time.Minute, rigOptions{rate: rate.Options{
-		Key:     func(*http.Request) string { return "" },
-		KeyFunc: rate.KeyByIP,
-	}})
 }

@@ -38,21 +38,14 @@ type Options struct {
 	// never use RealIP with this limiter (see the package doc).
 	TrustProxy bool
 	// KeyFunc, if set, names the principal to count a request against (an
-	// API key, a user id, a route: see [KeyFunc], [Keys]), exempts it with
-	// [ErrSkip], or fails it. A request whose KeyFunc fails with another
-	// error is not counted and not served: the middleware answers 500
-	// (application/problem+json of type rate-key-failed) and logs the
-	// error, because serving it uncounted would turn a failing lookup into
-	// a way around the limit. If nil, Key; if both are nil, the client
-	// address.
-	KeyFunc KeyFunc
-	// Key, if set, returns the principal to count a request against (an API
-	// key, a user id). It returns "" to fall back to the client IP.
-	//
-	// Deprecated: use KeyFunc, which can also exempt a request or fail;
-	// Key(r) is KeyFunc returning (Key(r), nil). Key will be removed in the
-	// release after next. Setting both panics in New.
-	Key func(r *http.Request) string
+	// API key, a user id, a route: see [porch.KeyFunc], [porch.JoinKeys]),
+	// exempts it with [porch.ErrSkip], or fails it. A request whose KeyFunc
+	// fails with another error is not counted and not served: the
+	// middleware answers 500 (application/problem+json of type
+	// rate-key-failed) and logs the error, because serving it uncounted
+	// would turn a failing lookup into a way around the limit. If nil, the
+	// client address.
+	KeyFunc porch.KeyFunc
 	// Weight, if set, is what a request costs, at least 1 (a batch call, an
 	// export, a search that costs as much as ten reads): the middleware
 	// counts it as AllowN does. A weight below 1 fails the request with 500,
@@ -264,7 +257,7 @@ const MaxWindow = 100 * 365 * 24 * time.Hour
 // or store, a store that keeps no counters (neither store.ExclusiveCounters
 // nor store.SharedCounters), a limit outside 1 to MaxLimit, a window under
 // a millisecond or over MaxWindow, an Options.Name that is not a valid name
-// (see Options.Name), both Options.Key and Options.KeyFunc, or an
+// (see Options.Name), or an
 // Options.ProblemBase that is not a URI. It checks all of these before any
 // I/O. It returns an error only for what the store answers: the policy
 // refused (store.ErrPolicyConflict), or the store failing to record the
@@ -314,9 +307,6 @@ func newLimiter(pool *porch.Pool, st store.Counters, limit int, window time.Dura
 	}
 	if !validName(opt.Name) {
 		panic(fmt.Sprintf(`rate: New expects an Options.Name of printable ASCII without '"', '\' or ':', got %q`, opt.Name))
-	}
-	if opt.Key != nil && opt.KeyFunc != nil {
-		panic("rate: New expects Options.KeyFunc or the deprecated Options.Key, not both")
 	}
 	if !problemtype.Valid(opt.ProblemBase) {
 		panic(fmt.Sprintf("rate: New expects an Options.ProblemBase that is a URI, got %q", opt.ProblemBase))

@@ -428,7 +428,7 @@ func TestFailedWriteFailsClosed(t *testing.T) {
 // limit of 2 and 2 more after it.
 func TestAllowPrincipalSurvivesRestart(t *testing.T) {
 	const limit = 2
-	byHeader := rate.Options{Key: func(r *http.Request) string { return r.Header.Get("X-User") }}
+	byHeader := rate.Options{KeyFunc: porch.KeyByHeader("X-User")}
 	first := newRig(t, limit, time.Hour, rigOptions{rate: byHeader})
 	for i := range limit {
 		if v := first.allow(t, "user42"); !v.Allowed {

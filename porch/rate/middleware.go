@@ -88,7 +88,7 @@ func (l *Limiter) Before(r *http.Request) (*http.Request, *porch.Response) {
 		return r.WithContext(&counted{Context: ctx, l: l, v: c.v, hdr: r.Header, through: true}), nil
 	}
 	v, h, err := l.count(r)
-	if errors.Is(err, ErrSkip) {
+	if errors.Is(err, porch.ErrSkip) {
 		return r, nil
 	}
 	if err != nil {
@@ -136,7 +136,7 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 			return
 		}
 		v, h, err := l.count(r)
-		if errors.Is(err, ErrSkip) {
+		if errors.Is(err, porch.ErrSkip) {
 			next.ServeHTTP(w, r)
 			return
 		}

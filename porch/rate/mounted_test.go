@@ -143,7 +143,7 @@ func TestSubRequestOnTheSameContextIsCounted(t *testing.T) {
 		{"Set", func(l *rate.Limiter, h http.Handler) http.Handler { return rate.All(l).Handler(h) }},
 	} {
 		t.Run(mount.name, func(t *testing.T) {
-			rg := newRig(t, 3, time.Hour, rigOptions{rate: rate.Options{KeyFunc: rate.KeyByHeader("X-User")}})
+			rg := newRig(t, 3, time.Hour, rigOptions{rate: rate.Options{KeyFunc: porch.KeyByHeader("X-User")}})
 			served := 0
 			var router http.Handler
 			op := http.HandlerFunc(func(http.ResponseWriter, *http.Request) { served++ })

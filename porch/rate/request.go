@@ -27,7 +27,7 @@ func (e *keyError) Error() string { return "rate: key function: " + e.err.Error(
 func (e *keyError) Unwrap() error { return e.err }
 
 // count counts r as the middleware does: against its key, by its weight,
-// reported as DryRun says. It returns ErrSkip for a request to serve
+// reported as DryRun says. It returns porch.ErrSkip for a request to serve
 // uncounted and without headers, and otherwise the hit, for a take-back
 // once the handler's status is known (see Options.CountStatus).
 func (l *Limiter) count(r *http.Request) (Verdict, hit, error) {
@@ -46,8 +46,8 @@ func (l *Limiter) count(r *http.Request) (Verdict, hit, error) {
 // resolve names r's counter key and weight, or why r cannot be counted.
 func (l *Limiter) resolve(r *http.Request) (key string, n int64, err error) {
 	key, err = l.key(r)
-	if errors.Is(err, ErrSkip) {
-		return "", 0, ErrSkip
+	if errors.Is(err, porch.ErrSkip) {
+		return "", 0, porch.ErrSkip
 	}
 	if err != nil {
 		return "", 0, &keyError{err}

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/writeonce/porch-go/porch"
 )
 
 // Set is several limiters on one route that answer as one: a burst of 100
@@ -33,7 +35,7 @@ import (
 // Failures are a single limiter's: a KeyFunc error is a 500 and a weight
 // above a limit a 413, both before anything is counted; a saturated pool or
 // a failed write is a 503, and whatever the others counted is given back.
-// A limiter whose KeyFunc returns ErrSkip is left out; when every one is,
+// A limiter whose KeyFunc returns porch.ErrSkip is left out; when every one is,
 // the request is served uncounted and without headers.
 //
 // A limiter in Options.DryRun counts and is reported but never refuses: it
@@ -138,7 +140,7 @@ type decision struct {
 type setKey struct{ s *Set }
 
 // count counts r against every limiter of the set, and decides. Its err is
-// ErrSkip when no limiter counts r. It returns the members, for
+// porch.ErrSkip when no limiter counts r. It returns the members, for
 // withCounts.
 func (s *Set) count(r *http.Request) (decision, []member) {
 	ms, d, ok := s.resolve(r)
@@ -207,7 +209,7 @@ func (s *Set) resolve(r *http.Request) (ms []member, d decision, ok bool) {
 		}
 		key, n, err := l.resolve(r)
 		switch {
-		case errors.Is(err, ErrSkip):
+		case errors.Is(err, porch.ErrSkip):
 			continue
 		case err != nil && l.opt.DryRun:
 			l.dryRun(r, key, n, Verdict{}, err) // logs it
@@ -222,7 +224,7 @@ func (s *Set) resolve(r *http.Request) (ms []member, d decision, ok bool) {
 		// Nothing to count here: the set passes r on as one that skips it
 		// does, leaving the headers to the mounts that counted it (the
 		// same set mounted twice writes the same ones).
-		return nil, decision{err: ErrSkip}, false
+		return nil, decision{err: porch.ErrSkip}, false
 	}
 	return ms, decision{}, true
 }
@@ -277,7 +279,7 @@ func decide(ms []member) decision {
 	if best == nil {
 		// Every member was a dry run that could not count: served
 		// uncounted and without headers, as one such limiter would be.
-		return decision{err: ErrSkip}
+		return decision{err: porch.ErrSkip}
 	}
 	d.lim, d.v = best.l, best.v
 	if best.l.opt.DryRun {

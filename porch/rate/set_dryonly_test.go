@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/rate"
 )
 
@@ -14,7 +15,7 @@ import (
 // X-RateLimit-Dry-Run, as it does alone. The set once answered 429 with
 // the dry-run policy's Retry-After.
 func TestSetOfDryRunsNeverRefuses(t *testing.T) {
-	skipAll := func(*http.Request) (string, error) { return "", rate.ErrSkip }
+	skipAll := func(*http.Request) (string, error) { return "", porch.ErrSkip }
 	for _, w := range setWirings {
 		t.Run(w.name, func(t *testing.T) {
 			_, _, set := newSet(t,

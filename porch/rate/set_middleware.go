@@ -13,7 +13,7 @@ import (
 // 500 or 413. It implements porch.Middleware.
 func (s *Set) Before(r *http.Request) (*http.Request, *porch.Response) {
 	d, ms := s.count(r)
-	if errors.Is(d.err, ErrSkip) {
+	if errors.Is(d.err, porch.ErrSkip) {
 		return r, nil
 	}
 	if d.err != nil {
@@ -56,7 +56,7 @@ func (s *Set) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		d, ms := s.count(r)
 		switch {
-		case errors.Is(d.err, ErrSkip):
+		case errors.Is(d.err, porch.ErrSkip):
 			next.ServeHTTP(w, r)
 		case d.err != nil:
 			d.lim.failure(r, d.err).Write(w)

@@ -206,7 +206,7 @@ func TestSetFailuresCountNothing(t *testing.T) {
 	}{
 		{"key fails", rate.Options{KeyFunc: func(*http.Request) (string, error) { return "", errLookup }}, http.StatusInternalServerError, ""},
 		{"weight over the limit", rate.Options{Weight: func(*http.Request) int { return 3 }}, http.StatusRequestEntityTooLarge, ""},
-		{"skipped", rate.Options{KeyFunc: func(*http.Request) (string, error) { return "", rate.ErrSkip }}, http.StatusOK, "5"},
+		{"skipped", rate.Options{KeyFunc: func(*http.Request) (string, error) { return "", porch.ErrSkip }}, http.StatusOK, "5"},
 	}
 	for _, w := range setWirings {
 		for _, tt := range tests {

@@ -20,7 +20,7 @@ type Tier interface {
 
 // TierFunc names the tier a request is counted under, from what the
 // request carries: the plan of the principal your authentication resolved
-// ("free", "paid"). Like a KeyFunc it may exempt the request with ErrSkip;
+// ("free", "paid"). Like a KeyFunc it may exempt the request with porch.ErrSkip;
 // any other error fails it closed (see Tiers).
 type TierFunc func(r *http.Request) (string, error)
 
@@ -40,7 +40,7 @@ var ErrUnknownTier = errors.New("rate: the request's tier is not one of the limi
 // A request whose tier cannot be told is not served uncounted: a TierFunc
 // error, or a tier the Tiered does not have, answers 500
 // (application/problem+json of type rate-key-failed) and is logged, as a
-// failing KeyFunc is. ErrSkip from the TierFunc exempts the request:
+// failing KeyFunc is. porch.ErrSkip from the TierFunc exempts the request:
 // served uncounted, without headers.
 //
 // A Tiered is safe for concurrent use and does not own its tiers: Close
@@ -85,8 +85,8 @@ type tierKey struct{ t *Tiered }
 func (t *Tiered) tierOf(r *http.Request) (string, error) {
 	name, err := t.pick(r)
 	switch {
-	case errors.Is(err, ErrSkip):
-		return "", ErrSkip
+	case errors.Is(err, porch.ErrSkip):
+		return "", porch.ErrSkip
 	case err != nil:
 		return "", fmt.Errorf("rate: tier function: %w", err)
 	}
@@ -100,7 +100,7 @@ func (t *Tiered) tierOf(r *http.Request) (string, error) {
 // It implements porch.Middleware.
 func (t *Tiered) Before(r *http.Request) (*http.Request, *porch.Response) {
 	name, err := t.tierOf(r)
-	if errors.Is(err, ErrSkip) {
+	if errors.Is(err, porch.ErrSkip) {
 		return r, nil
 	}
 	if err != nil {
@@ -129,7 +129,7 @@ func (t *Tiered) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		name, err := t.tierOf(r)
 		switch {
-		case errors.Is(err, ErrSkip):
+		case errors.Is(err, porch.ErrSkip):
 			next.ServeHTTP(w, r)
 		case err != nil:
 			tierFailure(r, err).Write(w)

@@ -19,7 +19,7 @@ func byPlan(r *http.Request) (string, error) {
 	case "broken":
 		return "", errors.New("plan lookup failed")
 	case "internal":
-		return "", rate.ErrSkip
+		return "", porch.ErrSkip
 	default:
 		return plan, nil
 	}

@@ -34,7 +34,7 @@ type Verdict struct {
 
 // ErrWeight is returned by AllowN for a weight below 1, and makes the
 // middleware answer 500 when Options.Weight returns one: a request that
-// costs nothing is one to exempt (see ErrSkip), not to count as zero.
+// costs nothing is one to exempt (see porch.ErrSkip), not to count as zero.
 var ErrWeight = errors.New("rate: a request's weight must be at least 1")
 
 // ErrOverLimit is returned, wrapped, by AllowN for a weight above the

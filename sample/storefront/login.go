@@ -111,13 +111,13 @@ func loginUser(r *http.Request) (string, error) {
 // failures per 15 minutes", whatever -rate-algorithm says) on the shop's
 // store, keyed by user and client address, counting failures only.
 func newLoginLimiter(cfg config, pool *porch.Pool, st store.Counters, obs rate.Observer) (*rate.Limiter, error) {
-	addr := rate.KeyByIP
+	addr := porch.KeyByIP
 	if cfg.trustProxy {
-		addr = rate.KeyByClientIP
+		addr = porch.KeyByClientIP
 	}
 	return rate.New(pool, st, cfg.loginLimit, cfg.loginWindow, rate.Options{
 		Name:        loginLimiterName,
-		KeyFunc:     rate.Keys(loginUser, addr),
+		KeyFunc:     porch.JoinKeys(loginUser, addr),
 		CountStatus: rate.Failures,
 		TrustProxy:  cfg.trustProxy, // the address-only key of a refused body
 		WriteAhead:  cfg.rateWriteAhead,

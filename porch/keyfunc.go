@@ -1,4 +1,4 @@
-package rate
+package porch
 
 import (
 	"errors"
@@ -11,39 +11,40 @@ import (
 	"github.com/writeonce/porch-go/porch/internal/clientip"
 )
 
-// KeyFunc names the principal a request is counted against (an API key, a
-// user id, a route, or several of these joined by [Keys]).
+// KeyFunc names the principal a porch middleware keys a request by: what
+// rate.Options.KeyFunc counts it against, what idem.Options.Principal
+// scopes its idempotency keys under (an API key, a user id, a route, or
+// several of these joined by [JoinKeys]).
 //
 // It returns one of three answers:
-//   - a principal and nil: the request is counted against that principal,
-//     and shares its counter with [Limiter.Allow] for the same principal;
-//   - "" and nil: the request is counted against its client address, as
-//     with no KeyFunc (so that requests without a principal are limited
-//     per client, not all together under one counter);
-//   - an error: [ErrSkip] exempts the request, which is served uncounted and
-//     without rate-limit headers; any other error fails the request closed
-//     with a 500 (see Options.KeyFunc), since serving it uncounted would make
-//     a failing lookup a way around the limit.
+//   - a principal and nil: the request is keyed by that principal;
+//   - "" and nil: the request is keyed by its client address, as with no
+//     KeyFunc (so that requests without a principal are keyed per client,
+//     not all together under one key);
+//   - an error: [ErrSkip] exempts the request from the middleware, which
+//     serves it as if it were not there; any other error fails the request
+//     closed with a 500, since serving it unkeyed would make a failing
+//     lookup a way around the middleware.
 //
-// A KeyFunc runs on the request's goroutine before the limiter counts; it
-// may block (a session lookup), under r.Context().
+// A KeyFunc runs on the request's goroutine before the middleware decides;
+// it may block (a session lookup), under r.Context().
 type KeyFunc func(r *http.Request) (string, error)
 
-// ErrSkip is returned by a KeyFunc to exempt a request from the limiter: a
-// health check, an allowlisted client, an internal caller. The request is
-// not counted and is served without rate-limit headers. Return it only for
-// requests a client cannot make exempt by choice (a header it can set is no
-// allowlist).
-var ErrSkip = errors.New("rate: request exempt from the limit")
+// ErrSkip is returned by a KeyFunc to exempt a request from a middleware: a
+// health check, an allowlisted client, an internal caller. A limiter serves
+// it uncounted and without rate-limit headers; idempotency serves it
+// without looking at its key. Return it only for requests a client cannot
+// make exempt by choice (a header it can set is no allowlist).
+var ErrSkip = errors.New("porch: request exempt from the middleware")
 
 // ErrNoRoute is returned by [KeyByRoute] when the request's route pattern
 // is not known yet: the limiter runs before chi has routed the request.
-var ErrNoRoute = errors.New("rate: KeyByRoute needs chi's route pattern: mount the limiter with r.With, r.Group or inside r.Route, not on the top router's Use")
+var ErrNoRoute = errors.New("porch: KeyByRoute needs chi's route pattern: mount the limiter with r.With, r.Group or inside r.Route, not on the top router's Use")
 
 // KeyByIP keys a request by the connection's peer address (an IPv6 client by
-// its /64), as a limiter does by default with Options.TrustProxy off. It is
-// for composing with [Keys]: Keys(KeyByIP, KeyByRoute) counts each client
-// per route. It never reads X-Forwarded-For.
+// its /64), as porch's middlewares do by default with their TrustProxy
+// option off. It is for composing with [JoinKeys]: JoinKeys(KeyByIP,
+// KeyByRoute) keys each client per route. It never reads X-Forwarded-For.
 func KeyByIP(r *http.Request) (string, error) {
 	key, _ := clientip.Key(r, false)
 	return key, nil
@@ -51,16 +52,16 @@ func KeyByIP(r *http.Request) (string, error) {
 
 // KeyByClientIP keys a request by the client address chi's client-IP
 // middleware resolved (middleware.ClientIPFromXFFTrustedProxies and
-// friends), falling back to the peer, as a limiter does with
-// Options.TrustProxy on. Use it only behind a proxy you control (see
-// Options.TrustProxy).
+// friends), falling back to the peer, as porch's middlewares do with their
+// TrustProxy option on. Use it only behind a proxy you control (see
+// rate.Options.TrustProxy).
 func KeyByClientIP(r *http.Request) (string, error) {
 	key, _ := clientip.Key(r, true)
 	return key, nil
 }
 
 // KeyByHeader keys a request by the value of header name, "" when it is
-// absent (so the request is counted by client address). Use it for a header
+// absent (so the request is keyed by client address). Use it for a header
 // that something you trust has checked or set: an API key your
 // authentication middleware verified, a user id your gateway put there. A
 // header the client chooses freely lets it pick a fresh counter per request.
@@ -87,25 +88,26 @@ func KeyByRoute(r *http.Request) (string, error) {
 	return r.Method + " " + pattern, nil
 }
 
-// Keys composes key functions: the request's principal is every part,
+// JoinKeys composes key functions: the request's principal is every part,
 // in order, joined so that no two distinct lists of parts give the same key
-// (each part is length-prefixed). Keys(KeyByHeader("X-User-Id"),
-// KeyByRoute) counts each user per route; Keys(KeyByIP, KeyByRoute) each
+// (each part is length-prefixed). JoinKeys(KeyByHeader("X-User-Id"),
+// KeyByRoute) keys each user per route; JoinKeys(KeyByIP, KeyByRoute) each
 // client per route.
 //
 // The first error, [ErrSkip] included, is returned as it is. If any part is
-// "", the whole key is "", and the request is counted by client address
+// "", the whole key is "", and the request is keyed by client address
 // alone: a missing part would otherwise put every request lacking it under
-// one shared counter.
+// one shared key.
 //
-// Keys panics, with a "rate: " message, if given no function or a nil one.
-func Keys(parts ...KeyFunc) KeyFunc {
+// JoinKeys panics, with a "porch: " message, if given no function or a nil
+// one.
+func JoinKeys(parts ...KeyFunc) KeyFunc {
 	if len(parts) == 0 {
-		panic("rate: Keys expects at least one KeyFunc")
+		panic("porch: JoinKeys expects at least one KeyFunc")
 	}
 	for i, p := range parts {
 		if p == nil {
-			panic("rate: Keys expects non-nil KeyFuncs, got nil at " + strconv.Itoa(i))
+			panic("porch: JoinKeys expects non-nil KeyFuncs, got nil at " + strconv.Itoa(i))
 		}
 	}
 	return func(r *http.Request) (string, error) {
