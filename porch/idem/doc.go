@@ -63,9 +63,7 @@
 // request briefly holds the key.
 //
 // Options.Observer is told each keyed request's [Outcome]; a metrics adapter
-// (porch/metrics/prom) implements [Observer]. They were porch.Observer and
-// porch.IdemOutcome before the framework stopped declaring its middlewares'
-// types: the method is unchanged, the constants lost their Idem prefix.
+// (porch/metrics/prom) implements [Observer].
 //
 // # Problem types
 //

@@ -14,7 +14,8 @@ import (
 //   - local (local.go), for a store that is its counters' only writer
 //     (SQLite): each key's state lives in its actor's memory, decided
 //     there, and written ahead to the store;
-//   - shared (shared.go), for a store several processes write (PostgreSQL):
+//   - shared (shared.go), for a store several processes write (PostgreSQL,
+//     Redis):
 //     every hit is decided by the store, in one atomic step, and the actor
 //     only orders this process's hits.
 //

@@ -1,20 +1,25 @@
-// Package rate is porch's durable, exact fixed-window rate limiter.
+// Package rate is porch's durable, exact rate limiter: fixed windows (the
+// default), sliding windows or GCRA, chosen by Options.Algorithm (see
+// docs/algorithms.md for what each allows at a window's edge).
 //
-// Every request asks its key's pool actor for a verdict. The actor is the only
-// writer of its keys, so it keeps their counts in memory, decides, and hands
-// the new count to the store's committer; the verdict reaches the client only
-// after that write has committed. Counting is therefore exact under any
-// parallelism (no read-modify-write runs on a handler goroutine) and survives
-// a restart, including a kill -9: every request that was answered 2xx is in
-// the table.
+// Every request asks its key's pool actor for a verdict, and the verdict
+// reaches the client only after the write that covers it has committed. On
+// SQLite the actor is the only writer of its keys, so it keeps their counts
+// in memory, decides, and hands the new count to the store's committer; on
+// a shared store (PostgreSQL, Redis) the store decides each hit atomically,
+// on its own clock. Counting is therefore exact under any parallelism (no
+// read-modify-write runs on a handler goroutine) and survives a restart,
+// including a kill -9: every request that was answered 2xx is counted in
+// the store (on Redis, one that persists with appendfsync always).
 //
 // A saturated pool or a failed write answers 503 with Retry-After: a limiter
 // that stops counting under load would make overload the bypass.
 //
-// On a shared store (PostgreSQL) a key the store refused is answered from
-// memory, without a round trip, until the store would allow it again and
-// for at most Options.RefusalCacheFor (1s): a Reset on another instance is
-// honoured within that bound, one on this instance at once.
+// On a shared store (PostgreSQL, Redis) a key the store refused is
+// answered from memory, without a round trip, until the store would allow
+// it again and for at most Options.RefusalCacheFor (1s): a Reset on
+// another instance is honoured within that bound, one on this instance at
+// once.
 //
 // Both answers are problem+json by default. Options.LimitResponse and
 // Options.ErrorResponse render others in their place (an HTML page, an
@@ -24,9 +29,7 @@
 // Options.ProblemBase moves the problem types under an application's URI.
 //
 // Options.Observer is told every decision as an [Outcome]; a metrics adapter
-// (porch/metrics/prom) implements [Observer]. They were porch.Observer and
-// porch.RateOutcome before the framework stopped declaring its middlewares'
-// types: the method is unchanged, the constants lost their Rate prefix.
+// (porch/metrics/prom) implements [Observer].
 //
 //	pool := porch.NewPool(porch.PoolOptions{})
 //	st, _ := sqlite.Open("app.db", store.Options{})
@@ -84,7 +87,7 @@
 // counted. Reset returns once the reset is in the store, so a restart
 // (even a kill -9) does not bring the old count back. On SQLite, Peek
 // reports the count the actor decides on, which may include hits still
-// waiting for their write; on PostgreSQL, the count committed.
+// waiting for their write; on a shared store, the count committed.
 //
 // # Keys, weights and dry run
 //
@@ -99,7 +102,7 @@
 // window's count plus n is within the limit. A weight above the limit is
 // refused with ErrOverLimit (413, rate-weight-over-limit), never counted, because
 // no window could ever allow it and a 429 would invite retries. A refused
-// request changes nothing, on either store: a lighter request after a
+// request changes nothing, on any store: a lighter request after a
 // refused heavy one is still allowed if it fits.
 //
 // # Several limits on one route

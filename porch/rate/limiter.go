@@ -98,7 +98,7 @@ type Options struct {
 	// outcomes itself (or calls Reset). If nil, every hit stands.
 	CountStatus func(status int) bool
 	// RefusalCacheFor bounds how long a limiter on a shared store
-	// (PostgreSQL) answers a refused key from memory: once the store has
+	// (PostgreSQL, Redis) answers a refused key from memory: once the store has
 	// refused a key's request of weight n, this process refuses the key's
 	// requests of weight n or more itself, without a round trip, so that a
 	// client hammering past its limit costs the database nothing. An entry
@@ -183,8 +183,8 @@ type Options struct {
 // Limiter allows Limit requests per key per Window, by its
 // Options.Algorithm: in fixed windows that open at a key's first request
 // (the default), in sliding windows, or as a GCRA bucket. Time is measured
-// on the store's monotonic timeline (SQLite) or the database's clock
-// (PostgreSQL), so a wall-clock jump (even across a restart) grants no
+// on the store's monotonic timeline (SQLite) or the shared store's clock
+// (PostgreSQL, Redis), so a wall-clock jump (even across a restart) grants no
 // extra allowance.
 //
 // A Limiter is safe for concurrent use. Create it with [New]; the zero
@@ -240,12 +240,13 @@ const MaxWindow = 100 * 365 * 24 * time.Hour
 // With a store that is its counters' only writer (SQLite) each actor keeps
 // its keys' counts in memory and writes them through; New loads the counters
 // of still-open windows, so a restart resumes them. With a shared store
-// (PostgreSQL) every hit is one atomic statement on the database.
+// (PostgreSQL, Redis) every hit is one atomic step on the store: a
+// statement, or a script.
 //
 // Limiters on one store are told apart by Options.Name, and New refuses
 // (store.ErrPolicyConflict) a second limiter of one Name with another limit
 // or window while the first counts: they would write the same rows, each by
-// its own rule. On PostgreSQL that holds across instances: while any
+// its own rule. On a shared store that holds across instances: while any
 // running instance counts a Name under one policy, an instance with another
 // is refused; once they have all stopped, the first to start records its
 // policy (a deploy that changes it). Close frees the Name. A policy changed

@@ -8,7 +8,8 @@ import (
 	"github.com/writeonce/porch-go/porch/store"
 )
 
-// shared counts in a store that other processes write too (PostgreSQL):
+// shared counts in a store that other processes write too (PostgreSQL,
+// Redis):
 // the store decides every hit under the limiter's rule, atomically and on
 // its own clock, and the actor only orders this process's hits and lets
 // the committer batch them. No count is cached, so there is nothing to

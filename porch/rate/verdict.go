@@ -202,13 +202,13 @@ func (l *Limiter) checkWeight(n int) error {
 // on the actor after every hit sent before it: it includes hits already
 // counted whose verdicts still wait for their write to commit (a crash can
 // lose only those, and then restarts from the stored bound, which covers
-// every answered hit). With a shared store (PostgreSQL) it is the count
-// committed in the database, on the database's clock, an expired window
+// every answered hit). With a shared store (PostgreSQL, Redis) it is the
+// count committed in the store, on the store's clock, an expired window
 // counting 0. Either way it is advisory: another request may count between
 // Peek and the next Allow.
 //
 // It fails with ErrNoPrincipal for "", porch.ErrSaturated when the key's
-// mailbox is full, the store's error when the read failed (PostgreSQL), and
+// mailbox is full, the store's error when the read failed (a shared store), and
 // ctx.Err().
 func (l *Limiter) Peek(ctx context.Context, principal string) (Verdict, error) {
 	if principal == "" {

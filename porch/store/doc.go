@@ -1,29 +1,35 @@
 // Package store is what porch's middlewares need from a database: the
 // [Store] interface and its two counter shapes ([ExclusiveCounters],
 // [SharedCounters]), the types they exchange, their errors and [Options].
-// It holds no driver. The drivers are leaves that import it:
+// It holds no driver. The three drivers are leaves that import it:
 //
-//   - porch/store/sqlite: one SQLite file written by one process (cgo).
+//   - porch/store/sqlite: one SQLite file written by one process (cgo);
+//     counters and idempotency keys.
 //   - porch/store/postgres: one PostgreSQL database shared by several
-//     instances (pure Go).
+//     instances (pure Go); counters and idempotency keys.
+//   - porch/store/redis: one Redis server, Sentinel primary or Cluster
+//     shared by several instances (pure Go); counters only.
 //
-// so a program links only the driver it opens, and the middlewares
-// (porch/rate, porch/idem), which take a Store, link neither.
+// so a program links only the drivers it opens, and the middlewares
+// (porch/rate, porch/idem), which take a Store, link none.
 //
-// Both drivers keep two purpose-shaped tables: porch_rate_counters (one
+// The SQL drivers keep two purpose-shaped tables: porch_rate_counters (one
 // integer counter per client key and window) and porch_idem_responses (a
 // stored status, content type and body beside the digest of the request
 // that produced it). The SQLite driver adds a hit journal,
 // porch_rate_journal, that counter writes append to while it runs; Close
-// folds it into porch_rate_counters. Expiry is lazy: a row is reset or pruned when its key
-// is next touched, and a bounded number of expired rows is pruned with
-// every commit, so clients that never return do not grow a table without
-// bound. There is no background sweeper.
+// folds it into porch_rate_counters. Expiry is lazy: a row is reset or
+// pruned when its key is next touched, and a bounded number of expired rows
+// is pruned on the commit path, so clients that never return do not grow a
+// table without bound. There is no background sweeper. Redis keeps each
+// key's state under an expiry of its own.
 //
 // Writes go through group commit: one committer goroutine drains every
-// pending write into one transaction, and each write's callback runs only
-// after that transaction has committed (synchronous=FULL for SQLite), so one
-// fsync serves a whole batch and nothing is visible before it is durable.
+// pending write into one transaction (on Redis, one pipeline), and each
+// write's callback runs only after that transaction has committed
+// (synchronous=FULL for SQLite; on Redis, once the pipeline has answered),
+// so one fsync or round trip serves a whole batch and no answer goes out
+// before its write is committed.
 // Store.Health reports whether commits succeed: from the last batch, or from
 // one shared probe write when the store is idle, so a health endpoint can
 // poll it without queueing a write per call.

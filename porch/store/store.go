@@ -47,7 +47,7 @@ var (
 // shape every algorithm shares: what was counted since Start, and what the
 // window before it counted. A store keeps it verbatim; only the Rule gives
 // it meaning. Times are on the store's timeline (see [ExclusiveCounters.Now])
-// or, for a shared store, the database's clock.
+// or, for a shared store, the server's clock.
 type State struct {
 	// Start opens the state's epoch: a fixed or sliding window's start, or
 	// the instant a GCRA bucket's emissions are counted from.

@@ -29,7 +29,7 @@ import (
 )
 
 // Histogram buckets. A commit is one fsync (SQLite) or one round trip
-// (PostgreSQL): tenths of a millisecond on a fast disk, seconds on a
+// (PostgreSQL, Redis): tenths of a millisecond on a fast disk, seconds on a
 // failing one. A batch holds at most store.DefaultMaxBatch (4096) writes.
 var (
 	CommitSecondsBuckets = prometheus.ExponentialBuckets(0.0001, 2, 16) // 100µs to 3.3s

@@ -1,11 +1,11 @@
-// Package commit is the group-commit loop both store drivers run: one
-// goroutine drains every queued write into one transaction, which the
-// driver's [Writer] applies, and answers each write only after that
-// transaction has committed. It also remembers the last batch's outcome,
-// which is what Store.Health reports.
+// Package commit is the group-commit loop every store driver runs: one
+// goroutine drains every queued write into one batch (a transaction; on
+// Redis, a pipeline), which the driver's [Writer] applies, and answers each
+// write only after that batch has committed. It also remembers the last
+// batch's outcome, which is what Store.Health reports.
 //
-// It lives under store/internal so that both drivers can use it and the
-// interfaces package (porch/store) imports neither of them.
+// It lives under store/internal so that the drivers can use it and the
+// interfaces package (porch/store) imports none of them.
 package commit
 
 import (

@@ -102,7 +102,7 @@ func (o *outcome) unhealthy() error {
 const ProbeKey = "porch:health"
 
 // ProbeSQL is a probe's statements, which a Writer runs in the batch of an
-// Op with Probe set. Both drivers' tables take them as they are.
+// Op with Probe set. Both SQL drivers' tables take them as they are.
 var ProbeSQL = [...]string{
 	`INSERT INTO porch_rate_counters (key, window_start, window_ms, count, expires_at)
 		VALUES ('` + ProbeKey + `', 0, 0, 0, 0) ON CONFLICT (key) DO NOTHING`,

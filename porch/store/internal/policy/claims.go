@@ -1,5 +1,5 @@
 // Package policy keeps the rate policies one process's limiters claim in a
-// store, for both drivers: two limiters of one name that count under
+// store, for every driver: two limiters of one name that count under
 // different policies would write the same counter rows, each by its own
 // rule.
 package policy
