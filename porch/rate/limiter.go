@@ -113,6 +113,15 @@ type Options struct {
 	// Limited. If zero, DefaultRefusalCacheFor (1s); negative asks the
 	// store every time. A store that is its counters' only writer (SQLite)
 	// decides in memory already, and ignores it.
+	//
+	// The cache holds a 16-byte digest of each refused key, never the key,
+	// so a client that picks long principals costs it no more than one
+	// with short ones. It holds about 4 MiB per limiter (some 16,000
+	// refused keys, split between the pool's actors); past that, a new
+	// refusal takes the place of one chosen at random, whose key then
+	// costs a round trip again. Expired refusals are let go within
+	// RefusalCacheFor of expiring (checked at most every 100ms), with or
+	// without more traffic, and Close lets go of all of them.
 	RefusalCacheFor time.Duration
 	// WriteAhead bounds how far ahead of a key's count the stored count may
 	// run, with a store that is the counters' only writer (SQLite). Writing

@@ -51,12 +51,18 @@ func (c shared) open(context.Context) error {
 }
 
 // close gives back the hits leases hold, so that the store's counts are
-// exact once Close returns.
+// exact once Close returns, and then lets the refusals go.
 func (c shared) close(ctx context.Context) error {
-	if c.leases == nil {
-		return nil
+	var err error
+	if c.leases != nil {
+		err = c.leases.close(ctx)
 	}
-	return c.leases.close(ctx)
+	if c.cache != nil {
+		if cerr := c.cache.close(ctx); err == nil {
+			err = cerr
+		}
+	}
+	return err
 }
 
 func (c shared) hit(shard int, call *call) {
@@ -82,23 +88,27 @@ func (c shared) hit(shard int, call *call) {
 // one. now is the local time of the hit, or zero without leases.
 func (c shared) trip(shard int, call *call, now time.Time) {
 	l, key, n := c.l, call.key, call.n
-	var sent time.Time
-	var gen uint64
+	var (
+		d      digest
+		cached time.Duration // when the hit was sent, on the cache's clock
+		gen    uint64
+	)
 	if c.cache != nil {
-		sent = time.Now()
-		if v, ok := c.cache.lookup(shard, key, n, sent); ok {
+		d, cached = c.cache.digest(key), c.cache.now()
+		if v, ok := c.cache.lookup(shard, d, n, cached); ok {
 			call.reply.Send(v, nil) // refused: no start to give back from
 			return
 		}
 		gen = c.cache.gen(shard)
 	}
-	var extra int64
-	var lgen uint64
+	var (
+		extra int64
+		lgen  uint64
+		sent  time.Time // when the hit was sent, for the lease
+	)
 	if c.leases != nil {
 		extra, lgen = c.leases.ask(shard, key, n, now)
-		if sent.IsZero() {
-			sent = time.Now()
-		}
+		sent = time.Now()
 	}
 	err := c.st.AddHit(key, l.rule, n+extra, func(h store.Hit, err error) {
 		if err != nil {
@@ -125,7 +135,7 @@ func (c shared) trip(shard int, call *call, now time.Time) {
 		if !h.Allowed && c.cache != nil {
 			// Queued on the actor before the verdict is sent, so that the
 			// client's next request finds it.
-			c.cache.remember(shard, key, n, sent, gen, l.rule.retryIn(h.State, h.Now, n), v)
+			c.cache.remember(shard, d, n, cached, gen, l.rule.retryIn(h.State, h.Now, n), v)
 		}
 		if c.leases != nil {
 			c.leases.answered(shard, key, extra, lgen, sent, &h, v, nil)
