@@ -18,17 +18,11 @@ type Tier interface {
 	Handler(next http.Handler) http.Handler
 }
 
-// TierFunc names the tier a request is counted under, from what the
-// request carries: the plan of the principal your authentication resolved
-// ("free", "paid"). Like a KeyFunc it may exempt the request with porch.ErrSkip;
-// any other error fails it closed (see Tiers).
-type TierFunc func(r *http.Request) (string, error)
-
-// ErrUnknownTier is the failure of a request whose TierFunc named no tier
+// ErrUnknownTier is the failure of a request whose pick named no tier
 // of the Tiered: a 500, like a failing KeyFunc.
 var ErrUnknownTier = errors.New("rate: the request's tier is not one of the limiter's tiers")
 
-// Tiered counts each request against the tier its TierFunc picks: a free
+// Tiered counts each request against the tier its pick picks: a free
 // and a paid plan on one route, each a limiter of its own Name with its own
 // policy, counters and headers (RateLimit-Policy announces the picked
 // tier's policy only). Build it with [Tiers].
@@ -37,25 +31,28 @@ var ErrUnknownTier = errors.New("rate: the request's tier is not one of the limi
 // MaxFunc), which porch does not have: a limit is a policy that New records
 // and checks across instances, and a tier is one of those.
 //
-// A request whose tier cannot be told is not served uncounted: a TierFunc
+// A request whose tier cannot be told is not served uncounted: a pick
 // error, or a tier the Tiered does not have, answers 500
 // (application/problem+json of type rate-key-failed) and is logged, as a
-// failing KeyFunc is. porch.ErrSkip from the TierFunc exempts the request:
+// failing KeyFunc is. porch.ErrSkip from the pick exempts the request:
 // served uncounted, without headers.
 //
 // A Tiered is safe for concurrent use and does not own its tiers: Close
 // each limiter. The zero value is not usable.
 type Tiered struct {
-	pick  TierFunc
+	pick  porch.KeyFunc
 	tiers map[string]Tier
 }
 
 // Tiers returns the middleware that counts each request against
-// tiers[pick(r)] (see Tiered). It panics, with a "rate: " message, given a
+// tiers[pick(r)] (see Tiered). pick names the tier from what the request
+// carries, as a key function does: the plan of the principal your
+// authentication resolved ("free", "paid"); porch.ErrSkip exempts the
+// request, and any other error fails it closed. It panics, with a "rate: " message, given a
 // nil pick, no tier, or a nil one.
-func Tiers(pick TierFunc, tiers map[string]Tier) *Tiered {
+func Tiers(pick porch.KeyFunc, tiers map[string]Tier) *Tiered {
 	if pick == nil {
-		panic("rate: Tiers expects a non-nil TierFunc")
+		panic("rate: Tiers expects a non-nil pick")
 	}
 	if len(tiers) == 0 {
 		panic("rate: Tiers expects at least one tier")
