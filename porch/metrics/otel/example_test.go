@@ -81,4 +81,5 @@ func Example() {
 	// porch.rate.requests{verdict=limited} 1
 	// span charge: porch.rate.limiter=api
 	// span charge: porch.rate.verdict=limited
+	// span charge: porch.rate.remaining=0
 }

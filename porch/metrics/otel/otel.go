@@ -16,10 +16,11 @@
 //	r.Use(otelhttp.NewMiddleware("api")) // or any middleware that starts the request's span
 //	r.Use(lim.Handler, keys.Handler)
 //
-// The span attributes are set only on a span that is recording, and only
-// when the middleware that decides runs inside the one that starts the
-// span. The instruments and attributes are documented in
-// docs/observability.md.
+// A limiter sets porch.rate.limiter, porch.rate.verdict and
+// porch.rate.remaining on the span, the idempotency middleware
+// porch.idem.outcome: only on a span that is recording, and only when the
+// middleware that decides runs inside the one that starts the span. The
+// instruments and attributes are documented in docs/observability.md.
 package otel
 
 import (
@@ -168,9 +169,11 @@ func New(mp metric.MeterProvider) (*Metrics, error) {
 }
 
 // RateDecision counts a limiter's verdict in porch.rate.requests, and sets
-// the limiter and the verdict on the request's span. When several limiters
+// the limiter, the verdict and, when there is a count to report, what the
+// key has left on the request's span. remaining is a span attribute only: on
+// the counter it would make a series per value. When several limiters
 // decide one request, the span keeps the last decision.
-func (m *Metrics) RateDecision(ctx context.Context, limiter string, o rate.Outcome) {
+func (m *Metrics) RateDecision(ctx context.Context, limiter string, o rate.Outcome, remaining int64) {
 	if o < rate.Allowed || o > rate.Unavailable {
 		return
 	}
@@ -180,6 +183,9 @@ func (m *Metrics) RateDecision(ctx context.Context, limiter string, o rate.Outco
 	m.rate.Add(ctx, 1, d.add...)
 	if span := trace.SpanFromContext(ctx); span.IsRecording() {
 		span.SetAttributes(d.attrs...)
+		if o != rate.Unavailable { // no verdict was reached: nothing counted to report
+			span.SetAttributes(keyRemaining.Int64(remaining))
+		}
 	}
 }
 

@@ -128,11 +128,12 @@ func TestRequestsAreCountedAndSetOnTheirSpans(t *testing.T) {
 	rg.post(t, "unavailable", "k5", "tea", http.StatusServiceUnavailable)
 
 	want := map[string]map[string]string{
-		"executed":    {"porch.rate.limiter": "api", "porch.rate.verdict": "allowed", "porch.idem.outcome": "executed"},
-		"replayed":    {"porch.rate.limiter": "api", "porch.rate.verdict": "allowed", "porch.idem.outcome": "replayed"},
-		"mismatch":    {"porch.rate.limiter": "api", "porch.rate.verdict": "allowed", "porch.idem.outcome": "mismatch"},
-		"invalid":     {"porch.rate.limiter": "api", "porch.rate.verdict": "allowed", "porch.idem.outcome": "invalid"},
-		"limited":     {"porch.rate.limiter": "api", "porch.rate.verdict": "limited"},
+		"executed": {"porch.rate.limiter": "api", "porch.rate.verdict": "allowed", "porch.rate.remaining": "3", "porch.idem.outcome": "executed"},
+		"replayed": {"porch.rate.limiter": "api", "porch.rate.verdict": "allowed", "porch.rate.remaining": "2", "porch.idem.outcome": "replayed"},
+		"mismatch": {"porch.rate.limiter": "api", "porch.rate.verdict": "allowed", "porch.rate.remaining": "1", "porch.idem.outcome": "mismatch"},
+		"invalid":  {"porch.rate.limiter": "api", "porch.rate.verdict": "allowed", "porch.rate.remaining": "0", "porch.idem.outcome": "invalid"},
+		"limited":  {"porch.rate.limiter": "api", "porch.rate.verdict": "limited", "porch.rate.remaining": "0"},
+		// No verdict was reached, so there is no count to report.
 		"unavailable": {"porch.rate.limiter": "api", "porch.rate.verdict": "unavailable"},
 	}
 	spans := rg.spans.Ended()
@@ -208,7 +209,7 @@ func TestDecisionWithoutSpanIsCounted(t *testing.T) {
 	}
 	sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{1}, SpanID: trace.SpanID{1}})
 	for _, ctx := range []context.Context{context.Background(), trace.ContextWithRemoteSpanContext(context.Background(), sc)} {
-		m.RateDecision(ctx, "api", rate.Allowed)
+		m.RateDecision(ctx, "api", rate.Allowed, 1)
 		m.IdemOutcome(ctx, idem.Executed)
 	}
 	got := collect(t, reader)
@@ -301,7 +302,7 @@ func TestTwoMetricsOnOneProviderShareInstruments(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		m.RateDecision(context.Background(), "api", rate.Allowed)
+		m.RateDecision(context.Background(), "api", rate.Allowed, 1)
 	}
 	if n := counts(t, collect(t, reader), "porch.rate.requests")["porch.rate.limiter=api,porch.rate.verdict=allowed"]; n != 2 {
 		t.Errorf("got %d, want 2", n)

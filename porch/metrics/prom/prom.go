@@ -125,7 +125,8 @@ func New(reg prometheus.Registerer) *Metrics {
 }
 
 // RateDecision counts a limiter's verdict in porch_rate_requests_total.
-func (m *Metrics) RateDecision(_ context.Context, limiter string, o rate.Outcome) {
+// remaining is not exported: a gauge per key would be a series per client.
+func (m *Metrics) RateDecision(_ context.Context, limiter string, o rate.Outcome, _ int64) {
 	if o < rate.Allowed || o > rate.Unavailable {
 		return
 	}
