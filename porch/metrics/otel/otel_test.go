@@ -308,3 +308,24 @@ func TestTwoMetricsOnOneProviderShareInstruments(t *testing.T) {
 		t.Errorf("got %d, want 2", n)
 	}
 }
+
+// Observing runs on every request: once a limiter has been seen, counting
+// must not allocate where no span is recording (a recording span copies
+// its attributes anyway).
+func TestCountingDoesNotAllocate(t *testing.T) {
+	m, err := porchotel.New(sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	round := func() {
+		m.RateDecision(ctx, "api", rate.Allowed, 1)
+		m.IdemOutcome(ctx, idem.Replayed)
+		m.PoolRejected()
+		m.CommitBatch(store.Batch{Writes: 3, Took: time.Millisecond})
+	}
+	round() // the limiter's and every series' first time
+	if allocs := testing.AllocsPerRun(100, round); allocs != 0 {
+		t.Errorf("got %v allocations per round, want 0", allocs)
+	}
+}
