@@ -34,7 +34,7 @@ var (
 )
 
 // RateDecision counts a limiter's decision.
-func (o *Observer) RateDecision(_ context.Context, limiter string, out rate.Outcome, _ int64) {
+func (o *Observer) RateDecision(_ context.Context, limiter string, out rate.Outcome, _ rate.Verdict) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.rate == nil {

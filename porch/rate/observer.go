@@ -17,10 +17,11 @@ import (
 type Observer interface {
 	// RateDecision is called once for every request a limiter decided,
 	// through its middleware or Limiter.Allow: limiter is its Options.Name.
-	// remaining is the verdict's Remaining, what X-RateLimit-Remaining
-	// reports (0 when o is Unavailable: no verdict was reached), so that
-	// an observer can put it beside the outcome on the request's trace.
-	RateDecision(ctx context.Context, limiter string, o Outcome, remaining int64)
+	// v is the verdict (its Remaining is what X-RateLimit-Remaining
+	// reports), so that an observer can put it beside the outcome on the
+	// request's trace; it is the zero Verdict when o is Unavailable: no
+	// verdict was reached.
+	RateDecision(ctx context.Context, limiter string, o Outcome, v Verdict)
 }
 
 // Outcome is a limiter's decision for one request.

@@ -155,7 +155,10 @@ func (l *Limiter) observe(ctx context.Context, v Verdict, err error) {
 	case !v.Allowed:
 		o = Limited
 	}
-	l.opt.Observer.RateDecision(ctx, l.opt.Name, o, v.Remaining)
+	if err != nil {
+		v = Verdict{}
+	}
+	l.opt.Observer.RateDecision(ctx, l.opt.Name, o, v)
 }
 
 // AllowN counts one request of weight n by principal, as Allow counts a

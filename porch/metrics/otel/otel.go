@@ -170,10 +170,10 @@ func New(mp metric.MeterProvider) (*Metrics, error) {
 
 // RateDecision counts a limiter's verdict in porch.rate.requests, and sets
 // the limiter, the verdict and, when there is a count to report, what the
-// key has left on the request's span. remaining is a span attribute only: on
+// key has left on the request's span. What is left is a span attribute only: on
 // the counter it would make a series per value. When several limiters
 // decide one request, the span keeps the last decision.
-func (m *Metrics) RateDecision(ctx context.Context, limiter string, o rate.Outcome, remaining int64) {
+func (m *Metrics) RateDecision(ctx context.Context, limiter string, o rate.Outcome, v rate.Verdict) {
 	if o < rate.Allowed || o > rate.Unavailable {
 		return
 	}
@@ -184,7 +184,7 @@ func (m *Metrics) RateDecision(ctx context.Context, limiter string, o rate.Outco
 	if span := trace.SpanFromContext(ctx); span.IsRecording() {
 		span.SetAttributes(d.attrs...)
 		if o != rate.Unavailable { // no verdict was reached: nothing counted to report
-			span.SetAttributes(keyRemaining.Int64(remaining))
+			span.SetAttributes(keyRemaining.Int64(v.Remaining))
 		}
 	}
 }

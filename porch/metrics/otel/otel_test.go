@@ -209,7 +209,7 @@ func TestDecisionWithoutSpanIsCounted(t *testing.T) {
 	}
 	sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{1}, SpanID: trace.SpanID{1}})
 	for _, ctx := range []context.Context{context.Background(), trace.ContextWithRemoteSpanContext(context.Background(), sc)} {
-		m.RateDecision(ctx, "api", rate.Allowed, 1)
+		m.RateDecision(ctx, "api", rate.Allowed, rate.Verdict{Allowed: true, Remaining: 1})
 		m.IdemOutcome(ctx, idem.Executed)
 	}
 	got := collect(t, reader)
@@ -302,7 +302,7 @@ func TestTwoMetricsOnOneProviderShareInstruments(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		m.RateDecision(context.Background(), "api", rate.Allowed, 1)
+		m.RateDecision(context.Background(), "api", rate.Allowed, rate.Verdict{Allowed: true, Remaining: 1})
 	}
 	if n := counts(t, collect(t, reader), "porch.rate.requests")["porch.rate.limiter=api,porch.rate.verdict=allowed"]; n != 2 {
 		t.Errorf("got %d, want 2", n)
@@ -319,7 +319,7 @@ func TestCountingDoesNotAllocate(t *testing.T) {
 	}
 	ctx := context.Background()
 	round := func() {
-		m.RateDecision(ctx, "api", rate.Allowed, 1)
+		m.RateDecision(ctx, "api", rate.Allowed, rate.Verdict{Allowed: true, Remaining: 1})
 		m.IdemOutcome(ctx, idem.Replayed)
 		m.PoolRejected()
 		m.CommitBatch(store.Batch{Writes: 3, Took: time.Millisecond})

@@ -126,7 +126,7 @@ func New(reg prometheus.Registerer) *Metrics {
 
 // RateDecision counts a limiter's verdict in porch_rate_requests_total.
 // remaining is not exported: a gauge per key would be a series per client.
-func (m *Metrics) RateDecision(_ context.Context, limiter string, o rate.Outcome, _ int64) {
+func (m *Metrics) RateDecision(_ context.Context, limiter string, o rate.Outcome, _ rate.Verdict) {
 	if o < rate.Allowed || o > rate.Unavailable {
 		return
 	}

@@ -21,9 +21,9 @@ func TestMetricsExport(t *testing.T) {
 	m := prom.New(reg)
 	ctx := context.Background()
 	for _, o := range []rate.Outcome{rate.Allowed, rate.Allowed, rate.Limited} {
-		m.RateDecision(ctx, "api", o, 0)
+		m.RateDecision(ctx, "api", o, rate.Verdict{})
 	}
-	m.RateDecision(ctx, "login", rate.Unavailable, 0)
+	m.RateDecision(ctx, "login", rate.Unavailable, rate.Verdict{})
 	for _, o := range []idem.Outcome{idem.Executed, idem.Replayed, idem.Replayed, idem.InFlight} {
 		m.IdemOutcome(ctx, o)
 	}
@@ -112,9 +112,9 @@ func TestNewPanicsOnASecondMetricsInOneRegistry(t *testing.T) {
 func TestCountingDoesNotAllocate(t *testing.T) {
 	m := prom.New(prometheus.NewRegistry())
 	ctx := context.Background()
-	m.RateDecision(ctx, "api", rate.Allowed, 0)
+	m.RateDecision(ctx, "api", rate.Allowed, rate.Verdict{})
 	allocs := testing.AllocsPerRun(100, func() {
-		m.RateDecision(ctx, "api", rate.Allowed, 0)
+		m.RateDecision(ctx, "api", rate.Allowed, rate.Verdict{})
 		m.IdemOutcome(ctx, idem.Replayed)
 		m.PoolRejected()
 		m.CommitBatch(store.Batch{Writes: 3, Took: time.Millisecond})
