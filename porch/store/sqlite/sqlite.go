@@ -60,6 +60,7 @@ type Store struct {
 	isolating int
 	passes    int           // passes written, all batches together: for tests
 	refusal   string        // why authorize refused the statement being prepared, if it did
+	ownLimits ownLimits     // the writer's limits outside applications' statements; see limits.go
 	claims    policy.Claims // the rate policies this process counts under
 	jr        journal       // the hit journal's bookkeeping; see journal.go
 	// responsesDue is when (store ms) a stored response may first have
@@ -142,6 +143,7 @@ func (s *Store) init(ctx context.Context) error {
 			return fmt.Errorf("unexpected driver connection %T", dc)
 		}
 		c.RegisterAuthorizer(s.authorize)
+		s.ownLimits.read(c)
 		return s.rows.prepare(s, c)
 	}); err != nil {
 		return fmt.Errorf("sqlite: writer connection: %w", err)
