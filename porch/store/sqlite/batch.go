@@ -412,11 +412,12 @@ func (s *Store) deferApp() bool {
 	return false
 }
 
-// ErrRefused wraps an application's statement that the writer's authorizer
-// refused: it would have changed the schema, left an object behind on the
-// committer's connection, written porch's or SQLite's own tables, or
-// controlled the batch's transaction. The owner fails alone, as
-// store.ErrWriteFailed.
+// ErrRefused wraps an application's statement that the writer refused: it
+// would have changed the schema, left an object behind on the committer's
+// connection, written porch's or SQLite's own tables, or controlled the
+// batch's transaction (the authorizer), or it bound or built a value over
+// the limits an application's statement runs under (see Store.Exec). The
+// owner fails alone, as store.ErrWriteFailed.
 var ErrRefused = errors.New("sqlite: statement not allowed on the shared writer")
 
 // sqliteRecursive is SQLITE_RECURSIVE, a recursive common table

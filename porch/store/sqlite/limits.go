@@ -27,8 +27,8 @@ const (
 	maxAppSQL = 64 << 10
 	// maxAppPattern is the longest LIKE or GLOB pattern
 	// (SQLITE_LIMIT_LIKE_PATTERN_LENGTH): matching costs up to the value's
-	// length times the pattern's, 0.6 s for a 100-byte pattern against a
-	// 1 MiB value.
+	// length times the pattern's: 68 ms for a 50-byte pattern against a
+	// 1 MiB value, 0.6 s for a 100-byte one.
 	maxAppPattern = 50
 )
 
