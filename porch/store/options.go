@@ -50,7 +50,8 @@ type Options struct {
 	// or one sqlite.Store.Exec. They run on the committer, which every
 	// write of the process shares, so while one runs every limiter hit and
 	// every other response waits. Past the budget the statement is
-	// interrupted and only its caller fails (ErrWriteFailed wrapping
+	// interrupted (or, if it finished in one step SQLite cannot interrupt,
+	// rolled back) and only its caller fails (ErrWriteFailed wrapping
 	// ErrExecBudget for an owner; the middleware answers 500); the rest of
 	// the batch commits. If zero, DefaultExecBudget; negative means no
 	// budget. PostgreSQL runs owners' statements on their own connections,

@@ -21,9 +21,10 @@ var (
 	// response were stored. The statement's error is wrapped with it.
 	ErrWriteFailed = errors.New("store: the owner's write failed; nothing was stored")
 	// ErrExecBudget is wrapped, with ErrWriteFailed, in the error of an
-	// owner's statement that SQLite interrupted because it ran past
-	// Options.ExecBudget.
-	ErrExecBudget = errors.New("store: the statement ran past its time budget (store.Options.ExecBudget) and was interrupted")
+	// owner's statement that ran past Options.ExecBudget: SQLite
+	// interrupted it, or it finished late, in a step SQLite cannot
+	// interrupt, and was rolled back. Either way nothing of it is stored.
+	ErrExecBudget = errors.New("store: the statement ran past its time budget (store.Options.ExecBudget)")
 	// ErrReleased is returned by a Reservation's methods after Save or
 	// Release has ended it.
 	ErrReleased = errors.New("store: reservation already ended")
@@ -242,8 +243,9 @@ type Reservation interface {
 	// SQLite runs the statements on the committer's shared connection: it
 	// refuses anything but row writes to the application's tables (no
 	// schema change, temporary or not, no PRAGMA or ATTACH, no write to
-	// porch_* or sqlite_* tables), and interrupts the owner's statements
-	// once together they run past Options.ExecBudget (ErrExecBudget).
+	// porch_* or sqlite_* tables), holds each step to bounded values (see
+	// sqlite.Store.Exec), and fails the owner's statements once together
+	// they run past Options.ExecBudget (ErrExecBudget).
 	Exec(ctx context.Context, query string, args ...any) error
 	// Save stores r for ttl together with the owner's writes, and returns
 	// once they are durable. It ends the reservation.

@@ -334,29 +334,44 @@ func ownersFault(err error) bool {
 
 // execApp runs an application's statement on the writer, with everything
 // but row reads and writes of the application's own tables refused (see
-// authorize). A refusal names its reason, wrapped with ErrRefused.
+// authorize), and held to the limits on one step (see limits.go). A
+// refusal names its reason, wrapped with ErrRefused.
 //
 // ctx is the statement's budget (see budget): when it ends the driver
 // interrupts the statement, which SQLite undoes whole — only the statement,
 // or the batch's whole transaction, which inSavepoint reports as errTxGone
-// and writeBatch writes again without it. No half-written row can stay:
-// a statement the interrupt reached is undone by SQLite, one that had
-// finished before it landed is reported done (the driver returns its own
-// result), and any error, budget or not, rolls the caller's savepoint back
-// with every statement of it (or, in a bare pass, the batch: applyBare).
-func (s *Store) execApp(ctx context.Context, e *commit.Statement) error {
+// and writeBatch writes again without it. SQLite sees the interrupt only
+// between steps, so a statement can finish past its budget: that is the
+// budget's error too, since its caller must not be told both that it
+// overran and that it is written. No half-written row can stay: any error,
+// budget or not, rolls the caller's savepoint back with every statement of
+// it (or, in a bare pass, the batch: applyBare).
+func (s *Store) execApp(ctx context.Context, e *commit.Statement) (err error) {
+	if err := checkAppArgs(e.Args); err != nil {
+		return err
+	}
+	if err := s.holdToAppLimits(true); err != nil {
+		return fmt.Errorf("sqlite: set limits: %w", err)
+	}
+	defer func() {
+		if lerr := s.holdToAppLimits(false); lerr != nil && err == nil {
+			err = fmt.Errorf("sqlite: set limits: %w", lerr)
+		}
+	}()
 	s.appStatement, s.refusal = true, ""
 	defer func() { s.appStatement = false }()
-	_, err := s.wconn.ExecContext(ctx, e.Query, e.Args...)
+	_, err = s.wconn.ExecContext(ctx, e.Query, e.Args...)
 	switch {
-	case err == nil:
-		return nil
 	case s.refusal != "":
 		return fmt.Errorf("%w: %s: %w", ErrRefused, s.refusal, err)
+	case ctx.Err() != nil && err == nil:
+		return fmt.Errorf("%w: it finished after the budget ended", store.ErrExecBudget)
 	case ctx.Err() != nil:
 		return fmt.Errorf("%w: %w", store.ErrExecBudget, err)
+	case err != nil:
+		return tooBig(err)
 	}
-	return err
+	return nil
 }
 
 // budget derives from ctx the context an application's statements run
@@ -397,11 +412,12 @@ func (s *Store) deferApp() bool {
 	return false
 }
 
-// ErrRefused wraps an application's statement that the writer's authorizer
-// refused: it would have changed the schema, left an object behind on the
-// committer's connection, written porch's or SQLite's own tables, or
-// controlled the batch's transaction. The owner fails alone, as
-// store.ErrWriteFailed.
+// ErrRefused wraps an application's statement that the writer refused: it
+// would have changed the schema, left an object behind on the committer's
+// connection, written porch's or SQLite's own tables, or controlled the
+// batch's transaction (the authorizer), or it bound or built a value over
+// the limits an application's statement runs under (see Store.Exec). The
+// owner fails alone, as store.ErrWriteFailed.
 var ErrRefused = errors.New("sqlite: statement not allowed on the shared writer")
 
 // sqliteRecursive is SQLITE_RECURSIVE, a recursive common table

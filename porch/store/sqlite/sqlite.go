@@ -60,6 +60,7 @@ type Store struct {
 	isolating int
 	passes    int           // passes written, all batches together: for tests
 	refusal   string        // why authorize refused the statement being prepared, if it did
+	ownLimits ownLimits     // the writer's limits outside applications' statements; see limits.go
 	claims    policy.Claims // the rate policies this process counts under
 	jr        journal       // the hit journal's bookkeeping; see journal.go
 	// responsesDue is when (store ms) a stored response may first have
@@ -142,6 +143,7 @@ func (s *Store) init(ctx context.Context) error {
 			return fmt.Errorf("unexpected driver connection %T", dc)
 		}
 		c.RegisterAuthorizer(s.authorize)
+		s.ownLimits.read(c)
 		return s.rows.prepare(s, c)
 	}); err != nil {
 		return fmt.Errorf("sqlite: writer connection: %w", err)
@@ -431,6 +433,22 @@ func (s *Store) Close(ctx context.Context) error {
 // store.Reservation.Exec): row writes to the application's tables only,
 // within store.Options.ExecBudget, since it runs on the same shared
 // connection and holds up every other write while it runs.
+//
+// SQLite sees the budget's interrupt only between the steps of a
+// statement, and one step can write or build a whole value, so an
+// application's statement is also held to what one step may handle: a
+// string or blob of at most 1 MiB, bound or built (a larger argument is
+// refused before the statement runs, a larger result fails it; both wrap
+// ErrRefused), statement text of at most 64 KiB, and LIKE and GLOB
+// patterns of at most 50 bytes. Writing or building one such value takes
+// milliseconds; a larger one goes through DB(), outside group commit. A
+// statement that still finishes past its budget in a step SQLite could not
+// interrupt is rolled back and fails with store.ErrExecBudget: it never
+// commits, though its batch waits for it. Such steps remain: instr,
+// replace, trim, ltrim, rtrim and unhex take time in proportion to the
+// product of their two arguments' lengths (instr of a 512 KiB needle in a
+// 1 MiB value: 6.8 s), and one row can build hundreds of 1 MiB values
+// (900 randomblob calls: 3.2 s).
 func (s *Store) Exec(ctx context.Context, query string, args ...any) error {
 	if err := s.c.Do(ctx, commit.Op{Exec: &commit.Statement{Query: query, Args: args}}); err != nil {
 		return fmt.Errorf("sqlite: exec: %w", err)
