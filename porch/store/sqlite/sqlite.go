@@ -333,6 +333,13 @@ type reservation struct {
 }
 
 func (r *reservation) Load(ctx context.Context) (store.Response, bool, error) {
+	r.mu.Lock()
+	ended := r.ended
+	r.mu.Unlock()
+	if ended {
+		// The key is no longer held: another owner may be writing it.
+		return store.Response{}, false, store.ErrReleased
+	}
 	if !r.s.stored.mayHave(r.key) {
 		return store.Response{}, false, nil // no live row: see storedKeys
 	}
