@@ -249,7 +249,7 @@ func testKeysExclusive(t *testing.T, h KeysHarness) {
 
 	waiter := make(chan error, 1)
 	go func() {
-		ctx, cancel := keysCtx()
+		ctx, cancel := context.WithTimeout(context.Background(), keysPrompt)
 		defer cancel()
 		r, err := k.st.Reserve(ctx, "k")
 		if err == nil {
@@ -273,7 +273,7 @@ func testKeysExclusive(t *testing.T, h KeysHarness) {
 	for range owners {
 		wg.Go(func() {
 			for range rounds {
-				ctx, cancel := keysCtx()
+				ctx, cancel := context.WithTimeout(context.Background(), keysPrompt)
 				r, err := k.st.Reserve(ctx, "hammered")
 				cancel()
 				if err != nil {
