@@ -1,7 +1,7 @@
 // Package store is what porch's middlewares need from a database: the
 // [Store] interface and its two counter shapes ([ExclusiveCounters],
 // [SharedCounters]), the types they exchange, their errors and [Options].
-// It holds no driver. The three drivers are leaves that import it:
+// It holds no driver. The drivers are leaves that import it:
 //
 //   - porch/store/sqlite: one SQLite file written by one process (cgo);
 //     counters and idempotency keys.
@@ -9,6 +9,9 @@
 //     instances (pure Go); counters and idempotency keys.
 //   - porch/store/redis: one Redis server, Sentinel primary or Cluster
 //     shared by several instances (pure Go); counters only.
+//   - porch/store/memory: the process's memory, kept nothing of across a
+//     restart (pure Go); counters and idempotency keys, for tests and for
+//     one process that can afford to forget.
 //
 // so a program links only the drivers it opens, and the middlewares
 // (porch/rate, porch/idem), which take a Store, link none.

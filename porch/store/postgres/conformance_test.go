@@ -27,3 +27,34 @@ func TestConformance(t *testing.T) {
 		},
 	})
 }
+
+// PostgreSQL's idempotency keys pass the drivers' keys suite; the owner's
+// writes go to a table of the test's schema, read through Pool.
+func TestKeysConformance(t *testing.T) {
+	storetest.TestKeys(t, storetest.KeysHarness{
+		DB: func(t *testing.T) string { return pgtest.DSN(t) },
+		Open: func(t *testing.T, dsn string) store.Keys {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			st, err := postgres.Open(ctx, dsn, store.Options{})
+			if err != nil {
+				t.Fatalf("postgres.Open: %v", err)
+			}
+			return st
+		},
+		Writes: func(t *testing.T, st store.Keys) func(string) int {
+			pool := st.(*postgres.Store).Pool()
+			ctx := context.Background()
+			if _, err := pool.Exec(ctx, `CREATE TABLE storetest_writes (note TEXT)`); err != nil {
+				t.Fatalf("create the application's table: %v", err)
+			}
+			return func(note string) int {
+				var n int
+				if err := pool.QueryRow(ctx, `SELECT count(*) FROM storetest_writes WHERE note = $1`, note).Scan(&n); err != nil {
+					t.Fatalf("count the application's rows: %v", err)
+				}
+				return n
+			}
+		},
+	})
+}

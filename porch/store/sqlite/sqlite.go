@@ -15,6 +15,7 @@ import (
 	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/internal/commit"
 	"github.com/writeonce/porch-go/porch/store/internal/header"
+	"github.com/writeonce/porch-go/porch/store/internal/keylock"
 	"github.com/writeonce/porch-go/porch/store/internal/policy"
 )
 
@@ -40,7 +41,7 @@ type Store struct {
 	c        *commit.Committer
 	seen     map[string]int // batch scratch: newest counter write per key
 	unlock   func()         // releases the file's lock, after the database closes; see lockFile
-	keys     keyLocks       // idempotency keys held by owners in this process
+	keys     keylock.Locks  // idempotency keys held by owners in this process
 	files    files          // the database and WAL names, checked before each commit
 	// appStatement is set while the committer runs an application's
 	// statement; authorize reads it. Only the committer touches it.
@@ -281,7 +282,7 @@ func (s *Store) deleteResponse(key string, now time.Time, done func(error)) erro
 // lock is all the exclusion it needs, even with several middlewares on the
 // store.
 func (s *Store) Reserve(ctx context.Context, key string) (store.Reservation, error) {
-	if err := s.keys.lock(ctx, key); err != nil {
+	if err := s.keys.Lock(ctx, key); err != nil {
 		return nil, fmt.Errorf("sqlite: reserve: %w", err)
 	}
 	return &reservation{s: s, key: key}, nil
@@ -291,10 +292,10 @@ func (s *Store) Reserve(ctx context.Context, key string) (store.Reservation, err
 // holds key (store.ErrKeyHeld). It holds key while it reads, so that no
 // owner starts meanwhile.
 func (s *Store) Inspect(ctx context.Context, key string) (store.Response, bool, error) {
-	if !s.keys.tryLock(key) {
+	if !s.keys.TryLock(key) {
 		return store.Response{}, false, fmt.Errorf("sqlite: inspect: %w", store.ErrKeyHeld)
 	}
-	defer s.keys.unlock(key)
+	defer s.keys.Unlock(key)
 	res, ok, err := s.loadResponse(ctx, key)
 	if err != nil || !ok || !s.Now().Before(res.Expires) {
 		return store.Response{}, false, err
@@ -307,10 +308,10 @@ func (s *Store) Inspect(ctx context.Context, key string) (store.Response, bool, 
 // that no owner reads the row about to go. It fails with store.ErrKeyHeld
 // while an owner holds key.
 func (s *Store) Forget(ctx context.Context, key string) error {
-	if !s.keys.tryLock(key) {
+	if !s.keys.TryLock(key) {
 		return fmt.Errorf("sqlite: forget: %w", store.ErrKeyHeld)
 	}
-	defer s.keys.unlock(key)
+	defer s.keys.Unlock(key)
 	// The prune of a row expiring before the end of time: any row of key.
 	del := &commit.Deletion{Key: key, Now: math.MaxInt64}
 	if err := s.c.Do(ctx, commit.Op{Delete: del}); err != nil {
@@ -334,6 +335,13 @@ type reservation struct {
 }
 
 func (r *reservation) Load(ctx context.Context) (store.Response, bool, error) {
+	r.mu.Lock()
+	ended := r.ended
+	r.mu.Unlock()
+	if ended {
+		// The key is no longer held: another owner may be writing it.
+		return store.Response{}, false, store.ErrReleased
+	}
 	if !r.s.stored.mayHave(r.key) {
 		return store.Response{}, false, nil // no live row: see storedKeys
 	}
@@ -373,7 +381,7 @@ func (r *reservation) Save(ctx context.Context, res store.Response, ttl time.Dur
 	r.mu.Unlock()
 	// The key is given up only once the commit has answered, so that the
 	// next owner's Load sees the stored row.
-	defer r.s.keys.unlock(r.key)
+	defer r.s.keys.Unlock(r.key)
 	res.Key = r.key
 	res.Created = r.s.Now()
 	res.Expires = res.Created.Add(ttl)
@@ -394,7 +402,7 @@ func (r *reservation) Release() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !r.ended {
-		r.s.keys.unlock(r.key)
+		r.s.keys.Unlock(r.key)
 	}
 	r.owner, r.ended = nil, true
 }

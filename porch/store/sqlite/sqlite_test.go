@@ -3,6 +3,7 @@ package sqlite_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -180,6 +181,15 @@ func TestReservation(t *testing.T) {
 	}
 	want := saved
 	want.Key, want.Created, want.Expires = "idem:k", wall0, wall0.Add(time.Minute)
+	if _, _, err := res.Load(ctx); !errors.Is(err, store.ErrReleased) {
+		t.Errorf("got Load after Save = %v, want store.ErrReleased (Save ended the reservation)", err)
+	}
+	// Save ended res; the next owner reads what it stored.
+	res, err = s.Reserve(ctx, "idem:k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Release()
 	got, ok, err := res.Load(ctx)
 	if err != nil || !ok || !equalResponse(got, want) {
 		t.Errorf("got Load = (%+v, %v, %v), want (%+v, true, nil)", got, ok, err, want)
@@ -225,7 +235,13 @@ func TestSaveResponseEmptyBody(t *testing.T) {
 	if err := res.Save(ctx, store.Response{Digest: []byte{1}, Status: 204}, time.Hour); err != nil {
 		t.Errorf("got Reservation.Save(empty body) = %v, want nil", err)
 	}
-	got, ok, err := res.Load(ctx)
+	// Save ended res; the next owner reads what it stored.
+	next, err := s.Reserve(ctx, "reserved")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer next.Release()
+	got, ok, err := next.Load(ctx)
 	if err != nil || !ok || got.Status != 204 || len(got.Body) != 0 {
 		t.Errorf("got Load = (%+v, %v, %v), want the stored 204 with no body", got, ok, err)
 	}

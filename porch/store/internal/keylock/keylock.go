@@ -1,17 +1,20 @@
-package sqlite
+// Package keylock holds idempotency keys within one process, for the
+// stores whose process is the only one that owns keys (SQLite, memory).
+package keylock
 
 import (
 	"context"
 	"sync"
 )
 
-// keyLocks admits one holder per key at a time. The idempotency actor
+// Locks admits one holder per key at a time. The idempotency actor
 // already admits one owner per key — but only per middleware: two
-// middlewares (two routes, two listeners) on one SQLite store each have
-// their own actors, and without this both would own the key at once and
-// both run the handler. PostgreSQL's advisory lock does the same job
-// across processes.
-type keyLocks struct {
+// middlewares (two routes, two listeners) on one store each have their
+// own actors, and without this both would own the key at once and both
+// run the handler. PostgreSQL's advisory lock does the same job across
+// processes. The zero value is ready to use, and it is safe for
+// concurrent use.
+type Locks struct {
 	mu sync.Mutex // protects held
 	// held maps each held key to the channel its unlock closes, made by
 	// the first holder to wait: nil while nobody waits, since almost no
@@ -19,8 +22,8 @@ type keyLocks struct {
 	held map[string]chan struct{}
 }
 
-// lock takes key, waiting under ctx while another holder has it.
-func (l *keyLocks) lock(ctx context.Context, key string) error {
+// Lock takes key, waiting under ctx while another holder has it.
+func (l *Locks) Lock(ctx context.Context, key string) error {
 	for {
 		l.mu.Lock()
 		if l.held == nil {
@@ -45,8 +48,8 @@ func (l *keyLocks) lock(ctx context.Context, key string) error {
 	}
 }
 
-// tryLock takes key if no holder has it, without waiting.
-func (l *keyLocks) tryLock(key string) bool {
+// TryLock takes key if no holder has it, without waiting.
+func (l *Locks) TryLock(key string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if _, taken := l.held[key]; taken {
@@ -59,8 +62,8 @@ func (l *keyLocks) tryLock(key string) bool {
 	return true
 }
 
-// unlock gives key up and wakes its waiters; the first back takes it.
-func (l *keyLocks) unlock(key string) {
+// Unlock gives key up and wakes its waiters; the first back takes it.
+func (l *Locks) Unlock(key string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if freed, ok := l.held[key]; ok {

@@ -1,0 +1,160 @@
+package memory
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/writeonce/porch-go/porch/clock"
+	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/internal/keylock"
+	"github.com/writeonce/porch-go/porch/store/internal/policy"
+)
+
+// Options configure a memory store. The zero value is ready to use.
+type Options struct {
+	// Clock supplies the wall and monotonic readings; a test passes
+	// porchtest.FakeClock to move time without waiting. If nil,
+	// clock.System{}.
+	Clock clock.Clock
+}
+
+// Store keeps counters and idempotency keys in the process's memory, and
+// nothing anywhere else (see the package doc for what that costs). Create
+// it with [Open]; it is safe for concurrent use.
+type Store struct {
+	d        *data
+	clock    clock.Clock
+	anchor   time.Time     // the timeline's origin: the wall clock at open, or later (see Now)
+	mono     time.Duration // the monotonic reading at anchor
+	keys     keylock.Locks // idempotency keys held by owners
+	claims   policy.Claims // the rate policies the limiters count under
+	closed   bool          // protected by d.mu, so that no write lands after Close
+	commits  atomic.Int64
+	writes   atomic.Int64
+	failures atomic.Int64
+}
+
+var (
+	_ store.ExclusiveCounters = (*Store)(nil)
+	_ store.Keys              = (*Store)(nil)
+)
+
+// Open returns an empty store. It takes at most one Options; memory.Open()
+// is the zero Options. The error is for a second Options, and lets
+// kit.Open(memory.Open()) take it as it takes a driver that can fail to
+// open.
+func Open(opt ...Options) (*Store, error) {
+	if len(opt) > 1 {
+		return nil, errors.New("memory: Open takes at most one Options")
+	}
+	var o Options
+	if len(opt) == 1 {
+		o = opt[0]
+	}
+	return openOn(newData(), o)
+}
+
+// openOn opens a store on d, which a store closed before may have left
+// behind. Only the package's tests do that: it is how the conformance
+// suites close a store and open another on the same data, as a file is
+// reopened after a restart. A program's data never outlives its store.
+func openOn(d *data, o Options) (*Store, error) {
+	if o.Clock == nil {
+		o.Clock = clock.System{}
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.open {
+		return nil, errors.New("memory: the data is open in another store")
+	}
+	d.open = true
+	// As on SQLite, the timeline starts no earlier than the newest window
+	// it holds, so that a wall clock set back grants no extra allowance.
+	anchor := o.Clock.Wall()
+	if newest := d.newest(); newest.After(anchor) {
+		anchor = newest
+	}
+	return &Store{d: d, clock: o.Clock, anchor: anchor, mono: o.Clock.Monotonic()}, nil
+}
+
+// Now reads the store's timeline: the wall clock at open advanced by the
+// monotonic clock, so that windows and expiry are measured on a clock that
+// never jumps.
+func (s *Store) Now() time.Time { return s.anchor.Add(s.clock.Monotonic() - s.mono) }
+
+// Wall reads the wall clock.
+func (s *Store) Wall() time.Time { return s.clock.Wall() }
+
+// Health reports store.ErrClosed after Close, and nil before: a write to
+// memory cannot fail.
+func (s *Store) Health(ctx context.Context) error {
+	if err := s.lock(); err != nil {
+		return err
+	}
+	s.d.mu.Unlock()
+	return nil
+}
+
+// Stats counts each write as a commit of one write: there is no batch.
+// A Save that failed because the owner's Exec did is a failed commit.
+func (s *Store) Stats() store.Stats {
+	return store.Stats{Commits: s.commits.Load(), Writes: s.writes.Load(), Failed: s.failures.Load()}
+}
+
+// Close ends the store: every later write fails with store.ErrClosed, and
+// what it held is dropped. There is nothing to flush, so it returns nil
+// at once, and again if called twice.
+func (s *Store) Close(context.Context) error {
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	if !s.closed {
+		s.closed = true
+		s.d.open = false
+	}
+	return nil
+}
+
+// lock takes the data's lock for a call, or fails with store.ErrClosed
+// after Close; the caller unlocks s.d.mu.
+func (s *Store) lock() error {
+	s.d.mu.Lock()
+	if s.closed {
+		s.d.mu.Unlock()
+		return store.ErrClosed
+	}
+	return nil
+}
+
+// committed counts one write done.
+func (s *Store) committed() {
+	s.commits.Add(1)
+	s.writes.Add(1)
+}
+
+// data is what a store holds: its counters and responses, and the queue
+// of when each may be forgotten.
+type data struct {
+	mu        sync.Mutex // protects the fields below
+	open      bool       // a store has it open
+	counters  map[string]*counterEntry
+	responses map[string]*responseEntry
+	expiry    expiries
+}
+
+func newData() *data {
+	return &data{counters: make(map[string]*counterEntry), responses: make(map[string]*responseEntry)}
+}
+
+// newest is the latest window start among the counters. d.mu is held.
+func (d *data) newest() time.Time {
+	var t time.Time
+	for _, e := range d.counters {
+		if e.c.WindowStart.After(t) {
+			t = e.c.WindowStart
+		}
+	}
+	return t
+}
