@@ -50,6 +50,9 @@ type Algorithm interface {
 // states in memory and write them to an exclusive store.
 type Rule interface {
 	store.Rule
+	// Limit is the policy's limit per Window, as a stored policy records
+	// it.
+	Limit() int64
 	// Most is the heaviest request that can ever fit, and what a client
 	// is told its limit is: the limit, or a bucket's burst.
 	Most() int64

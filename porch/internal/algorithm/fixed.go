@@ -34,6 +34,7 @@ type fixedRule struct {
 }
 
 func (fixedRule) Algorithm() string                 { return "fixed" }
+func (r fixedRule) Limit() int64                    { return r.limit }
 func (r fixedRule) Window() time.Duration           { return r.window }
 func (fixedRule) Interval() time.Duration           { return 0 }
 func (r fixedRule) Life() time.Duration             { return r.window }

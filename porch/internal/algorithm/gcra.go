@@ -65,6 +65,7 @@ func newGCRA(limit int64, window time.Duration, burst int64) gcraRule {
 }
 
 func (gcraRule) Algorithm() string         { return "gcra" }
+func (r gcraRule) Limit() int64            { return r.limit }
 func (r gcraRule) Window() time.Duration   { return r.window }
 func (r gcraRule) Interval() time.Duration { return r.interval }
 

@@ -46,6 +46,7 @@ type slidingRule struct {
 }
 
 func (slidingRule) Algorithm() string       { return "sliding" }
+func (r slidingRule) Limit() int64          { return r.limit }
 func (r slidingRule) Window() time.Duration { return r.window }
 func (slidingRule) Interval() time.Duration { return 0 }
 func (r slidingRule) Life() time.Duration   { return 2 * r.window }
