@@ -50,4 +50,3 @@ func ParseAlgorithm(name string) (Algorithm, error) {
 // rule is an algorithm with its policy: the store.Rule a shared store
 // applies, and what the limiter's headers and memory need besides.
 type rule = algorithm.Rule
-
