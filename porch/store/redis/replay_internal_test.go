@@ -156,7 +156,7 @@ func TestScriptsExactAtExtremes(t *testing.T) {
 		{algorithm.Sliding, int64(algorithm.MaxLimit) - 12345, 0, 3*365*24*time.Hour + 7*time.Millisecond},
 		{algorithm.Sliding, 1000003, 0, 999983 * time.Millisecond},
 		{algorithm.Fixed, int64(algorithm.MaxLimit), 0, algorithm.MaxWindow - time.Nanosecond},
-		{algorithm.GCRA, 7, 0, algorithm.MaxWindow},
+		{algorithm.GCRA, 7, 6, algorithm.MaxWindow}, // the deepest bucket rate.New accepts at MaxWindow
 		{algorithm.GCRA, int64(algorithm.MaxLimit), 0, 1000 * time.Hour},
 		{algorithm.GCRA, 1000003, 999, 24*time.Hour + 1},
 	}
