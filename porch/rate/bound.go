@@ -62,8 +62,8 @@ func (b *boundWrite) settle(err error) {
 
 // nextBound is the count to persist when a hit's count passes what is
 // already written: count plus a margin that doubles with the hits seen, up
-// to ahead, never past limit. seen is count, or for a GCRA key count plus
-// its streak of earlier epochs (see local.carry). The first hit of a window
+// to ahead, never past limit. seen is count, plus, where epochs carry
+// over, the key's streak of earlier epochs (see local.carry). The first hit of a window
 // is written exactly, and a client that sends a handful of requests costs a
 // handful of writes; a hot key, whose next bound is queued while half the
 // margin is left, costs about one write per ahead/2 hits.

@@ -46,10 +46,10 @@ func (l *Limiter) verdict(s store.State, now, wall time.Time, allowed bool, n, r
 		Allowed:   allowed,
 		Limit:     l.most,
 		Remaining: min(max(room, 0), l.most),
-		ResetAt:   wall.Add(l.rule.resetIn(s, now)),
+		ResetAt:   wall.Add(l.rule.ResetIn(s, now)),
 	}
 	if !allowed {
-		v.RetryAt = wall.Add(l.rule.retryIn(s, now, n))
+		v.RetryAt = wall.Add(l.rule.RetryIn(s, now, n))
 	}
 	return v
 }
@@ -60,7 +60,7 @@ func (l *Limiter) peeked(s store.State, now, wall time.Time) Verdict {
 	v := l.verdict(s, now, wall, true, 1, l.rule.Room(s, now))
 	v.Allowed = v.Remaining >= 1
 	if !v.Allowed {
-		v.RetryAt = wall.Add(l.rule.retryIn(s, now, 1))
+		v.RetryAt = wall.Add(l.rule.RetryIn(s, now, 1))
 	}
 	return v
 }

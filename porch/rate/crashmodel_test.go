@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/writeonce/porch-go/porch/internal/algorithm"
 	"github.com/writeonce/porch-go/porch/rate"
 )
 
@@ -59,7 +60,7 @@ func TestCrashGCRASubMS(t *testing.T) {
 			opt := rigOptions{rate: rate.Options{Algorithm: rate.GCRA, Burst: tc.burst, WriteAhead: 4}}
 			r := newRig(t, tc.limit, tc.window, opt)
 			r.clock.Advance(337 * time.Microsecond)
-			rule := rate.NewRule(rate.GCRA, tc.limit, tc.window, tc.burst)
+			rule := algorithm.MustRule(algorithm.GCRA, int64(tc.limit), tc.window, int64(tc.burst))
 			T := rule.Interval()
 			b := int64(tc.burst)
 			if b == 0 {
@@ -117,7 +118,7 @@ func TestCrashSlidingBoundary(t *testing.T) {
 		t.Errorf("sliding: %d served within one window span, want at most %d", m, 2*limit)
 	}
 	// the exact sliding replay, anchored as the limiter anchors: served hits only
-	rule := rate.NewRule(rate.SlidingWindow, limit, w, 0)
+	rule := algorithm.MustRule(algorithm.Sliding, int64(limit), w, 0)
 	_ = rule
 	t.Logf("served %d, max in a span %d", len(served), maxInSpan(served, w))
 }
@@ -140,7 +141,7 @@ func TestCrashGCRACarriedBound(t *testing.T) {
 		opt := rigOptions{rate: rate.Options{Algorithm: rate.GCRA, Burst: tc.burst, WriteAhead: tc.ahead}}
 		r := newRig(t, tc.limit, tc.window, opt)
 		r.clock.Advance(337 * time.Microsecond)
-		rule := rate.NewRule(rate.GCRA, tc.limit, tc.window, tc.burst)
+		rule := algorithm.MustRule(algorithm.GCRA, int64(tc.limit), tc.window, int64(tc.burst))
 		T := rule.Interval()
 		b := int64(tc.burst)
 		if b == 0 {

@@ -109,19 +109,10 @@ func (c *leases) open() {
 	go c.sweeper()
 }
 
-// cutoff is how long before its epoch's end a lease stops answering. A
-// fixed window's unanswered hits weigh on nothing once it closes, so a
-// millisecond (the stores' resolution) is enough. A sliding window's
-// weigh on the next window as its previous count: they are given back
-// while the store still counts them in their own window, by the sweep
-// after until, so the margin covers a sweep's period and its trip: two
-// LeaseIdle, or a quarter of a short window.
-func (c *leases) cutoff() time.Duration {
-	if _, ok := c.l.rule.(slidingRule); ok {
-		return max(min(2*LeaseIdle, c.l.window/4), time.Millisecond)
-	}
-	return time.Millisecond
-}
+// cutoff is how long before its epoch's end a lease stops answering: the
+// algorithm's own margin (see algorithm.Rule.LeaseCutoff), for leases
+// given back once idle for LeaseIdle.
+func (c *leases) cutoff() time.Duration { return c.l.rule.LeaseCutoff(LeaseIdle) }
 
 // apply runs on shard's actor before anything reads the shard's leases:
 // the store's answers handed in since, in the order they came.

@@ -13,6 +13,7 @@ import (
 	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/clock"
 	"github.com/writeonce/porch-go/porch/internal/actor"
+	"github.com/writeonce/porch-go/porch/internal/algorithm"
 	"github.com/writeonce/porch-go/porch/internal/errlog"
 	"github.com/writeonce/porch-go/porch/internal/problemtype"
 	"github.com/writeonce/porch-go/porch/store"
@@ -231,7 +232,7 @@ type Limiter struct {
 // parses X-RateLimit-Remaining into a float64 (JavaScript) reads it
 // exactly. Near int64's range, by contrast, count + n wraps negative and a
 // limiter would serve past its limit.
-const MaxLimit = 1 << 40
+const MaxLimit = algorithm.MaxLimit
 
 // MaxWindow is the longest window New accepts: 100 years of 365 days. A
 // time.Duration holds about 292 years, and the limiter adds to spans as
@@ -239,7 +240,7 @@ const MaxLimit = 1 << 40
 // RateLimit-Policy, a millisecond to wake the timer that forgets closed
 // windows): within a second of that range the sums wrap negative, and a
 // refusal would say "retry after 1 second" for a window of centuries.
-const MaxWindow = 100 * 365 * 24 * time.Hour
+const MaxWindow = algorithm.MaxWindow
 
 // New returns a limiter of limit requests per window, counted by pool's
 // actors and persisted in st. A window is rounded up to the millisecond,
@@ -271,11 +272,11 @@ const MaxWindow = 100 * 365 * 24 * time.Hour
 // Options.ProblemBase that is not a URI. It checks all of these before any
 // I/O. It returns an error only for what the store answers: the policy
 // refused (store.ErrPolicyConflict), or the store failing to record the
-// policy or to load the open windows. Options.Algorithm beyond GCRA, or an
-// Options.Burst with another
-// algorithm, negative, over MaxLimit or spanning more than MaxWindow (see
-// Options.Burst) panics too, and so does an Options.Lease that is negative,
-// over MaxLimit or set with GCRA.
+// policy or to load the open windows. An Options.Algorithm that is none of
+// the constants, or an Options.Burst that is negative, over MaxLimit or
+// one the algorithm refuses (see Options.Burst) panics too, and so does an
+// Options.Lease that is negative, over MaxLimit or set with an algorithm
+// that counts every hit in the store (GCRA).
 func New(pool *porch.Pool, st store.Counters, limit int, window time.Duration, opt Options) (*Limiter, error) {
 	l := newLimiter(pool, st, limit, window, opt)
 	if err := l.open(); err != nil {
@@ -311,7 +312,7 @@ func newLimiter(pool *porch.Pool, st store.Counters, limit int, window time.Dura
 	// that much early (a free allowance). Rounded up, it is held a little
 	// longer instead: the safe side. MaxWindow is whole milliseconds, so
 	// this cannot pass it.
-	window = wholeMS(window)
+	window = algorithm.WholeMS(window)
 	if opt.Name == "" {
 		opt.Name = "default"
 	}
@@ -321,28 +322,22 @@ func newLimiter(pool *porch.Pool, st store.Counters, limit int, window time.Dura
 	if !problemtype.Valid(opt.ProblemBase) {
 		panic(fmt.Sprintf("rate: New expects an Options.ProblemBase that is a URI, got %q", opt.ProblemBase))
 	}
-	if opt.Algorithm > GCRA {
-		panic(fmt.Sprintf("rate: New expects Options.Algorithm FixedWindow, SlidingWindow or GCRA, got %s", opt.Algorithm))
-	}
-	if opt.Burst != 0 && opt.Algorithm != GCRA {
-		panic(fmt.Sprintf("rate: New expects Options.Burst only with GCRA, got burst %d with %s", opt.Burst, opt.Algorithm))
+	alg, ok := algorithm.At(int(opt.Algorithm))
+	if !ok {
+		panic(fmt.Sprintf("rate: New expects Options.Algorithm %s, got %s", algorithm.Names(), opt.Algorithm))
 	}
 	if opt.Burst < 0 || int64(opt.Burst) > MaxLimit {
 		panic(fmt.Sprintf("rate: New expects Options.Burst from 0 to rate.MaxLimit (%d), got %d", int64(MaxLimit), opt.Burst))
 	}
-	if opt.Algorithm == GCRA {
-		// The bucket's depth, burst emission intervals, is a time the
-		// rule adds to instants: it must stay within MaxWindow, as a
-		// window does, so that no sum of times can wrap.
-		if g := newGCRA(int64(limit), window, int64(opt.Burst)); g.burst > int64(MaxWindow/g.interval) {
-			panic(fmt.Sprintf("rate: New expects a GCRA burst whose intervals span at most rate.MaxWindow, got burst %d of %s", g.burst, g.interval))
-		}
+	r, err := alg.Rule(int64(limit), window, int64(opt.Burst))
+	if err != nil {
+		panic(fmt.Sprintf("rate: New expects a limit, window and Options.Burst that %s counts with: %v", opt.Algorithm, err))
 	}
 	if opt.Lease < 0 || int64(opt.Lease) > MaxLimit {
 		panic(fmt.Sprintf("rate: New expects Options.Lease from 0 to rate.MaxLimit (%d), got %d", int64(MaxLimit), opt.Lease))
 	}
-	if opt.Lease != 0 && opt.Algorithm == GCRA {
-		panic("rate: New expects Options.Lease with FixedWindow or SlidingWindow, not GCRA")
+	if opt.Lease != 0 && !alg.Leases() {
+		panic(fmt.Sprintf("rate: New expects Options.Lease with %s, not %s", algorithm.NamesIf(algorithm.Algorithm.Leases), opt.Algorithm))
 	}
 	ahead := int64(opt.WriteAhead)
 	switch {
@@ -353,14 +348,14 @@ func newLimiter(pool *porch.Pool, st store.Counters, limit int, window time.Dura
 	}
 	l := &Limiter{
 		pool: actor.Of(pool), store: st, limit: int64(limit), window: window, ahead: ahead, opt: opt,
-		rule:   newRule(opt.Algorithm, int64(limit), window, int64(opt.Burst)),
+		rule:   r,
 		policy: fmt.Sprintf(`%q;q=%d;w=%d`, opt.Name, limit, problemtype.RetryAfter(window)),
 		prefix: "rate:" + opt.Name + ":",
 	}
 	if opt.Logger != nil {
 		l.errs = errlog.New(clock.System{}, 0, opt.Logger)
 	}
-	l.most = l.rule.most()
+	l.most = l.rule.Most()
 	l.limitValue = []string{strconv.FormatInt(l.most, 10)}
 	l.policyValue = []string{l.policy}
 	l.rateLimitPrefix = `"` + opt.Name + `";r=`
@@ -416,11 +411,7 @@ func (l *Limiter) open() error {
 
 // storePolicy is the policy the store records for this limiter's Name.
 func (l *Limiter) storePolicy() store.Policy {
-	p := store.Policy{Name: l.opt.Name, Limit: l.limit, Window: l.window, Algorithm: l.rule.Algorithm()}
-	if g, ok := l.rule.(gcraRule); ok {
-		p.Burst = g.burst
-	}
-	return p
+	return store.Policy{Name: l.opt.Name, Limit: l.limit, Window: l.window, Algorithm: l.rule.Algorithm(), Burst: l.rule.Burst()}
 }
 
 // Close writes the exact count of every open window that was written ahead

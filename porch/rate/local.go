@@ -41,7 +41,7 @@ func newLocal(l *Limiter, st store.ExclusiveCounters) *local {
 func (c *local) hit(shard int, call *call) {
 	l, v, key, n := c.l, c.views[shard], call.key, call.n
 	now := c.st.Now()
-	v.forget(now, l.rule.life(), forgetPerHit)
+	v.forget(now, l.rule.Life(), forgetPerHit)
 	w, s := c.advance(v, key, now)
 	call.start = w.start
 	if room := l.rule.Room(s, now); n > room {
@@ -101,8 +101,8 @@ func (c *local) advance(v *view, key string, now time.Time) (tally, store.State)
 	if !ok || !s.Start.Equal(w.start) {
 		old := w
 		w = v.open(key, s)
-		if g, isGCRA := c.l.rule.(gcraRule); ok && isGCRA {
-			c.carry(g, old, &w)
+		if _, carries := c.l.rule.Carried(old.start, 0, w.start); ok && carries {
+			c.carry(old, &w)
 			v.counts[key] = w
 		}
 		c.armForget(v, now)
@@ -110,14 +110,11 @@ func (c *local) advance(v *view, key string, now time.Time) (tally, store.State)
 	return w, s
 }
 
-// carry lets a new GCRA epoch w inherit what its key's old tally had
-// written. The old epoch's newest row holds the client back until its TAT,
-// at least the old start plus its bound in intervals (counter stores the
-// start rounded up to the millisecond, later still; a state loaded and
-// moved on by withinLife keeps the stored TAT exactly), and after a crash
-// the store loads that row as the key's state: so it covers the new
-// epoch's counts up to floor((old start + bound×T − new start) / T), each
-// of whose TATs comes no later.
+// carry lets a new epoch w of an algorithm whose epochs carry over (a
+// bucket's: see algorithm.Rule.Carried) inherit what its key's old tally
+// had written: after a crash the store loads the old epoch's newest row
+// as the key's state, which covers as many of the new epoch's counts as
+// the rule says.
 // The committed bound carries into w.durable, the queued one into
 // w.pending and w.pendingAt (its waiters answer when it settles; if it
 // fails, the committed one is the store's newest again). Every later write
@@ -128,7 +125,7 @@ func (c *local) advance(v *view, key string, now time.Time) (tally, store.State)
 // empty at nearly every hit, opens a new epoch, and writes that epoch's
 // first count exactly: about one write per hit. The streak lets the
 // margin grow across such epochs as it grows within a window.
-func (c *local) carry(g gcraRule, old tally, w *tally) {
+func (c *local) carry(old tally, w *tally) {
 	w.streak = min(old.streak+old.count, c.l.ahead)
 	if old.pending != nil {
 		if durable, failed := old.pending.state(); durable {
@@ -138,11 +135,8 @@ func (c *local) carry(g gcraRule, old tally, w *tally) {
 		}
 	}
 	covered := func(bound int64) int64 {
-		if bound <= 0 {
-			return 0
-		}
-		tat := old.start.Add(time.Duration(bound) * g.interval)
-		return max(int64(tat.Sub(w.start)/g.interval), 0)
+		n, _ := c.l.rule.Carried(old.start, bound, w.start)
+		return n
 	}
 	w.durable = covered(old.durable)
 	if at := covered(old.pendingAt); old.pending != nil && at > w.durable {
@@ -213,19 +207,10 @@ func (c *local) takeBack(shard int, key string, start time.Time, n int64) {
 	v.counts[key] = w
 }
 
-// counter is the row that makes count durable for key's tally w. A start
-// is stored rounded up to the store's millisecond for the algorithms whose
-// state is a time (sliding, GCRA), so that a state loaded back never holds
-// back less than the one written; a fixed window keeps its start, as it
-// always has.
+// counter is the row that makes count durable for key's tally w, in the
+// algorithm's form (see algorithm.Rule.Row).
 func (c *local) counter(key string, w tally, count int64) store.Counter {
-	sc := store.Counter{Key: key, WindowStart: w.start, Window: c.l.window, Count: count, Prev: w.prev}
-	if _, fixed := c.l.rule.(fixedRule); fixed {
-		return sc // Expires unset: the window's close, as the store has always computed it
-	}
-	sc.WindowStart = ceilMS(sc.WindowStart)
-	sc.Expires = ceilMS(c.l.rule.Expires(sc.State()))
-	return sc
+	return c.l.rule.Row(key, w.state(), count)
 }
 
 // open fills the views with the states still live in the store. It runs
@@ -238,12 +223,7 @@ func (c *local) open(ctx context.Context) error {
 		if !strings.HasPrefix(sc.Key, l.prefix) {
 			return // another limiter's row
 		}
-		s := sc.State()
-		if g, ok := l.rule.(gcraRule); ok {
-			s = g.withinLife(s)
-		} else {
-			s.Start = resumedStart(sc, l.window, now)
-		}
+		s := l.rule.Resume(sc, now)
 		v := c.views[l.pool.Shard(sc.Key)]
 		v.counts[sc.Key] = tally{start: s.Start, count: s.Count, prev: s.Prev, durable: s.Count}
 		v.expiry = append(v.expiry, opened{key: sc.Key, start: s.Start})
@@ -257,23 +237,6 @@ func (c *local) open(ctx context.Context) error {
 		c.armForget(v, now) // no actor runs a job yet, so touching v here is safe
 	}
 	return nil
-}
-
-// resumedStart is where a loaded window starts under this limiter's window
-// length. A window opened under another length (the policy changed in a
-// deploy) keeps its count and closes at its old end or one new window from
-// now, whichever is sooner: so a client is never held longer than either
-// policy would hold it, and its hits are not forgotten. Every window of a
-// limiter then has one length, which the views rely on.
-func resumedStart(c store.Counter, window time.Duration, now time.Time) time.Time {
-	if c.Window == window {
-		return c.WindowStart
-	}
-	end := c.WindowStart.Add(c.Window)
-	if limit := now.Add(window); limit.Before(end) {
-		end = limit
-	}
-	return end.Add(-window)
 }
 
 // close writes the exact count of every live state that was written ahead
@@ -335,8 +298,8 @@ func (c *local) close(ctx context.Context) error {
 
 // hot reports whether a hit answered from the committed bound should queue
 // the next bound now, before any hit has to wait for it: only for a key that
-// has already had ahead/2 hits in this epoch (or, under GCRA, in its streak
-// of epochs) and has less than half its margin left. A queued write no request waits on is not bounded by the
+// has already had ahead/2 hits in this epoch (or in its streak of epochs,
+// for an algorithm whose epochs carry over) and has less than half its margin left. A queued write no request waits on is not bounded by the
 // number of connections, so doing this for every key would let a crowd of
 // cool keys pile writes up in the committer's queue, and every first hit
 // would wait behind them.
@@ -353,8 +316,8 @@ func (c *local) writeAhead(key string, w *tally, most int64, answer func(error))
 	if answer != nil {
 		bw.wait(answer)
 	}
-	// The margin grows with the hits seen, this epoch's and, under GCRA,
-	// its streak's; the bound stays above what the tally already has
+	// The margin grows with the hits seen, this epoch's and, where epochs
+	// carry over, its streak's; the bound stays above what the tally already has
 	// written (a carried bound included; see carry).
 	w.pending, w.pendingAt = bw, max(nextBound(w.count, w.count+w.streak, c.l.ahead, most), w.written())
 	if err := c.st.SaveCounter(c.counter(key, *w, w.pendingAt), bw.settle); err != nil {
@@ -367,7 +330,7 @@ func (c *local) writeAhead(key string, w *tally, most int64, answer func(error))
 // a few ended states each; the timer is for an actor that gets no more
 // hits, whose keys would otherwise stay in memory for good.
 func (c *local) armForget(v *view, now time.Time) {
-	end, ok := v.oldest(c.l.rule.life())
+	end, ok := v.oldest(c.l.rule.Life())
 	if v.armed || !ok {
 		return
 	}
@@ -386,7 +349,7 @@ func (c *local) armForget(v *view, now time.Time) {
 func (c *local) forgetTick(v *view) {
 	err := c.l.pool.SendShard(v.shard, false, func(int) {
 		now := c.st.Now()
-		v.forget(now, c.l.rule.life(), forgetPerTick)
+		v.forget(now, c.l.rule.Life(), forgetPerTick)
 		v.armed = false
 		c.armForget(v, now)
 	})

@@ -12,6 +12,7 @@ import (
 	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/clock"
 	"github.com/writeonce/porch-go/porch/internal/actor"
+	"github.com/writeonce/porch-go/porch/internal/algorithm"
 	"github.com/writeonce/porch-go/porch/store"
 )
 
@@ -46,7 +47,7 @@ func (s *refusingStore) ClaimPolicy(context.Context, store.Policy) (func(), erro
 
 func (s *refusingStore) AddHit(_ string, rule store.Rule, _ int64, done func(store.Hit, error)) error {
 	s.trips.Add(1)
-	full := store.State{Start: t0, Count: rule.(fixedRule).limit}
+	full := store.State{Start: t0, Count: rule.(algorithm.Rule).Limit()}
 	done(store.Hit{State: full, Now: t0}, nil)
 	return nil
 }

@@ -135,7 +135,7 @@ func (c shared) trip(shard int, call *call, now time.Time) {
 		if !h.Allowed && c.cache != nil {
 			// Queued on the actor before the verdict is sent, so that the
 			// client's next request finds it.
-			c.cache.remember(shard, d, n, cached, gen, l.rule.retryIn(h.State, h.Now, n), v)
+			c.cache.remember(shard, d, n, cached, gen, l.rule.RetryIn(h.State, h.Now, n), v)
 		}
 		if c.leases != nil {
 			c.leases.answered(shard, key, extra, lgen, sent, &h, v, nil)

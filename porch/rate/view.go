@@ -47,11 +47,12 @@ type tally struct {
 	// actor sees it settle; hits up to pendingAt wait for it.
 	pending   *boundWrite
 	pendingAt int64
-	// streak is how many hits this key's earlier GCRA epochs counted
-	// while its tally stayed in memory (capped; see local.carry): a busy
-	// key opens a new epoch at nearly every hit when its rate is far
-	// under the limit, and its write-ahead margin grows with the streak
-	// rather than starting over at each epoch. Always 0 for windows.
+	// streak is how many hits this key's earlier epochs counted while its
+	// tally stayed in memory, for an algorithm whose epochs carry over
+	// (capped; see local.carry): a busy bucket opens a new epoch at nearly
+	// every hit when its rate is far under the limit, and its write-ahead
+	// margin grows with the streak rather than starting over at each
+	// epoch. Always 0 for windows.
 	streak int64
 }
 

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/writeonce/porch-go/internal/pgtest"
-	"github.com/writeonce/porch-go/porch/rate"
+	"github.com/writeonce/porch-go/porch/internal/algorithm"
 	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/postgres"
 	"github.com/writeonce/porch-go/porch/store/sqlite"
@@ -119,7 +119,7 @@ func BenchmarkAddHit(b *testing.B) {
 			b.RunParallel(func(pb *testing.PB) {
 				done := make(chan error, 1)
 				answer := func(_ store.Hit, err error) { done <- err }
-				rule := rate.NewRule(rate.FixedWindow, 1<<40, time.Hour, 0)
+				rule := algorithm.MustRule(algorithm.Fixed, 1<<40, time.Hour, 0)
 				for pb.Next() {
 					key := bc.keys[int(next.Add(1))%len(bc.keys)]
 					if err := p.AddHit(key, rule, 1, answer); err != nil {

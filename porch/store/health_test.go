@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/writeonce/porch-go/internal/pgtest"
+	"github.com/writeonce/porch-go/porch/internal/algorithm"
 	"github.com/writeonce/porch-go/porch/porchtest"
-	"github.com/writeonce/porch-go/porch/rate"
 	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/postgres"
 	"github.com/writeonce/porch-go/porch/store/sqlite"
@@ -94,7 +94,7 @@ var healthBackends = []healthBackend{
 			st: p, clock: clock,
 			write: func() error {
 				done := make(chan error, 1)
-				if err := p.AddHit("k", rate.NewRule(rate.FixedWindow, 1<<40, time.Minute, 0), 1, func(_ store.Hit, err error) { done <- err }); err != nil {
+				if err := p.AddHit("k", algorithm.MustRule(algorithm.Fixed, 1<<40, time.Minute, 0), 1, func(_ store.Hit, err error) { done <- err }); err != nil {
 					return err
 				}
 				return <-done

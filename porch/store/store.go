@@ -62,8 +62,8 @@ type State struct {
 }
 
 // Rule is a limiter's algorithm with its policy: how a key's [State]
-// moves with time and how much weight it admits. porch/rate implements
-// it; a shared store applies it to the states it reads, so that the
+// moves with time and how much weight it admits. Each of porch/rate's
+// algorithms implements it; a shared store applies it to the states it reads, so that the
 // database and the limiter decide alike, and carries out Advance in its
 // own statements (a driver's statements per algorithm, named by
 // Algorithm).

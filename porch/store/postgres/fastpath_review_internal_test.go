@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/writeonce/porch-go/internal/pgtest"
-	"github.com/writeonce/porch-go/porch/rate"
+	"github.com/writeonce/porch-go/porch/internal/algorithm"
 	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/internal/commit"
 )
@@ -64,12 +64,12 @@ func r19Hit(t *testing.T, p *Store, key string, rule store.Rule, n int64, tl *r1
 // until refused: the allowed weights must sum to the limit exactly, for
 // every algorithm (fixed takes countFitting, the others countHits).
 func TestReviewTwoInstancesExactNearLimit(t *testing.T) {
-	for _, alg := range []rate.Algorithm{rate.FixedWindow, rate.SlidingWindow, rate.GCRA} {
-		t.Run(alg.String(), func(t *testing.T) {
+	for _, alg := range []algorithm.Algorithm{algorithm.Fixed, algorithm.Sliding, algorithm.GCRA} {
+		t.Run(alg.Name(), func(t *testing.T) {
 			dsn := r19DSN(t)
 			stores := []*Store{openInternal(t, dsn, store.Options{}), openInternal(t, dsn, store.Options{})}
 			const limit = 97
-			rule := rate.NewRule(alg, limit, time.Hour, 0)
+			rule := algorithm.MustRule(alg, limit, time.Hour, 0)
 			var tl r19Tally
 			var wg sync.WaitGroup
 			for g := 0; g < 16; g++ {
@@ -88,7 +88,7 @@ func TestReviewTwoInstancesExactNearLimit(t *testing.T) {
 			if tl.errored.Load() != 0 || tl.allowed.Load() != limit {
 				t.Fatalf("%s: allowed weight %d (errored %d, refused %d), want exactly %d", alg, tl.allowed.Load(), tl.errored.Load(), tl.refused.Load(), limit)
 			}
-			if alg == rate.FixedWindow {
+			if alg == algorithm.Fixed {
 				if n := count(t, stores[0], `SELECT count FROM porch_rate_counters WHERE key = $1`, dbKey("rate:hot")); n != limit {
 					t.Fatalf("stored count %d, want %d", n, limit)
 				}

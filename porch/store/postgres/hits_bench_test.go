@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/writeonce/porch-go/internal/pgtest"
-	"github.com/writeonce/porch-go/porch/rate"
+	"github.com/writeonce/porch-go/porch/internal/algorithm"
 	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/postgres"
 )
@@ -66,7 +66,7 @@ func BenchmarkAddHitLowConcurrency(b *testing.B) {
 					b.Fatalf("open postgres: %v", err)
 				}
 				b.Cleanup(func() { p.Close(context.Background()) })
-				rule := rate.NewRule(rate.FixedWindow, 1<<40, time.Hour, 0)
+				rule := algorithm.MustRule(algorithm.Fixed, 1<<40, time.Hour, 0)
 				var next atomic.Int64
 				b.ResetTimer()
 				done := make(chan struct{}, callers)

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/writeonce/porch-go/internal/pgtest"
-	"github.com/writeonce/porch-go/porch/rate"
+	"github.com/writeonce/porch-go/porch/internal/algorithm"
 	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/internal/commit"
 )
@@ -104,7 +104,7 @@ func TestWriteBatchSettlesResetsApartFromHits(t *testing.T) {
 // fixed is the fixed-window rule of limit per window, as a limiter hands it
 // to the store.
 func fixed(limit int64, window time.Duration) store.Rule {
-	return rate.NewRule(rate.FixedWindow, int(limit), window, 0)
+	return algorithm.MustRule(algorithm.Fixed, limit, window, 0)
 }
 
 // wouldCount is the count h made, or for a refused hit would have made:

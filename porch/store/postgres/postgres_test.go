@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/writeonce/porch-go/internal/pgtest"
-	"github.com/writeonce/porch-go/porch/rate"
+	"github.com/writeonce/porch-go/porch/internal/algorithm"
 	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/postgres"
 )
@@ -62,7 +62,7 @@ type hitResult struct {
 
 // unlimited is a fixed-window rule whose limit no test reaches.
 func unlimited(window time.Duration) store.Rule {
-	return rate.NewRule(rate.FixedWindow, 1<<40, window, 0)
+	return algorithm.MustRule(algorithm.Fixed, 1<<40, window, 0)
 }
 
 // Two stores on one database stand for two instances: every hit must get a

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/writeonce/porch-go/internal/pgtest"
-	"github.com/writeonce/porch-go/porch/rate"
+	"github.com/writeonce/porch-go/porch/internal/algorithm"
 	"github.com/writeonce/porch-go/porch/store"
 )
 
@@ -48,7 +48,7 @@ func TestBatchesPruneABacklog(t *testing.T) {
 		SELECT convert_to('rate:old:' || i, 'UTF8'), 0, 1000, 1, 1000 FROM generate_series(1, $1) AS i`, expired); err != nil {
 		t.Fatal(err)
 	}
-	rule := rate.NewRule(rate.FixedWindow, 1000, time.Hour, 0)
+	rule := algorithm.MustRule(algorithm.Fixed, 1000, time.Hour, 0)
 	hit := func() {
 		t.Helper()
 		done := make(chan error, 1)

@@ -23,7 +23,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/writeonce/porch-go/internal/redistest"
-	"github.com/writeonce/porch-go/porch/rate"
+	"github.com/writeonce/porch-go/porch/internal/algorithm"
 	"github.com/writeonce/porch-go/porch/store"
 )
 
@@ -37,11 +37,11 @@ func (t *tally) String() string {
 // attackRules are one key per algorithm, all long enough that no window
 // turns over during a test, so that the stored count "c" is the sum of
 // what was counted.
-func attackRules(limit int) []store.Rule {
+func attackRules(limit int64) []store.Rule {
 	return []store.Rule{
-		rate.NewRule(rate.FixedWindow, limit, time.Hour, 0),
-		rate.NewRule(rate.SlidingWindow, limit, time.Hour, 0),
-		rate.NewRule(rate.GCRA, limit, 100*time.Hour, 0),
+		algorithm.MustRule(algorithm.Fixed, limit, time.Hour, 0),
+		algorithm.MustRule(algorithm.Sliding, limit, time.Hour, 0),
+		algorithm.MustRule(algorithm.GCRA, limit, 100*time.Hour, 0),
 	}
 }
 
@@ -258,7 +258,7 @@ func TestTwoInstancesWeights(t *testing.T) {
 }
 
 // Random rules rate.New accepts (sub-millisecond GCRA intervals, limits
-// up to rate.MaxLimit, windows up to rate.MaxWindow), on random states
+// up to algorithm.MaxLimit, windows up to algorithm.MaxWindow), on random states
 // written into Redis: the script's verdict and state on hits sized at the
 // rule's Room, one more and one less, and on a random weight, must be the
 // Go rule's at the clock the script read.
@@ -273,16 +273,16 @@ func TestRandomRulesAgainstGo(t *testing.T) {
 	}
 	checked := 0
 	for i := range 300 {
-		alg := []rate.Algorithm{rate.FixedWindow, rate.SlidingWindow, rate.GCRA}[i%3]
-		limit := pick(int64(rate.MaxLimit))
-		window := time.Duration(pick(int64(rate.MaxWindow/time.Millisecond))) * time.Millisecond
+		alg := []algorithm.Algorithm{algorithm.Fixed, algorithm.Sliding, algorithm.GCRA}[i%3]
+		limit := pick(int64(algorithm.MaxLimit))
+		window := time.Duration(pick(int64(algorithm.MaxWindow/time.Millisecond))) * time.Millisecond
 		if rng.IntN(4) == 0 {
 			window += time.Duration(rng.Int64N(int64(time.Millisecond)))
-			window = min(window, rate.MaxWindow)
+			window = min(window, algorithm.MaxWindow)
 		}
 		burst := int64(0)
-		if alg == rate.GCRA && rng.IntN(2) == 0 {
-			burst = pick(int64(rate.MaxLimit))
+		if alg == algorithm.GCRA && rng.IntN(2) == 0 {
+			burst = pick(int64(algorithm.MaxLimit))
 		}
 		rule, ok := tryRule(alg, limit, window, burst)
 		if !ok {
@@ -298,18 +298,18 @@ func TestRandomRulesAgainstGo(t *testing.T) {
 		var st store.State
 		w := rule.Window()
 		switch alg {
-		case rate.GCRA:
+		case algorithm.GCRA:
 			c := rng.Int64N(most) + 1
 			span := time.Duration(c) * rule.Interval()
-			if span <= 0 || span > rate.MaxWindow {
-				span = rate.MaxWindow
+			if span <= 0 || span > algorithm.MaxWindow {
+				span = algorithm.MaxWindow
 			}
 			lag := time.Duration(rng.Int64N(int64(span)))
 			st = store.State{Start: now.Add(-lag).Truncate(time.Millisecond), Count: c}
 		default:
 			e := time.Duration(rng.Int64N(int64(w/time.Millisecond)+1)) * time.Millisecond
 			st = store.State{Start: now.Add(-e).Truncate(time.Millisecond), Count: rng.Int64N(most + 1)}
-			if alg == rate.SlidingWindow {
+			if alg == algorithm.Sliding {
 				st.Prev = rng.Int64N(most + 1)
 			}
 		}
@@ -363,19 +363,18 @@ func clz(x uint64) int {
 	return n
 }
 
-// tryRule is rate.NewRule, or false where rate.New would refuse the rule
-// (NewRule panics on some; New also bounds GCRA's burst × interval).
-func tryRule(alg rate.Algorithm, limit int64, window time.Duration, burst int64) (r store.Rule, ok bool) {
+// tryRule is alg's rule, or false where rate.New would refuse it.
+func tryRule(alg algorithm.Algorithm, limit int64, window time.Duration, burst int64) (r store.Rule, ok bool) {
 	defer func() {
 		if recover() != nil {
 			ok = false
 		}
 	}()
-	r = rate.NewRule(alg, int(limit), window, int(burst))
-	if alg == rate.GCRA {
+	r = algorithm.MustRule(alg, limit, window, burst)
+	if alg == algorithm.GCRA {
 		now := time.Now()
 		most := r.Room(r.Advance(store.State{}, now), now)
-		if most > int64(rate.MaxWindow/r.Interval()) {
+		if most > int64(algorithm.MaxWindow/r.Interval()) {
 			return nil, false
 		}
 	}
@@ -403,7 +402,7 @@ func TestEvictionForgetsCounts(t *testing.T) {
 				return
 			}
 			t.Cleanup(func() { s.Close(context.Background()) })
-			rule := rate.NewRule(rate.FixedWindow, 5, time.Hour, 0)
+			rule := algorithm.MustRule(algorithm.Fixed, 5, time.Hour, 0)
 			for range 5 {
 				if !hit(t, s, "rate:api:p:alice", rule, 1).Allowed {
 					t.Fatal("refused before the limit")
@@ -536,7 +535,7 @@ func TestCloseWhileQueued(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rule := rate.NewRule(rate.FixedWindow, 1000, time.Hour, 0)
+	rule := algorithm.MustRule(algorithm.Fixed, 1000, time.Hour, 0)
 	srv.Pause()
 	var answered, allowed atomic.Int64
 	var wg sync.WaitGroup
@@ -579,14 +578,14 @@ func TestRandomReplay(t *testing.T) {
 	s := openTest(t)
 	rng := rand.New(rand.NewPCG(11, uint64(time.Now().UnixNano())))
 	for i := range 24 {
-		alg := []rate.Algorithm{rate.FixedWindow, rate.SlidingWindow, rate.GCRA}[i%3]
-		limit := rng.IntN(12) + 1
+		alg := []algorithm.Algorithm{algorithm.Fixed, algorithm.Sliding, algorithm.GCRA}[i%3]
+		limit := rng.Int64N(12) + 1
 		window := time.Duration(rng.IntN(8)+1) * time.Millisecond
-		burst := 0
-		if alg == rate.GCRA && rng.IntN(2) == 0 {
-			burst = rng.IntN(15) + 1
+		burst := int64(0)
+		if alg == algorithm.GCRA && rng.IntN(2) == 0 {
+			burst = rng.Int64N(15) + 1
 		}
-		rule := rate.NewRule(alg, limit, window, burst)
+		rule := algorithm.MustRule(alg, limit, window, burst)
 		most := rule.Room(rule.Advance(store.State{}, time.Now()), time.Now())
 		key := fmt.Sprintf("rate:rr%d:p:x", i)
 		var model store.State
@@ -625,7 +624,7 @@ func TestRandomReplay(t *testing.T) {
 // spelled as another key's stored form; each counts on its own.
 func TestHostileKeys(t *testing.T) {
 	s := openTest(t)
-	rule := rate.NewRule(rate.FixedWindow, 2, time.Hour, 0)
+	rule := algorithm.MustRule(algorithm.Fixed, 2, time.Hour, 0)
 	keys := []string{
 		"rate:a:p:" + strings.Repeat("\xff{}", 1<<18),
 		"rate:a:p:\x00\xff\r\n*1\r\n",
@@ -657,7 +656,7 @@ func TestOOMFailsClosed(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close(context.Background()) })
-	rule := rate.NewRule(rate.FixedWindow, 5, time.Hour, 0)
+	rule := algorithm.MustRule(algorithm.Fixed, 5, time.Hour, 0)
 	ctx := context.Background()
 	val := strings.Repeat("x", 4096)
 	for i := 0; ; i++ {
@@ -696,7 +695,7 @@ func TestNoscriptReordersResetAndHit(t *testing.T) {
 	}
 	t.Cleanup(func() { s.Close(context.Background()) })
 	ctx := context.Background()
-	rule := rate.NewRule(rate.FixedWindow, 10, time.Hour, 0)
+	rule := algorithm.MustRule(algorithm.Fixed, 10, time.Hour, 0)
 	const key = "rate:api:p:alice"
 	hit(t, s, key, rule, 1)
 	// Batch 1 (a peek elsewhere) holds the committer while the next ops queue.

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/writeonce/porch-go/internal/redistest"
-	"github.com/writeonce/porch-go/porch/rate"
+	"github.com/writeonce/porch-go/porch/internal/algorithm"
 	"github.com/writeonce/porch-go/porch/store"
 )
 
@@ -56,8 +56,8 @@ func hit(t *testing.T, s *Store, key string, rule store.Rule, n int64) store.Hit
 }
 
 type replayRule struct {
-	alg          rate.Algorithm
-	limit, burst int
+	alg          algorithm.Algorithm
+	limit, burst int64
 	window       time.Duration
 }
 
@@ -83,17 +83,17 @@ func same(rule store.Rule, a, b store.State) bool {
 func TestScriptsDecideAsTheRule(t *testing.T) {
 	s := openTest(t)
 	rules := []replayRule{
-		{rate.FixedWindow, 3, 0, 4 * time.Millisecond},
-		{rate.FixedWindow, 5, 0, 2500 * time.Microsecond}, // not whole ms: the window closes at its ceiling
-		{rate.SlidingWindow, 4, 0, 5 * time.Millisecond},
-		{rate.SlidingWindow, 10, 0, 3 * time.Millisecond},
-		{rate.GCRA, 3, 0, 10 * time.Millisecond}, // T = 3.333334 ms
-		{rate.GCRA, 7, 3, time.Millisecond},      // T = 142.858 µs
-		{rate.GCRA, 5, 9, 7 * time.Millisecond},  // T = 1.4 ms
+		{algorithm.Fixed, 3, 0, 4 * time.Millisecond},
+		{algorithm.Fixed, 5, 0, 2500 * time.Microsecond}, // not whole ms: the window closes at its ceiling
+		{algorithm.Sliding, 4, 0, 5 * time.Millisecond},
+		{algorithm.Sliding, 10, 0, 3 * time.Millisecond},
+		{algorithm.GCRA, 3, 0, 10 * time.Millisecond}, // T = 3.333334 ms
+		{algorithm.GCRA, 7, 3, time.Millisecond},      // T = 142.858 µs
+		{algorithm.GCRA, 5, 9, 7 * time.Millisecond},  // T = 1.4 ms
 	}
 	rng := rand.New(rand.NewPCG(1, uint64(time.Now().UnixNano())))
 	for i, rr := range rules {
-		rule := rate.NewRule(rr.alg, rr.limit, rr.window, rr.burst)
+		rule := algorithm.MustRule(rr.alg, rr.limit, rr.window, rr.burst)
 		most := rule.Room(rule.Advance(store.State{}, time.Now()), time.Now())
 		key := fmt.Sprintf("rate:replay%d:p:x", i)
 		var model store.State
@@ -142,7 +142,7 @@ func TestScriptsDecideAsTheRule(t *testing.T) {
 }
 
 // States at the edge of what the scripts must compute exactly (limits up
-// to rate.MaxLimit, windows up to rate.MaxWindow, where the sliding
+// to algorithm.MaxLimit, windows up to algorithm.MaxWindow, where the sliding
 // window's products exceed 2^53 and GCRA's instants need nanoseconds
 // beyond a double's reach), written into Redis directly: the script's
 // verdict on a hit sized at the rule's Room, and one heavier, must be the
@@ -152,16 +152,16 @@ func TestScriptsExactAtExtremes(t *testing.T) {
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(2, uint64(time.Now().UnixNano())))
 	rules := []replayRule{
-		{rate.SlidingWindow, int(rate.MaxLimit), 0, rate.MaxWindow},
-		{rate.SlidingWindow, int(rate.MaxLimit) - 12345, 0, 3*365*24*time.Hour + 7*time.Millisecond},
-		{rate.SlidingWindow, 1000003, 0, 999983 * time.Millisecond},
-		{rate.FixedWindow, int(rate.MaxLimit), 0, rate.MaxWindow - time.Nanosecond},
-		{rate.GCRA, 7, 0, rate.MaxWindow},
-		{rate.GCRA, int(rate.MaxLimit), 0, 1000 * time.Hour},
-		{rate.GCRA, 1000003, 999, 24*time.Hour + 1},
+		{algorithm.Sliding, int64(algorithm.MaxLimit), 0, algorithm.MaxWindow},
+		{algorithm.Sliding, int64(algorithm.MaxLimit) - 12345, 0, 3*365*24*time.Hour + 7*time.Millisecond},
+		{algorithm.Sliding, 1000003, 0, 999983 * time.Millisecond},
+		{algorithm.Fixed, int64(algorithm.MaxLimit), 0, algorithm.MaxWindow - time.Nanosecond},
+		{algorithm.GCRA, 7, 6, algorithm.MaxWindow}, // the deepest bucket rate.New accepts at MaxWindow
+		{algorithm.GCRA, int64(algorithm.MaxLimit), 0, 1000 * time.Hour},
+		{algorithm.GCRA, 1000003, 999, 24*time.Hour + 1},
 	}
 	for i, rr := range rules {
-		rule := rate.NewRule(rr.alg, rr.limit, rr.window, rr.burst)
+		rule := algorithm.MustRule(rr.alg, rr.limit, rr.window, rr.burst)
 		now := time.Now()
 		most := rule.Room(rule.Advance(store.State{}, now), now)
 		for j := range 40 {
@@ -169,14 +169,14 @@ func TestScriptsExactAtExtremes(t *testing.T) {
 			// A state some way into its epoch, with counts near the limit.
 			var st store.State
 			switch rr.alg {
-			case rate.GCRA:
+			case algorithm.GCRA:
 				c := rng.Int64N(most) + 1
 				lag := time.Duration(rng.Int64N(int64(time.Duration(c) * rule.Interval())))
 				st = store.State{Start: now.Add(-lag).Truncate(time.Millisecond), Count: c}
 			default:
 				e := time.Duration(rng.Int64N(int64(rr.window/time.Millisecond))) * time.Millisecond
 				st = store.State{Start: now.Add(-e).Truncate(time.Millisecond), Count: rng.Int64N(most/2 + 1)}
-				if rr.alg == rate.SlidingWindow {
+				if rr.alg == algorithm.Sliding {
 					st.Prev = most - rng.Int64N(most/4+1)
 				}
 			}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/writeonce/porch-go/internal/redistest"
 	"github.com/writeonce/porch-go/porch"
+	"github.com/writeonce/porch-go/porch/internal/algorithm"
 	"github.com/writeonce/porch-go/porch/rate"
 	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/redis"
@@ -126,7 +127,7 @@ func TestFailClosed(t *testing.T) {
 	const timeout = 200 * time.Millisecond
 	srv := redistest.StartServer(t)
 	st := open(t, client(t, srv.Addr), redis.Options{Timeout: timeout})
-	rule := rate.NewRule(rate.FixedWindow, 100, time.Hour, 0)
+	rule := algorithm.MustRule(algorithm.Fixed, 100, time.Hour, 0)
 	if _, err := addHit(st, "rate:x:p:a", rule); err != nil {
 		t.Fatal(err)
 	}

@@ -1,358 +1,506 @@
 package storetest
 
 import (
-	"context"
 	"errors"
-	"net/http"
-	"net/http/httptest"
+	"fmt"
+	"math/rand/v2"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/writeonce/porch-go/porch/rate"
+	"github.com/writeonce/porch-go/porch/internal/algorithm"
 	"github.com/writeonce/porch-go/porch/store"
 )
 
-// cases are the properties checked for every algorithm.
-var cases = []struct {
+type testCase struct {
 	name string
-	run  func(t *testing.T, h Harness, alg rate.Algorithm)
-}{
+	run  func(t *testing.T, h Harness, alg algorithm.Algorithm)
+}
+
+// sharedCases are the properties of a store that decides every hit
+// (store.SharedCounters), checked for every algorithm.
+var sharedCases = []testCase{
 	{"ExactParallel", testExactParallel},
 	{"ExactWeighted", testExactWeighted},
+	{"TwoInstances", testTwoInstances},
 	{"Window", testWindow},
 	{"Reset", testReset},
 	{"TakeBack", testTakeBack},
 	{"Peek", testPeek},
 	{"Weights", testWeights},
-	{"PolicyConflict", testPolicyConflict},
-	{"Reopen", testReopen},
-	{"TwoInstances", testTwoInstances},
+	{"Reopen", testReopenShared},
 }
 
-// skew is how far the suite lets the store's clock and the wall clock it
-// reads stray apart, and a verdict's times be rounded (to the store's
-// millisecond or microsecond).
-const skew = 50 * time.Millisecond
+// exclusiveCases are the properties of a store whose process is its
+// counters' only writer (store.ExclusiveCounters): the limiter decides in
+// memory, and the store keeps the rows it writes through.
+var exclusiveCases = []testCase{
+	{"ParallelNewestWins", testNewestWins},
+	{"Expires", testExpires},
+	{"Reopen", testReopenExclusive},
+	{"Timeline", testTimeline},
+}
 
-// hitAll has clients goroutines, released together, each count one
-// request of weight(i) for principal on lims[i%len(lims)]; it returns the
-// sum of the weights allowed. An error fails t.
-func hitAll(t *testing.T, lims []*rate.Limiter, principal string, clients int, weight func(i int) int) int64 {
-	t.Helper()
+// commonCases hold for either kind.
+var commonCases = []testCase{
+	{"PolicyConflict", testPolicyConflict},
+}
+
+// 400 hits at once against a limit of 100 in a long window: exactly what
+// the rule admits at once is allowed, and the state agrees.
+func testExactParallel(t *testing.T, h Harness, alg algorithm.Algorithm) {
+	const clients = 400
+	r := ruleOf(alg, 100, time.Hour, 0)
+	n := h.node(t)
+	n.claim(t, policyOf("exact", r))
+	if got := hitAll(t, []*node{n}, "rate:exact:p", r, clients, one); got != r.Most() {
+		t.Errorf("%d hits at once, %d fit: %d allowed, want exactly %d", clients, r.Most(), got, r.Most())
+	}
+	if room := n.room(t, "rate:exact:p", r); room != 0 {
+		t.Errorf("after the limit was used up: the state admits %d, want 0", room)
+	}
+}
+
+// Weighted hits at once never overshoot the limit, and stop short of it
+// only by less than the heaviest weight: any hit that still fitted when it
+// arrived was allowed.
+func testExactWeighted(t *testing.T, h Harness, alg algorithm.Algorithm) {
+	const clients, heaviest = 200, 5
+	r := ruleOf(alg, 100, time.Hour, 0)
+	n := h.node(t)
+	n.claim(t, policyOf("weighted", r))
+	got := hitAll(t, []*node{n}, "rate:weighted:p", r, clients, func(i int) int64 { return int64(1 + i%heaviest) })
+	if most := r.Most(); got > most || got <= most-heaviest {
+		t.Errorf("weights 1..%d at once, %d fit: %d allowed in all, want in (%d, %d]", heaviest, most, got, most-heaviest, most)
+	}
+	if room := n.room(t, "rate:weighted:p", r); room != r.Most()-got {
+		t.Errorf("after %d of %d was allowed: the state admits %d, want %d", got, r.Most(), room, r.Most()-got)
+	}
+}
+
+// Two instances on one database count one key at once: exactly the limit
+// is allowed across both.
+func testTwoInstances(t *testing.T, h Harness, alg algorithm.Algorithm) {
+	const clients = 400
+	r := ruleOf(alg, 100, time.Hour, 0)
+	a := h.node(t)
+	b := h.nodeOn(t, a.db)
+	a.claim(t, policyOf("shared", r))
+	b.claim(t, policyOf("shared", r))
+	if got := hitAll(t, []*node{a, b}, "rate:shared:p", r, clients, one); got != r.Most() {
+		t.Errorf("%d hits at once across two instances, %d fit: %d allowed, want exactly %d", clients, r.Most(), got, r.Most())
+	}
+	for i, n := range []*node{a, b} {
+		if room := n.room(t, "rate:shared:p", r); room != 0 {
+			t.Errorf("instance %d after the limit was used up: the state admits %d, want 0", i, room)
+		}
+	}
+}
+
+// Hits across several short windows, a few milliseconds apart: each is
+// decided as the rule decides on the state the store last reported,
+// advanced to the store's clock, so that the store carries out the
+// algorithm's arithmetic at the window's edges exactly as the rule does.
+// The schedule must see refusals and allowances after them (the window
+// moved), or it proved nothing.
+func testWindow(t *testing.T, h Harness, alg algorithm.Algorithm) {
+	const window = 200 * time.Millisecond
+	r := ruleOf(alg, 4, window, 0)
+	n := h.node(t)
+	n.claim(t, policyOf("window", r))
+	rng := rand.New(rand.NewPCG(1, uint64(time.Now().UnixNano())))
 	var (
-		sum   atomic.Int64
-		wg    sync.WaitGroup
-		start = make(chan struct{})
+		prev             store.State
+		prevNow          time.Time
+		refused, revived int
+		lastRefused      bool
 	)
-	for i := range clients {
-		l, w := lims[i%len(lims)], weight(i)
+	for end := time.Now().Add(3 * window); time.Now().Before(end); {
+		w := int64(1 + rng.IntN(2))
+		got := n.hit(t, "rate:window:p", r, w)
+		if got.Now.Before(prevNow) {
+			t.Fatalf("the store's clock went back from %v to %v", prevNow, got.Now)
+		}
+		model := r.Advance(prev, got.Now)
+		room := r.Room(model, got.Now)
+		want := w <= room
+		if got.Allowed != want {
+			t.Fatalf("weight %d at %v: allowed %v, the rule says %v (state before %+v, advanced %+v, room %d)",
+				w, got.Now.Sub(prevNow), got.Allowed, want, prev, model, room)
+		}
+		wantRoom := room
+		if want {
+			wantRoom -= w
+		}
+		if after := r.Room(got.State, got.Now); after != wantRoom {
+			t.Fatalf("weight %d, allowed %v: the state after admits %d, the rule says %d (state %+v, rule's %+v)",
+				w, got.Allowed, after, wantRoom, got.State, model)
+		}
+		switch {
+		case !got.Allowed:
+			refused++
+		case lastRefused:
+			revived++
+		}
+		lastRefused = !got.Allowed
+		prev, prevNow = got.State, got.Now
+		time.Sleep(time.Duration(rng.IntN(int(window / 10))))
+	}
+	if refused == 0 || revived == 0 {
+		t.Errorf("%d refusals, %d allowances after one: the schedule never met the limit or never saw it lift", refused, revived)
+	}
+}
+
+// ResetHit gives the full allowance back and leaves an unknown key alone.
+func testReset(t *testing.T, h Harness, alg algorithm.Algorithm) {
+	r := ruleOf(alg, 3, time.Hour, 0)
+	n := h.node(t)
+	n.claim(t, policyOf("reset", r))
+	const key = "rate:reset:p"
+	useUp(t, n, key, r)
+	n.reset(t, key)
+	if room := n.room(t, key, r); room != r.Most() {
+		t.Errorf("after ResetHit: the state admits %d, want %d", room, r.Most())
+	}
+	useUp(t, n, key, r)
+	n.reset(t, "rate:reset:never-seen")
+	if room := n.room(t, "rate:reset:never-seen", r); room != r.Most() {
+		t.Errorf("ResetHit of a key never seen: the state admits %d, want %d", room, r.Most())
+	}
+}
+
+// useUp counts hits of weight 1 on key until the rule's Most have been
+// allowed, and checks the next is refused.
+func useUp(t *testing.T, n *node, key string, r store.Rule) {
+	t.Helper()
+	most := r.(algorithm.Rule).Most()
+	for i := range most {
+		if h := n.hit(t, key, r, 1); !h.Allowed {
+			t.Fatalf("hit %d of %d: refused (%+v), want allowed", i+1, most, h)
+		}
+	}
+	if h := n.hit(t, key, r, 1); h.Allowed {
+		t.Fatalf("hit past the %d that fit: allowed (%+v), want refused", most, h)
+	}
+}
+
+// TakeBack removes hits from the epoch they were counted in, never below
+// zero, not from another epoch, and before a hit queued after it.
+func testTakeBack(t *testing.T, h Harness, alg algorithm.Algorithm) {
+	r := ruleOf(alg, 10, time.Hour, 0)
+	n := h.node(t)
+	n.claim(t, policyOf("takeback", r))
+	const key = "rate:takeback:p"
+	var last store.Hit
+	for range 3 {
+		last = n.hit(t, key, r, 1)
+	}
+	start := last.State.Start
+	n.takeBack(t, key, start.Add(time.Millisecond), 1)
+	if room := n.room(t, key, r); room != r.Most()-3 {
+		t.Errorf("a take-back for another epoch: the state admits %d, want %d (nothing taken)", room, r.Most()-3)
+	}
+	n.takeBack(t, key, start, 2)
+	if room := n.room(t, key, r); room != r.Most()-1 {
+		t.Errorf("2 of 3 hits taken back: the state admits %d, want %d", room, r.Most()-1)
+	}
+	n.takeBack(t, key, start, 100)
+	if room := n.room(t, key, r); room != r.Most() {
+		t.Errorf("more taken back than was counted: the state admits %d, want %d (the count stops at zero)", room, r.Most())
+	}
+
+	// Used up, then a take-back and a hit queued together, without waiting
+	// for the take-back: the hit finds the room it gave back.
+	for range r.Most() {
+		last = n.hit(t, key, r, 1)
+	}
+	s := n.shared(t)
+	back := make(chan error, 1)
+	if err := s.TakeBack(key, last.State.Start, 1, func(err error) { back <- err }); err != nil {
+		t.Fatalf("TakeBack: %v", err)
+	}
+	got := n.hit(t, key, r, 1)
+	if err := <-back; err != nil {
+		t.Fatalf("TakeBack: %v", err)
+	}
+	if !got.Allowed {
+		t.Errorf("a hit queued after a take-back of the used-up key: refused (%+v), want allowed", got)
+	}
+}
+
+// PeekHit counts nothing and tells what the next AddHit decides.
+func testPeek(t *testing.T, h Harness, alg algorithm.Algorithm) {
+	r := ruleOf(alg, 5, time.Hour, 0)
+	n := h.node(t)
+	n.claim(t, policyOf("peek", r))
+	const key = "rate:peek:p"
+	for range 3 {
+		if room := n.room(t, key, r); room != r.Most() {
+			t.Fatalf("PeekHit of a fresh key: admits %d, want %d", room, r.Most())
+		}
+	}
+	for i := range r.Most() + 2 {
+		room := n.room(t, key, r)
+		got := n.hit(t, key, r, 1)
+		switch {
+		case got.Allowed != (room >= 1):
+			t.Fatalf("hit %d: PeekHit said %d fit, AddHit allowed %v (%+v)", i+1, room, got.Allowed, got)
+		case got.Allowed && r.Room(got.State, got.Now) != room-1:
+			t.Errorf("hit %d: PeekHit said %d fit, AddHit left %d", i+1, room, r.Room(got.State, got.Now))
+		}
+	}
+}
+
+// A hit of weight n counts n; one heavier than the room is refused and
+// counts nothing. With a burst, if the algorithm takes one, the heaviest
+// hit is the burst.
+func testWeights(t *testing.T, h Harness, alg algorithm.Algorithm) {
+	rules := []algorithm.Rule{ruleOf(alg, 10, time.Hour, 0)}
+	if b, err := alg.Rule(10, time.Hour, 4); err == nil {
+		rules = append(rules, b)
+	}
+	n := h.node(t)
+	for i, r := range rules {
+		name := fmt.Sprintf("weights%d", i)
+		n.claim(t, policyOf(name, r))
+		key := "rate:" + name + ":p"
+		most := r.Most()
+		if got := n.hit(t, key, r, most+1); got.Allowed {
+			t.Errorf("%s: weight %d of %d: allowed (%+v), want refused", name, most+1, most, got)
+		}
+		if room := n.room(t, key, r); room != most {
+			t.Errorf("%s: after a refused hit: the state admits %d, want %d (nothing counted)", name, room, most)
+		}
+		if got := n.hit(t, key, r, most-1); !got.Allowed || r.Room(got.State, got.Now) != 1 {
+			t.Errorf("%s: weight %d of %d: %+v, want allowed with 1 left", name, most-1, most, got)
+		}
+		if got := n.hit(t, key, r, 2); got.Allowed {
+			t.Errorf("%s: weight 2 with 1 left: allowed (%+v), want refused", name, got)
+		}
+		if got := n.hit(t, key, r, 1); !got.Allowed || r.Room(got.State, got.Now) != 0 {
+			t.Errorf("%s: weight 1 with 1 left: %+v, want allowed with none left (the refused 2 counted nothing)", name, got)
+		}
+	}
+}
+
+// A shared store's counts survive its close: a store opened again on the
+// database finds them.
+func testReopenShared(t *testing.T, h Harness, alg algorithm.Algorithm) {
+	r := ruleOf(alg, 5, time.Hour, 0)
+	n := h.node(t)
+	release := n.claim(t, policyOf("reopen", r))
+	for range 3 {
+		n.hit(t, "rate:reopen:p", r, 1)
+	}
+	useUp(t, n, "rate:reopen:q", r)
+	release()
+	n.stop(t)
+
+	m := h.nodeOn(t, n.db)
+	m.claim(t, policyOf("reopen", r))
+	if room := m.room(t, "rate:reopen:p", r); room != r.Most()-3 {
+		t.Errorf("after reopening: the state admits %d, want %d (3 counted before the close)", room, r.Most()-3)
+	}
+	if got := m.hit(t, "rate:reopen:q", r, 1); got.Allowed {
+		t.Errorf("a key that used its limit before the close: allowed (%+v), want refused", got)
+	}
+}
+
+// Rows written through at once from many goroutines, each key's in order
+// without waiting for the commits: once they have committed, each key
+// loads as its newest row, here and after a reopen; a newer row with a
+// lower count (a reset) wins too.
+func testNewestWins(t *testing.T, h Harness, alg algorithm.Algorithm) {
+	const keys, rows = 50, 20
+	r := ruleOf(alg, 1000, time.Hour, 0)
+	n := h.node(t)
+	st := n.exclusive(t)
+	now := st.Now()
+	var (
+		wg     sync.WaitGroup
+		errs   = make(chan error, keys*(rows+1))
+		start  = make(chan struct{})
+		newest = make([]store.Counter, keys)
+	)
+	for k := range keys {
+		key := fmt.Sprintf("rate:newest:k%d", k)
+		s := r.Advance(store.State{}, now)
+		last := r.Row(key, s, rows)
+		if k%2 == 1 { // a reset: a new epoch, later, with nothing in it
+			last = r.Row(key, store.State{Start: now.Add(time.Millisecond)}, 0)
+		}
+		newest[k] = last
 		wg.Go(func() {
 			<-start
-			ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
-			defer cancel()
-			v, err := l.AllowN(ctx, principal, w)
-			if err != nil {
-				t.Errorf("AllowN(%q, %d): %v", principal, w, err)
-				return
+			for i := int64(1); i <= rows; i++ {
+				wg.Add(1)
+				if err := st.SaveCounter(r.Row(key, s, i), func(err error) { errs <- err; wg.Done() }); err != nil {
+					errs <- err
+					wg.Done()
+				}
 			}
-			if v.Allowed {
-				sum.Add(int64(w))
+			if k%2 == 1 {
+				wg.Add(1)
+				if err := st.SaveCounter(last, func(err error) { errs <- err; wg.Done() }); err != nil {
+					errs <- err
+					wg.Done()
+				}
 			}
 		})
 	}
 	close(start)
 	wg.Wait()
-	return sum.Load()
-}
-
-func one(int) int { return 1 }
-
-// 400 clients at once against a limit of 100 in a long window: exactly 100
-// are allowed, and the state agrees.
-func testExactParallel(t *testing.T, h Harness, alg rate.Algorithm) {
-	const limit, clients = 100, 400
-	n := h.node(t)
-	l := n.limiter(t, policy{alg: alg, limit: limit, window: time.Hour}, "exact")
-	if got := hitAll(t, []*rate.Limiter{l}, "p", clients, one); got != limit {
-		t.Errorf("%d requests at once, limit %d: %d allowed, want exactly %d", clients, limit, got, limit)
-	}
-	if v := peek(t, l, "p"); v.Allowed || v.Remaining != 0 {
-		t.Errorf("after the limit was used up: Peek %+v, want refused with 0 remaining", v)
-	}
-}
-
-// Weighted requests at once never overshoot the limit, and stop short of
-// it only by less than the heaviest weight: any request that still fitted
-// when it arrived was allowed.
-func testExactWeighted(t *testing.T, h Harness, alg rate.Algorithm) {
-	const limit, clients, heaviest = 100, 200, 5
-	n := h.node(t)
-	l := n.limiter(t, policy{alg: alg, limit: limit, window: time.Hour}, "weighted")
-	got := hitAll(t, []*rate.Limiter{l}, "p", clients, func(i int) int { return 1 + i%heaviest })
-	if got > limit || got <= limit-heaviest {
-		t.Errorf("weights 1..%d at once, limit %d: %d allowed in all, want in (%d, %d]", heaviest, limit, got, limit-heaviest, limit)
-	}
-	if v := peek(t, l, "p"); v.Remaining != limit-got {
-		t.Errorf("after %d of %d was allowed: Peek says %d remaining, want %d", got, limit, v.Remaining, limit-got)
-	}
-}
-
-// Each algorithm at a window's edge, on short windows.
-func testWindow(t *testing.T, h Harness, alg rate.Algorithm) {
-	switch alg {
-	case rate.FixedWindow:
-		testFixedWindow(t, h)
-	case rate.SlidingWindow:
-		testSlidingWindow(t, h)
-	case rate.GCRA:
-		testGCRAEmission(t, h)
-	default:
-		t.Fatalf("no window test for %s", alg)
-	}
-}
-
-// A fixed window refuses until it closes, tells the client so, and counts
-// from zero after.
-func testFixedWindow(t *testing.T, h Harness) {
-	const limit, window = 3, time.Second
-	l := h.node(t).limiter(t, policy{alg: rate.FixedWindow, limit: limit, window: window}, "fixed")
-	first := time.Now()
-	allowAll(t, l, "p", limit)
-	v := refused(t, l, "p", "a request past the limit in an open window")
-	if !v.RetryAt.Equal(v.ResetAt) {
-		t.Errorf("fixed window: RetryAt %v, ResetAt %v; want both the window's close", v.RetryAt, v.ResetAt)
-	}
-	if lo, hi := first.Add(window-skew), time.Now().Add(window+skew); v.RetryAt.Before(lo) || v.RetryAt.After(hi) {
-		t.Errorf("fixed window: RetryAt %v after the first hit, want about the window, %v", v.RetryAt.Sub(first), window)
-	}
-	sleepUntil(v.RetryAt.Add(skew))
-	if v := allow(t, l, "p"); !v.Allowed || v.Remaining != limit-1 {
-		t.Fatalf("after the window closed: %+v, want allowed with %d remaining (the count starts over)", v, limit-1)
-	}
-	allowAll(t, l, "p", limit-1)
-	refused(t, l, "p", "a request past the limit in the new window")
-}
-
-// A sliding window still weighs the previous window's count right after
-// the boundary, and lets requests back in as it decays.
-func testSlidingWindow(t *testing.T, h Harness) {
-	const limit, window = 4, time.Second
-	l := h.node(t).limiter(t, policy{alg: rate.SlidingWindow, limit: limit, window: window}, "sliding")
-	allowAll(t, l, "p", limit)
-	sent := time.Now()
-	v := refused(t, l, "p", "a request past the limit in the first window")
-	// A shared store reads its clock when its transaction starts, and the
-	// limiter maps that onto the wall clock when the verdict comes back: a
-	// verdict's times are late by up to its round trip (the safe side).
-	late1 := time.Since(sent)
-	// ResetAt is when the count stops weighing, at the next window's end;
-	// RetryAt when it has decayed to 3 there, a quarter into it. Both are
-	// read from one verdict, so their distance is exact.
-	if got, want := v.ResetAt.Sub(v.RetryAt), 3*window/4; got < want-time.Millisecond || got > want+time.Millisecond {
-		t.Errorf("sliding window: ResetAt - RetryAt = %v, want %v (RetryAt %v, ResetAt %v)", got, want, v.RetryAt, v.ResetAt)
-	}
-	boundary := v.ResetAt.Add(-window)
-	sleepUntil(boundary.Add(skew))
-	sent = time.Now()
-	v = allow(t, l, "p")
-	late2 := time.Since(sent)
-	if v.Allowed {
-		t.Fatalf("%v after the window boundary: allowed (%+v), want refused: the previous window's %d still weigh %d until a quarter into this one",
-			time.Since(boundary), v, limit, limit)
-	}
-	if got, want := v.RetryAt.Sub(boundary), window/4; got < want-skew-late1 || got > want+skew+late2 {
-		t.Errorf("sliding window: refused after the boundary with RetryAt %v after it, want %v", got, want)
-	}
-	sleepUntil(v.RetryAt.Add(skew))
-	if v := allow(t, l, "p"); !v.Allowed {
-		t.Fatalf("%v after the boundary: refused (%+v), want allowed as the previous count decays", time.Since(boundary), v)
-	}
-	v = allow(t, l, "p")
-	if v.Allowed {
-		t.Fatalf("%v after the boundary: a second request allowed (%+v), want refused: the previous count still weighs %d",
-			time.Since(boundary), v, limit-1)
-	}
-}
-
-// GCRA lets the burst through at once, then one request per emission
-// interval, and says so in RetryAt: an interval, not the window.
-func testGCRAEmission(t *testing.T, h Harness) {
-	const limit, burst, window = 5, 3, time.Second
-	const interval = window / limit
-	l := h.node(t).limiter(t, policy{alg: rate.GCRA, limit: limit, window: window, burst: burst}, "gcra")
-	first := time.Now()
-	allowAll(t, l, "p", burst)
-	v := refused(t, l, "p", "a request past the burst")
-	if v.Limit != burst {
-		t.Errorf("GCRA: Limit %d, want the burst %d", v.Limit, burst)
-	}
-	if lo, hi := first.Add(interval-skew), time.Now().Add(interval+skew); v.RetryAt.Before(lo) || v.RetryAt.After(hi) {
-		t.Errorf("GCRA: RetryAt %v after the first hit, want about the emission interval %v (the window is %v)",
-			v.RetryAt.Sub(first), interval, window)
-	}
-	if lo, hi := first.Add(burst*interval-skew), time.Now().Add(burst*interval+skew); v.ResetAt.Before(lo) || v.ResetAt.After(hi) {
-		t.Errorf("GCRA: ResetAt %v after the first hit, want about burst × interval, %v", v.ResetAt.Sub(first), burst*interval)
-	}
-	sleepUntil(v.RetryAt.Add(skew / 2))
-	if v := allow(t, l, "p"); !v.Allowed {
-		t.Fatalf("an interval after the burst: refused (%+v), want one more allowed", v)
-	}
-	refused(t, l, "p", "a second request within the same interval")
-}
-
-// Reset gives the full allowance back, durably enough that it counts
-// from zero, and leaves an unknown principal alone.
-func testReset(t *testing.T, h Harness, alg rate.Algorithm) {
-	const limit = 3
-	l := h.node(t).limiter(t, policy{alg: alg, limit: limit, window: time.Hour}, "reset")
-	allowAll(t, l, "p", limit)
-	refused(t, l, "p", "past the limit before Reset")
-	reset(t, l, "p")
-	if v := peek(t, l, "p"); !v.Allowed || v.Remaining != limit {
-		t.Errorf("after Reset: Peek %+v, want %d remaining", v, limit)
-	}
-	allowAll(t, l, "p", limit)
-	refused(t, l, "p", "past the limit after Reset")
-	reset(t, l, "never-seen")
-	if v := peek(t, l, "never-seen"); v.Remaining != limit {
-		t.Errorf("Reset of a principal never seen: Peek %+v, want %d remaining", v, limit)
-	}
-}
-
-// A Set whose second limiter refuses gives the first one's hit back.
-func testTakeBack(t *testing.T, h Harness, alg rate.Algorithm) {
-	n := h.node(t)
-	keyed := func(name string) rate.Options {
-		return rate.Options{Name: name, KeyFunc: func(*http.Request) (string, error) { return "p", nil }}
-	}
-	a, err := n.newLimiterWith(policy{alg: alg, limit: 10, window: time.Hour}, keyed("wide"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := n.newLimiterWith(policy{alg: alg, limit: 1, window: time.Hour}, keyed("narrow"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := rate.All(a, b).Handler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}))
-	status := func() int {
-		rec := httptest.NewRecorder()
-		served.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
-		return rec.Code
-	}
-	if got := status(); got != http.StatusOK {
-		t.Fatalf("first request through the set: %d, want 200", got)
-	}
-	for i := range 5 {
-		if got := status(); got != http.StatusTooManyRequests {
-			t.Fatalf("request %d past the narrow limit: %d, want 429", i+2, got)
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("SaveCounter: %v", err)
 		}
 	}
-	// The take-backs went to p's actor before the responses were written,
-	// so a Peek sent now is ordered after them.
-	if v := peek(t, a, "p"); v.Remaining != 9 {
-		t.Errorf("the wide limiter after 1 served and 5 refused by the narrow one: %d remaining, want 9 (the refused requests' hits given back)", v.Remaining)
+	// A reset row of an algorithm whose empty state holds nothing back
+	// ends where it starts: then neither it nor the rows it superseded
+	// may load.
+	check := func(where string, now time.Time, loaded map[string]store.Counter) {
+		t.Helper()
+		live := 0
+		for _, want := range newest {
+			got, ok := loaded[want.Key]
+			switch {
+			case !want.End().After(now):
+				if ok {
+					t.Errorf("%s: %s loaded as %+v, want nothing: its newest row %+v has ended", where, want.Key, got, want)
+				}
+				continue
+			case !ok:
+				t.Errorf("%s: %s not loaded, want count %d", where, want.Key, want.Count)
+			case got.Count != want.Count || !sameMS(got.WindowStart, want.WindowStart) || got.Prev != want.Prev:
+				t.Errorf("%s: %s loaded as %+v, want its newest row %+v", where, want.Key, got, want)
+			}
+			live++
+		}
+		if len(loaded) != live {
+			t.Errorf("%s: %d keys loaded, want %d", where, len(loaded), live)
+		}
+	}
+	now = st.Now()
+	check("open store", now, n.load(t, now))
+	n.stop(t)
+	m := h.nodeOn(t, n.db)
+	now = m.exclusive(t).Now()
+	check("after a reopen", now, m.load(t, now))
+}
+
+// A row loads while its state can hold anything back, until the rule's
+// Expires (or the window's close, for a row without one), and not from
+// then on.
+func testExpires(t *testing.T, h Harness, alg algorithm.Algorithm) {
+	const window = time.Minute
+	r := ruleOf(alg, 5, window, 0)
+	n := h.node(t)
+	now := n.exclusive(t).Now()
+	s := r.Advance(store.State{}, now)
+	s.Count = 2
+	c := r.Row("rate:expires:p", s, 2)
+	n.save(t, c)
+	end := c.End()
+	if !end.After(now) {
+		t.Fatalf("the rule's row %+v ends at %v, before now %v", c, end, now)
+	}
+	if _, ok := n.load(t, end.Add(-time.Millisecond))[c.Key]; !ok {
+		t.Errorf("a millisecond before the row ends (%v): not loaded, want loaded", end)
+	}
+	if got, ok := n.load(t, end)[c.Key]; ok {
+		t.Errorf("at the row's end (%v): loaded %+v, want gone", end, got)
 	}
 }
 
-// Peek counts nothing and tells what the next Allow decides.
-func testPeek(t *testing.T, h Harness, alg rate.Algorithm) {
-	const limit = 5
-	l := h.node(t).limiter(t, policy{alg: alg, limit: limit, window: time.Hour}, "peek")
-	for range 3 {
-		if v := peek(t, l, "p"); !v.Allowed || v.Remaining != limit || v.Limit != limit {
-			t.Fatalf("Peek of a fresh principal: %+v, want allowed, %d remaining of %d", v, limit, limit)
+// A limiter's state written through survives a clean close: the rows
+// loaded back, resumed under the same rule, admit what the state in memory
+// admitted, for a key part-used and one used up.
+func testReopenExclusive(t *testing.T, h Harness, alg algorithm.Algorithm) {
+	r := ruleOf(alg, 5, time.Hour, 0)
+	n := h.node(t)
+	st := n.exclusive(t)
+	want := map[string]int64{}
+	for key, hits := range map[string]int64{"rate:reopen:p": 3, "rate:reopen:q": r.Most()} {
+		now := st.Now()
+		s := r.Advance(store.State{}, now)
+		for range hits {
+			s = r.Advance(s, st.Now())
+			if r.Room(s, st.Now()) < 1 {
+				t.Fatalf("the rule refused hit of %d", hits)
+			}
+			s.Count++
+			n.save(t, r.Row(key, s, s.Count))
 		}
+		want[key] = r.Most() - hits
 	}
-	for i := range limit + 2 {
-		p := peek(t, l, "p")
-		v := allow(t, l, "p")
-		switch {
-		case p.Allowed != v.Allowed:
-			t.Fatalf("request %d: Peek said allowed %v (%+v), Allow decided %v (%+v)", i+1, p.Allowed, p, v.Allowed, v)
-		case v.Allowed && v.Remaining != p.Remaining-1:
-			t.Errorf("request %d: Peek said %d remaining, Allow left %d", i+1, p.Remaining, v.Remaining)
-		case !v.Allowed && p.Remaining != 0:
-			t.Errorf("request %d: refused, but Peek said %d remaining", i+1, p.Remaining)
+	n.stop(t)
+
+	m := h.nodeOn(t, n.db)
+	now := m.exclusive(t).Now()
+	loaded := m.load(t, now)
+	for key, room := range want {
+		c, ok := loaded[key]
+		if !ok {
+			t.Errorf("after reopening: %s not loaded", key)
+			continue
+		}
+		s := r.Advance(r.Resume(c, now), now)
+		if got := r.Room(s, now); got != room {
+			t.Errorf("after reopening: %s admits %d, want %d (row %+v)", key, got, room, c)
 		}
 	}
 }
 
-// Weights count as that many requests; one heavier than anything the
-// policy allows is an error (413 in the middleware), not a refusal, and
-// counts nothing.
-func testWeights(t *testing.T, h Harness, alg rate.Algorithm) {
-	p := policy{alg: alg, limit: 10, window: time.Hour}
-	if alg == rate.GCRA {
-		p.burst = 4
-	}
-	most := p.most()
+// The store's timeline never runs behind what it has persisted: a row
+// whose window starts ahead of the wall clock (written before the clock
+// was set back) puts Now at or past its start after a reopen, so that a
+// clock set back grants no allowance.
+func testTimeline(t *testing.T, h Harness, alg algorithm.Algorithm) {
+	r := ruleOf(alg, 5, time.Hour, 0)
 	n := h.node(t)
-	l := n.limiter(t, p, "weights")
-	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
-	defer cancel()
-	if _, err := l.AllowN(ctx, "p", most+1); !errors.Is(err, rate.ErrOverLimit) {
-		t.Errorf("AllowN(%d) with %s: %v, want rate.ErrOverLimit", most+1, p, err)
-	}
-	if _, err := l.AllowN(ctx, "p", 0); !errors.Is(err, rate.ErrWeight) {
-		t.Errorf("AllowN(0): %v, want rate.ErrWeight", err)
-	}
-	if v := peek(t, l, "p"); v.Remaining != int64(most) {
-		t.Errorf("after two failed AllowN: %d remaining, want %d (nothing counted)", v.Remaining, most)
-	}
-	if v := allowN(t, l, "p", most-1); !v.Allowed || v.Remaining != 1 {
-		t.Errorf("AllowN(%d) of %d: %+v, want allowed with 1 remaining", most-1, most, v)
-	}
-	if v := allowN(t, l, "p", 2); v.Allowed {
-		t.Errorf("AllowN(2) with 1 remaining: allowed (%+v), want refused", v)
-	}
-	if v := allowN(t, l, "p", 1); !v.Allowed || v.Remaining != 0 {
-		t.Errorf("AllowN(1) with 1 remaining: %+v, want allowed (the refused 2 counted nothing)", v)
-	}
-
-	heavy, err := n.newLimiterWith(p, rate.Options{Name: "heavy", Weight: func(*http.Request) int { return most + 1 }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec := httptest.NewRecorder()
-	heavy.Handler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {})).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
-	if rec.Code != http.StatusRequestEntityTooLarge {
-		t.Errorf("a request of weight %d through the middleware: %d, want 413", most+1, rec.Code)
+	ahead := n.exclusive(t).Now().Add(10 * time.Minute).Truncate(time.Millisecond)
+	s := store.State{Start: ahead, Count: 1}
+	n.save(t, r.Row("rate:timeline:p", s, 1))
+	n.stop(t)
+	m := h.nodeOn(t, n.db)
+	if now := m.exclusive(t).Now(); now.Before(ahead) {
+		t.Errorf("after reopening: Now %v, before the persisted start %v", now, ahead)
 	}
 }
 
-// A second limiter of one Name under another policy is refused while the
-// first counts (in another instance too, on a shared store), and accepted
-// once it has closed.
-func testPolicyConflict(t *testing.T, h Harness, alg rate.Algorithm) {
-	base := policy{alg: alg, limit: 10, window: time.Hour}
-	n := h.node(t)
-	first := n.limiter(t, base, "policy")
-	others := []policy{
-		{alg: alg, limit: 11, window: time.Hour},
-		{alg: alg, limit: 10, window: 2 * time.Hour},
+// A second claim of one Name under another policy is refused while the
+// first holds (in another instance too, on a shared store), and accepted
+// once it is released; another Name is free.
+func testPolicyConflict(t *testing.T, h Harness, alg algorithm.Algorithm) {
+	base := ruleOf(alg, 10, time.Hour, 0)
+	others := []store.Policy{
+		policyOf("policy", ruleOf(alg, 11, time.Hour, 0)),
+		policyOf("policy", ruleOf(alg, 10, 2*time.Hour, 0)),
 	}
-	for _, a := range Algorithms {
-		if a != alg {
-			others = append(others, policy{alg: a, limit: 10, window: time.Hour})
+	if b, err := alg.Rule(10, time.Hour, 5); err == nil {
+		others = append(others, policyOf("policy", b))
+	}
+	for _, a := range algorithm.All() {
+		if a.Name() != alg.Name() {
+			others = append(others, policyOf("policy", ruleOf(a, 10, time.Hour, 0)))
 		}
 	}
-	if alg == rate.GCRA {
-		others = append(others, policy{alg: alg, limit: 10, window: time.Hour, burst: 5})
-	}
+	n := h.node(t)
+	release := n.claim(t, policyOf("policy", base))
 	refuse := func(n *node, where string) {
 		t.Helper()
 		for _, o := range others {
-			_, err := n.newLimiter(o, "policy")
+			rel, err := n.tryClaim(o)
 			switch {
 			case errors.Is(err, store.ErrPolicyConflict):
-			case errors.Is(err, store.ErrAlgorithm) && o.alg != alg:
-				// Refused all the same; the other algorithm's own subtest
-				// fails for the driver's lack of it.
-				t.Logf("%s: %s refused with %v rather than a conflict", where, o, err)
+			case errors.Is(err, store.ErrAlgorithm) && o.Algorithm != alg.Name():
+				// Refused all the same: the driver has no statements for it.
 			default:
-				t.Errorf("%s: a second limiter %q of %s while one of %s counts: %v, want store.ErrPolicyConflict", where, "policy", o, base, err)
+				if rel != nil {
+					rel()
+				}
+				t.Errorf("%s: a second claim of %s while %s holds: %v, want store.ErrPolicyConflict", where, o, policyOf("policy", base), err)
 			}
 		}
 	}
@@ -360,53 +508,13 @@ func testPolicyConflict(t *testing.T, h Harness, alg rate.Algorithm) {
 	if _, ok := n.st.(store.SharedCounters); ok {
 		refuse(h.nodeOn(t, n.db), "another instance")
 	}
-	if _, err := n.newLimiter(others[0], "other-name"); err != nil {
-		t.Errorf("another policy under another name: %v, want accepted", err)
-	}
-	n.closeLimiter(t, first)
-	if _, err := n.newLimiter(others[0], "policy"); err != nil {
-		t.Errorf("another policy once the first limiter closed: %v, want accepted", err)
-	}
+	other := others[0]
+	other.Name = "other-name"
+	n.claim(t, other)
+	release()
+	n.claim(t, others[0])
 }
 
-// Counts survive a clean shutdown: limiters, pool and store closed, the
-// store opened again on the same database.
-func testReopen(t *testing.T, h Harness, alg rate.Algorithm) {
-	const limit, used = 5, 3
-	p := policy{alg: alg, limit: limit, window: time.Hour}
-	n := h.node(t)
-	l := n.limiter(t, p, "reopen")
-	allowAll(t, l, "p", used)
-	allowAll(t, l, "q", limit)
-	n.stop(t)
-
-	m := h.nodeOn(t, n.db)
-	l = m.limiter(t, p, "reopen")
-	if v := peek(t, l, "p"); v.Remaining != limit-used {
-		t.Errorf("after reopening: Peek %+v, want %d remaining (%d of %d counted before the close)", v, limit-used, used, limit)
-	}
-	allowAll(t, l, "p", limit-used)
-	refused(t, l, "p", "past the limit, counting across the reopen")
-	refused(t, l, "q", "a principal that used its limit before the close")
-}
-
-// Two instances on one shared database count one principal at once:
-// exactly the limit is allowed across both.
-func testTwoInstances(t *testing.T, h Harness, alg rate.Algorithm) {
-	const limit, clients = 100, 400
-	a := h.node(t)
-	if _, ok := a.st.(store.SharedCounters); !ok {
-		t.Skipf("%T is an exclusive store: one process per database", a.st)
-	}
-	b := h.nodeOn(t, a.db)
-	p := policy{alg: alg, limit: limit, window: time.Hour}
-	lims := []*rate.Limiter{a.limiter(t, p, "shared"), b.limiter(t, p, "shared")}
-	if got := hitAll(t, lims, "p", clients, one); got != limit {
-		t.Errorf("%d requests at once across two instances, limit %d: %d allowed, want exactly %d", clients, limit, got, limit)
-	}
-	for i, l := range lims {
-		if v := peek(t, l, "p"); v.Remaining != 0 {
-			t.Errorf("instance %d after the limit was used up: %d remaining, want 0", i, v.Remaining)
-		}
-	}
-}
+// sameMS reports whether a and b are one instant at the stores'
+// resolution, a millisecond.
+func sameMS(a, b time.Time) bool { return a.Sub(b).Abs() < time.Millisecond }

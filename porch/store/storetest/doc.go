@@ -1,15 +1,21 @@
 // Package storetest is the conformance suite every store driver's rate
 // counters pass: a driver's tests call [TestCounters] with a [Harness]
-// that opens its stores, and the suite drives real rate limiters
-// (porch/rate) over them, for every algorithm (fixed, sliding, GCRA).
+// that opens its stores, and the suite drives the store's counting
+// interfaces directly, with the rules of every algorithm porch counts
+// with (fixed, sliding, GCRA). It imports no middleware.
 //
-// It checks what a limiter promises and a driver makes true or breaks:
-// exact counts under parallel hits, plain and weighted; the window and
-// emission arithmetic at a window's edge, on the store's clock; Reset,
-// Peek and a Set's take-back; policy conflicts; counts that survive a
-// clean close and reopen; and, for a store several processes share
-// ([store.SharedCounters]), an exact limit across two instances on one
-// database.
+// For a store that decides every hit ([store.SharedCounters]) it checks
+// exact counts under parallel hits, plain and weighted, and across two
+// instances on one database; that each hit at a window's edge is decided
+// as the rule decides, on the store's clock; ResetHit, TakeBack (and its
+// order before a later hit), PeekHit and weights; and counts that survive
+// a close and reopen. For a store whose process is its counters' only
+// writer ([store.ExclusiveCounters]) it checks that rows written through
+// from many goroutines load back as each key's newest, that a row loads
+// until it ends and not after, that a limiter's state resumes after a
+// reopen as it was, and that the store's timeline never runs behind a
+// persisted window. For both, that ClaimPolicy refuses a second policy of
+// one name while the first holds.
 //
 // A driver wires it in a few lines. SQLite's, in porch/store/sqlite:
 //
@@ -28,13 +34,13 @@
 //
 // A shared store's DB names one database both instances open (for
 // PostgreSQL, pgtest.DSN(t): a fresh schema). The suite closes every store
-// it opens, after its limiters and pool, as porch.App does. The package's
-// own test runs the suite over a store.SharedCounters kept in memory
-// (memory_test.go): the least a shared driver must do, and a reference for
-// what AddHit owes the rule.
+// it opens. A shared driver that has no statements for an algorithm
+// answers store.ErrAlgorithm, and the suite skips that algorithm for it.
+// The package's own test runs the suite over a store.SharedCounters kept
+// in memory (memory_test.go): the least a shared driver must do, and a
+// reference for what AddHit owes the rule.
 //
-// The windows are short (a second at most), so the suite takes a few
-// seconds of wall time per algorithm; its timing margins are wide enough
-// for a loaded machine. Keep it out of t.Parallel with other timing tests
-// on a small machine.
+// The windows are short (a fraction of a second), so the suite takes
+// about a second of wall time per algorithm; its timing margins are wide
+// enough for a loaded machine.
 package storetest

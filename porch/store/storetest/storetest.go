@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
-	"github.com/writeonce/porch-go/porch"
-	"github.com/writeonce/porch-go/porch/rate"
+	"github.com/writeonce/porch-go/porch/internal/algorithm"
 	"github.com/writeonce/porch-go/porch/store"
 )
 
@@ -28,38 +28,55 @@ type Harness struct {
 	Open func(t *testing.T, db string) store.Counters
 }
 
-// Algorithms are the algorithms the suite runs, every one for every
-// driver: a driver that lacks one fails its subtest.
-var Algorithms = []rate.Algorithm{rate.FixedWindow, rate.SlidingWindow, rate.GCRA}
-
-// callTimeout bounds each call the suite makes of a limiter or a store, so
-// that a driver that never answers fails the test instead of hanging it.
+// callTimeout bounds each call the suite makes of a store, so that a
+// driver that never answers fails the test instead of hanging it.
 const callTimeout = 20 * time.Second
 
-// TestCounters runs the conformance suite over h's stores: a subtest per
-// algorithm, each with a subtest per property (see the package doc).
-func TestCounters(t *testing.T, h Harness) {
+// TestCounters runs the conformance suite over h's stores for each of
+// algs, or, when none is given, for every algorithm porch counts with: a
+// subtest per algorithm, each with a subtest per property (see the
+// package doc). A shared store that has no statements for an algorithm
+// (its ClaimPolicy or AddHit fails with store.ErrAlgorithm) skips it.
+func TestCounters(t *testing.T, h Harness, algs ...algorithm.Algorithm) {
 	if h.DB == nil || h.Open == nil {
 		t.Fatal("storetest: Harness needs DB and Open")
 	}
+	if len(algs) == 0 {
+		algs = algorithm.All()
+	}
 	t.Run("Kind", func(t *testing.T) { testKind(t, h) })
-	for _, alg := range Algorithms {
-		t.Run(alg.String(), func(t *testing.T) {
-			// One probe first: a driver without the algorithm fails here
-			// once, clearly, rather than in every subtest.
+	for _, alg := range algs {
+		t.Run(alg.Name(), func(t *testing.T) {
 			n := h.node(t)
-			if _, err := n.newLimiter(policy{alg: alg, limit: 1, window: time.Hour}, "probe"); err != nil {
-				if errors.Is(err, store.ErrAlgorithm) {
-					t.Fatalf("the driver does not implement %s: rate.New: %v", alg, err)
+			cases := exclusiveCases
+			if _, ok := n.st.(store.SharedCounters); ok {
+				cases = sharedCases
+				if err := probe(n, alg); errors.Is(err, store.ErrAlgorithm) {
+					t.Skipf("the driver has no statements for %s: %v", alg.Name(), err)
+				} else if err != nil {
+					t.Fatalf("probe %s: %v", alg.Name(), err)
 				}
-				t.Fatalf("rate.New: %v", err)
 			}
 			n.stop(t)
-			for _, c := range cases {
+			for _, c := range append(cases, commonCases...) {
 				t.Run(c.name, func(t *testing.T) { c.run(t, h, alg) })
 			}
 		})
 	}
+}
+
+// probe asks a shared store to claim and count one hit under alg.
+func probe(n *node, alg algorithm.Algorithm) error {
+	r := ruleOf(alg, 1, time.Hour, 0)
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	release, err := n.st.ClaimPolicy(ctx, policyOf("probe", r))
+	if err != nil {
+		return err
+	}
+	defer release()
+	_, err = n.addHit("probe", r, 1)
+	return err
 }
 
 // testKind checks that the store offers exactly one way of counting.
@@ -72,99 +89,43 @@ func testKind(t *testing.T, h Harness) {
 	}
 }
 
-// node is one process's side of a database: a store, a pool of actors,
-// and the limiters built on them.
+// ruleOf is alg's rule of limit per window with burst; it panics on a
+// policy alg refuses, which is the suite's mistake.
+func ruleOf(alg algorithm.Algorithm, limit int64, window time.Duration, burst int64) algorithm.Rule {
+	return algorithm.MustRule(alg, limit, window, burst)
+}
+
+// policyOf is the policy a limiter named name records for r.
+func policyOf(name string, r algorithm.Rule) store.Policy {
+	return store.Policy{Name: name, Limit: r.Limit(), Window: r.Window(), Algorithm: r.Algorithm(), Burst: r.Burst()}
+}
+
+// node is one process's side of a database: a store and the claims made
+// in it.
 type node struct {
 	db      string
 	st      store.Counters
-	pool    *porch.Pool
-	lims    []*rate.Limiter
 	stopped bool
 }
 
 // node opens a store on a fresh database.
 func (h Harness) node(t *testing.T) *node { return h.nodeOn(t, h.DB(t)) }
 
-// nodeOn opens a store on db and starts a pool; both close at t's end
-// unless stop has closed them.
+// nodeOn opens a store on db; it closes at t's end unless stop has closed
+// it.
 func (h Harness) nodeOn(t *testing.T, db string) *node {
 	t.Helper()
 	st := h.Open(t, db)
 	if st == nil {
 		t.Fatal("storetest: Harness.Open returned a nil store")
 	}
-	n := &node{db: db, st: st, pool: porch.NewPool(porch.PoolOptions{})}
+	n := &node{db: db, st: st}
 	t.Cleanup(func() { n.stop(t) })
 	return n
 }
 
-// policy is a limiter's policy under test.
-type policy struct {
-	alg    rate.Algorithm
-	limit  int
-	window time.Duration
-	burst  int // GCRA only; 0 is the limit
-}
-
-func (p policy) String() string {
-	return fmt.Sprintf("%s %d per %s, burst %d", p.alg, p.limit, p.window, p.burst)
-}
-
-// most is the heaviest request p can ever allow.
-func (p policy) most() int {
-	if p.burst > 0 {
-		return p.burst
-	}
-	return p.limit
-}
-
-// newLimiter builds a limiter of p named name on n, returning rate.New's
-// error; n closes it.
-func (n *node) newLimiter(p policy, name string) (*rate.Limiter, error) {
-	return n.newLimiterWith(p, rate.Options{Name: name})
-}
-
-// newLimiterWith is newLimiter with more options; p sets Algorithm and
-// Burst.
-func (n *node) newLimiterWith(p policy, opt rate.Options) (*rate.Limiter, error) {
-	opt.Algorithm, opt.Burst = p.alg, p.burst
-	l, err := rate.New(n.pool, n.st, p.limit, p.window, opt)
-	if err != nil {
-		return nil, err
-	}
-	n.lims = append(n.lims, l)
-	return l, nil
-}
-
-// limiter is newLimiter that fails t on error.
-func (n *node) limiter(t *testing.T, p policy, name string) *rate.Limiter {
-	t.Helper()
-	l, err := n.newLimiter(p, name)
-	if err != nil {
-		t.Fatalf("rate.New(%s, %q): %v", p, name, err)
-	}
-	return l
-}
-
-// closeLimiter closes l before n stops, failing t on error.
-func (n *node) closeLimiter(t *testing.T, l *rate.Limiter) {
-	t.Helper()
-	for i, m := range n.lims {
-		if m == l {
-			n.lims = append(n.lims[:i], n.lims[i+1:]...)
-			break
-		}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
-	defer cancel()
-	if err := l.Close(ctx); err != nil {
-		t.Fatalf("close limiter: %v", err)
-	}
-}
-
-// stop shuts n down cleanly, as porch.App does: limiters (which leave
-// exact counts behind), then the pool, then the store. It is safe to call
-// twice.
+// stop closes n's store, which writes what it has queued. It is safe to
+// call twice.
 func (n *node) stop(t *testing.T) {
 	t.Helper()
 	if n.stopped {
@@ -173,78 +134,183 @@ func (n *node) stop(t *testing.T) {
 	n.stopped = true
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
-	for _, l := range n.lims {
-		if err := l.Close(ctx); err != nil {
-			t.Errorf("close limiter: %v", err)
-		}
-	}
-	if err := n.pool.Close(ctx); err != nil {
-		t.Errorf("close pool: %v", err)
-	}
 	if err := n.st.Close(ctx); err != nil {
 		t.Errorf("close store: %v", err)
 	}
 }
 
-// allowN counts a request of weight w for principal, failing t on error.
-func allowN(t *testing.T, l *rate.Limiter, principal string, w int) rate.Verdict {
+func (n *node) shared(t *testing.T) store.SharedCounters {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
-	defer cancel()
-	v, err := l.AllowN(ctx, principal, w)
+	s, ok := n.st.(store.SharedCounters)
+	if !ok {
+		t.Fatalf("%T is not a store.SharedCounters", n.st)
+	}
+	return s
+}
+
+func (n *node) exclusive(t *testing.T) store.ExclusiveCounters {
+	t.Helper()
+	s, ok := n.st.(store.ExclusiveCounters)
+	if !ok {
+		t.Fatalf("%T is not a store.ExclusiveCounters", n.st)
+	}
+	return s
+}
+
+// claim claims p in n's store, failing t on error; the claim is released
+// when the test ends.
+func (n *node) claim(t *testing.T, p store.Policy) func() {
+	t.Helper()
+	release, err := n.tryClaim(p)
 	if err != nil {
-		t.Fatalf("AllowN(%q, %d): %v", principal, w, err)
+		t.Fatalf("ClaimPolicy(%s): %v", p, err)
 	}
-	return v
+	t.Cleanup(release)
+	return release
 }
 
-func allow(t *testing.T, l *rate.Limiter, principal string) rate.Verdict {
-	t.Helper()
-	return allowN(t, l, principal, 1)
-}
-
-func peek(t *testing.T, l *rate.Limiter, principal string) rate.Verdict {
-	t.Helper()
+func (n *node) tryClaim(p store.Policy) (func(), error) {
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
-	v, err := l.Peek(ctx, principal)
+	return n.st.ClaimPolicy(ctx, p)
+}
+
+// wait runs one asynchronous call of a store, which calls done, and waits
+// for done under callTimeout.
+func wait[T any](call func(done func(T, error)) error) (T, error) {
+	type answer struct {
+		v   T
+		err error
+	}
+	ch := make(chan answer, 1)
+	var zero T
+	if err := call(func(v T, err error) { ch <- answer{v, err} }); err != nil {
+		return zero, err
+	}
+	select {
+	case a := <-ch:
+		return a.v, a.err
+	case <-time.After(callTimeout):
+		return zero, fmt.Errorf("storetest: no answer within %s", callTimeout)
+	}
+}
+
+// wait0 is wait for a call whose done carries only an error.
+func wait0(call func(done func(error)) error) error {
+	_, err := wait(func(done func(struct{}, error)) error {
+		return call(func(err error) { done(struct{}{}, err) })
+	})
+	return err
+}
+
+func (n *node) addHit(key string, r store.Rule, w int64) (store.Hit, error) {
+	s := n.st.(store.SharedCounters)
+	return wait(func(done func(store.Hit, error)) error { return s.AddHit(key, r, w, done) })
+}
+
+// hit is addHit that fails t on error.
+func (n *node) hit(t *testing.T, key string, r store.Rule, w int64) store.Hit {
+	t.Helper()
+	h, err := n.addHit(key, r, w)
 	if err != nil {
-		t.Fatalf("Peek(%q): %v", principal, err)
+		t.Fatalf("AddHit(%q, %d): %v", key, w, err)
 	}
-	return v
+	return h
 }
 
-func reset(t *testing.T, l *rate.Limiter, principal string) {
+func (n *node) peek(t *testing.T, key string, r store.Rule) store.Hit {
+	t.Helper()
+	s := n.shared(t)
+	h, err := wait(func(done func(store.Hit, error)) error { return s.PeekHit(key, r, done) })
+	if err != nil {
+		t.Fatalf("PeekHit(%q): %v", key, err)
+	}
+	return h
+}
+
+// room is what key admits now, by the store's own reading of it.
+func (n *node) room(t *testing.T, key string, r store.Rule) int64 {
+	t.Helper()
+	h := n.peek(t, key, r)
+	return r.Room(h.State, h.Now)
+}
+
+func (n *node) reset(t *testing.T, key string) {
+	t.Helper()
+	s := n.shared(t)
+	if err := wait0(func(done func(error)) error { return s.ResetHit(key, done) }); err != nil {
+		t.Fatalf("ResetHit(%q): %v", key, err)
+	}
+}
+
+func (n *node) takeBack(t *testing.T, key string, start time.Time, w int64) {
+	t.Helper()
+	s := n.shared(t)
+	if err := wait0(func(done func(error)) error { return s.TakeBack(key, start, w, done) }); err != nil {
+		t.Fatalf("TakeBack(%q, %d): %v", key, w, err)
+	}
+}
+
+// hitAll has clients goroutines, released together, each count one hit of
+// weight(i) for key on nodes[i%len(nodes)]; it returns the sum of the
+// weights allowed. An error fails t.
+func hitAll(t *testing.T, nodes []*node, key string, r store.Rule, clients int, weight func(i int) int64) int64 {
+	t.Helper()
+	var (
+		mu    sync.Mutex
+		sum   int64
+		wg    sync.WaitGroup
+		start = make(chan struct{})
+	)
+	for i := range clients {
+		n, w := nodes[i%len(nodes)], weight(i)
+		wg.Go(func() {
+			<-start
+			h, err := n.addHit(key, r, w)
+			if err != nil {
+				t.Errorf("AddHit(%q, %d): %v", key, w, err)
+				return
+			}
+			if h.Allowed {
+				mu.Lock()
+				sum += w
+				mu.Unlock()
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	return sum
+}
+
+func one(int) int64 { return 1 }
+
+// load reads the counters of n's exclusive store still open at now, by
+// key; a key read twice fails t.
+func (n *node) load(t *testing.T, now time.Time) map[string]store.Counter {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
-	if err := l.Reset(ctx, principal); err != nil {
-		t.Fatalf("Reset(%q): %v", principal, err)
-	}
-}
-
-// allowed counts want requests of principal, each of which must be
-// allowed.
-func allowAll(t *testing.T, l *rate.Limiter, principal string, want int) {
-	t.Helper()
-	for i := range want {
-		if v := allow(t, l, principal); !v.Allowed {
-			t.Fatalf("request %d of %d: refused (%+v), want allowed", i+1, want, v)
+	rows := map[string]store.Counter{}
+	err := n.exclusive(t).LoadCounters(ctx, now, func(c store.Counter) {
+		if _, dup := rows[c.Key]; dup {
+			t.Errorf("LoadCounters read key %q twice", c.Key)
 		}
+		rows[c.Key] = c
+	})
+	if err != nil {
+		t.Fatalf("LoadCounters: %v", err)
 	}
+	return rows
 }
 
-// refused counts one request of principal, which must be refused.
-func refused(t *testing.T, l *rate.Limiter, principal, why string) rate.Verdict {
+// save writes c through n's exclusive store and waits for its commit.
+func (n *node) save(t *testing.T, c store.Counter) {
 	t.Helper()
-	v := allow(t, l, principal)
-	if v.Allowed {
-		t.Fatalf("%s: allowed (%+v), want refused", why, v)
+	s := n.exclusive(t)
+	if err := wait0(func(done func(error)) error { return s.SaveCounter(c, done) }); err != nil {
+		t.Fatalf("SaveCounter(%+v): %v", c, err)
 	}
-	if v.RetryAt.IsZero() {
-		t.Errorf("%s: refusal without RetryAt", why)
-	}
-	return v
 }
 
 // sleepUntil waits for the wall clock to reach at: time a window must

@@ -1,4 +1,4 @@
-package rate
+package algorithm
 
 import (
 	"math/rand/v2"
@@ -8,8 +8,10 @@ import (
 	"github.com/writeonce/porch-go/porch/store"
 )
 
+var t0 = time.Date(2026, 8, 29, 12, 0, 0, 0, time.UTC)
+
 // admit counts n at now under r as a limiter does, if it fits.
-func admit(r rule, s store.State, now time.Time, n int64) (store.State, bool) {
+func admit(r Rule, s store.State, now time.Time, n int64) (store.State, bool) {
 	s = r.Advance(s, now)
 	if n > r.Room(s, now) {
 		return s, false
@@ -20,7 +22,7 @@ func admit(r rule, s store.State, now time.Time, n int64) (store.State, bool) {
 
 // servedIn replays arrivals (offsets from t0, weight 1) under r and returns
 // how many were allowed.
-func servedIn(r rule, at []time.Duration) int {
+func servedIn(r Rule, at []time.Duration) int {
 	var s store.State
 	served := 0
 	for _, d := range at {
@@ -78,7 +80,7 @@ func TestBoundaryBurst(t *testing.T) {
 func TestNoWindowHoldsMoreThanAllowed(t *testing.T) {
 	const n, w = 20, time.Second
 	rules := map[string]struct {
-		r   rule
+		r   Rule
 		max int
 	}{
 		"fixed":   {fixedRule{limit: n, window: w}, 2 * n},
@@ -116,7 +118,7 @@ func TestNoWindowHoldsMoreThanAllowed(t *testing.T) {
 func TestRetryInIsWhenItFits(t *testing.T) {
 	const n, w = 7, 3 * time.Second
 	rng := rand.New(rand.NewPCG(3, 4))
-	for name, r := range map[string]rule{
+	for name, r := range map[string]Rule{
 		"fixed":   fixedRule{limit: n, window: w},
 		"sliding": slidingRule{limit: n, window: w},
 		"gcra":    newGCRA(n, w, 3),
@@ -127,14 +129,14 @@ func TestRetryInIsWhenItFits(t *testing.T) {
 			now := t0
 			for i := 0; i < 60; i++ {
 				now = now.Add(time.Duration(rng.IntN(int(400 * time.Millisecond))))
-				weight := int64(1 + rng.IntN(int(r.most())))
+				weight := int64(1 + rng.IntN(int(r.Most())))
 				next, ok := admit(r, s, now, weight)
 				if ok {
 					s = next
 					continue
 				}
 				s = next
-				at := now.Add(r.retryIn(s, now, weight))
+				at := now.Add(r.RetryIn(s, now, weight))
 				if _, ok := admit(r, s, at, weight); !ok {
 					t.Fatalf("%s: weight %d refused at %v, retryIn said it fits then (state %+v)", name, weight, at.Sub(t0), s)
 				}
@@ -167,7 +169,7 @@ func TestGCRARetryIsOneInterval(t *testing.T) {
 	if ok {
 		t.Fatal("the 11th request at once was allowed")
 	}
-	if got := r.retryIn(s, t0, 1); got != time.Second {
+	if got := r.RetryIn(s, t0, 1); got != time.Second {
 		t.Errorf("retryIn = %v, want one interval (1s)", got)
 	}
 }
@@ -175,7 +177,7 @@ func TestGCRARetryIsOneInterval(t *testing.T) {
 // A state written, stored to the millisecond and loaded back never holds
 // back less than the one in memory: a restart grants nothing.
 func TestStoredStateHoldsBackNoLess(t *testing.T) {
-	for name, r := range map[string]rule{
+	for name, r := range map[string]Rule{
 		"sliding": slidingRule{limit: 1000, window: time.Second},
 		"gcra":    newGCRA(5000, time.Second, 0), // a 200µs interval, below the store's resolution
 	} {
@@ -184,7 +186,7 @@ func TestStoredStateHoldsBackNoLess(t *testing.T) {
 		for i := 0; i < 40; i++ {
 			s, _ = admit(r, s, now, 1)
 		}
-		stored := store.State{Start: ceilMS(s.Start), Count: s.Count, Prev: s.Prev}
+		stored := store.State{Start: CeilMS(s.Start), Count: s.Count, Prev: s.Prev}
 		loaded := store.State{Start: time.UnixMilli(stored.Start.UnixMilli()), Count: stored.Count, Prev: stored.Prev}
 		for d := time.Duration(0); d < 2*time.Second; d += 7 * time.Millisecond {
 			at := now.Add(d)
