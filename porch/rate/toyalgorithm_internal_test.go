@@ -12,6 +12,7 @@ import (
 	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/internal/algorithm"
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/memory"
 	"github.com/writeonce/porch-go/porch/store/postgres"
 	"github.com/writeonce/porch-go/porch/store/redis"
 	"github.com/writeonce/porch-go/porch/store/sqlite"
@@ -108,7 +109,17 @@ func TestToyAlgorithmCountersSuite(t *testing.T) {
 				return st
 			},
 		}},
-		// The memory store (porch/store/memory) takes its row here.
+		{"memory", storetest.Harness{
+			DB: func(t *testing.T) string { return t.Name() },
+			Open: func(t *testing.T, _ string) store.Counters {
+				st, err := memory.Open()
+				if err != nil {
+					t.Fatalf("memory.Open: %v", err)
+				}
+				return st
+			},
+			Forgets: true,
+		}},
 		{"PostgreSQL", storetest.Harness{
 			DB: func(t *testing.T) string { return pgtest.DSN(t) },
 			Open: func(t *testing.T, dsn string) store.Counters {

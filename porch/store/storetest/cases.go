@@ -286,6 +286,7 @@ func testWeights(t *testing.T, h Harness, alg algorithm.Algorithm) {
 // A shared store's counts survive its close: a store opened again on the
 // database finds them.
 func testReopenShared(t *testing.T, h Harness, alg algorithm.Algorithm) {
+	h.reopens(t)
 	r := ruleOf(alg, 5, time.Hour, 0)
 	n := h.node(t)
 	release := n.claim(t, policyOf("reopen", r))
@@ -383,6 +384,9 @@ func testNewestWins(t *testing.T, h Harness, alg algorithm.Algorithm) {
 	}
 	now = st.Now()
 	check("open store", now, n.load(t, now))
+	if h.Forgets {
+		return
+	}
 	n.stop(t)
 	m := h.nodeOn(t, n.db)
 	now = m.exclusive(t).Now()
@@ -417,6 +421,7 @@ func testExpires(t *testing.T, h Harness, alg algorithm.Algorithm) {
 // loaded back, resumed under the same rule, admit what the state in memory
 // admitted, for a key part-used and one used up.
 func testReopenExclusive(t *testing.T, h Harness, alg algorithm.Algorithm) {
+	h.reopens(t)
 	r := ruleOf(alg, 5, time.Hour, 0)
 	n := h.node(t)
 	st := n.exclusive(t)
@@ -457,6 +462,7 @@ func testReopenExclusive(t *testing.T, h Harness, alg algorithm.Algorithm) {
 // was set back) puts Now at or past its start after a reopen, so that a
 // clock set back grants no allowance.
 func testTimeline(t *testing.T, h Harness, alg algorithm.Algorithm) {
+	h.reopens(t)
 	r := ruleOf(alg, 5, time.Hour, 0)
 	n := h.node(t)
 	ahead := n.exclusive(t).Now().Add(10 * time.Minute).Truncate(time.Millisecond)

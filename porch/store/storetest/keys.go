@@ -29,6 +29,9 @@ type KeysHarness struct {
 	// that an owner's Exec commits with its Save and never without it. A
 	// store that runs no SQL leaves it nil.
 	Writes func(t *testing.T, st store.Keys) (count func(note string) int)
+	// Forgets says the store keeps nothing once closed (an in-memory
+	// store): the cases that restart it skip, or stop before the restart.
+	Forgets bool
 }
 
 // keysCases are the properties of store.Keys the suite checks.
