@@ -21,8 +21,11 @@ const LeaseIdle = 100 * time.Millisecond
 // needed, and how many of those counted hits this process has not yet
 // answered. A hit that finds one answers from memory, without a round trip;
 // the store already counted it, durably, before the lease was handed out,
-// so no answer runs ahead of its write. Each shard's map is touched only by
-// its actor.
+// so no answer runs ahead of its write. The store also holds them
+// (store.Lease) until they are settled or given back, so that a reset on
+// any instance, which this one hears nothing of, keeps them counted: an
+// answer from memory after it is counted in its window too. Each shard's
+// map is touched only by its actor.
 type leases struct {
 	l        *Limiter
 	st       store.SharedCounters
@@ -64,6 +67,15 @@ type leaseShard struct {
 type lease struct {
 	start  time.Time // the epoch its hits were counted in, on the store's clock
 	tokens int64     // hits counted in that epoch and not yet answered
+	// answered is the tokens answered since the store last heard of
+	// them: it still holds them, until a trip or a give-back settles them
+	// (store.Lease.Settled).
+	answered int64
+	// adopted is hits counted in start outside the lease and given back
+	// into it (giveBack): not answered until the store holds them, which
+	// the key's next trip asks (store.Lease.Adopted), else a reset would
+	// not keep them counted.
+	adopted int64
 	// until is when, on the local clock, the tokens stop answering: the
 	// epoch's end less a margin (see cutoff); end is the epoch's end, no
 	// later than the store's. The sweeper gives back tokens past until
@@ -163,6 +175,7 @@ func (c *leases) take(shard int, key string, n int64, now time.Time) (Verdict, t
 		return Verdict{}, time.Time{}, false
 	}
 	e.tokens -= n
+	e.answered += n
 	v := e.v
 	v.Allowed, v.RetryAt = true, time.Time{}
 	v.Remaining = min(max(e.room+e.tokens, 0), v.Limit)
@@ -182,48 +195,69 @@ func (c *leases) wait(shard int, cl *call) bool {
 
 // ask runs on shard's actor before a hit of weight n to key goes to the
 // store: how many hits more the trip should count, to hold as the key's
-// lease, and the lease's generation to hand back with the answer. A key's
-// first trip asks for none; it is only remembered, so that its next trip,
-// if it comes before LeaseIdle, asks for some. Tokens too few for n are
-// given back first, ordered before the trip, so that the store has room
-// for all of n: a weighted request is never refused for hits this process
-// holds itself.
-func (c *leases) ask(shard int, key string, n int64, now time.Time) (extra int64, gen uint64) {
+// lease (in the lease it returns, Held), and the lease's generation to
+// hand back with the answer. A key's first trip asks for none; it is only
+// remembered, so that its next trip, if it comes before LeaseIdle, asks
+// for some. Tokens too few for n, or past their until, are given back
+// first, ordered before the trip, so that the store has room for all of
+// n: a weighted request is never refused for hits this process holds
+// itself; so are adopted hits then. Otherwise the trip settles the
+// answered tokens and asks the store to hold the adopted hits.
+func (c *leases) ask(shard int, key string, n int64, now time.Time) (store.Lease, uint64) {
 	s := &c.shards[shard]
 	if c.closing.Load() {
-		return 0, 0
+		return store.Lease{}, 0
 	}
 	e := s.m[key]
 	if e == nil {
 		s.nextGen++
 		s.m[key] = &lease{used: now, size: 1, gen: s.nextGen}
-		return 0, s.nextGen
+		return store.Lease{}, s.nextGen
 	}
 	e.used = now
-	if e.tokens > 0 && now.Before(e.until) {
-		c.giveToStore(shard, key, e.start, e.tokens, c.l.takeBackDone)
-		e.room += e.tokens
-		e.tokens = 0
+	live := now.Before(e.until)
+	if e.tokens > 0 || e.adopted > 0 && !live {
+		if live {
+			e.room += e.tokens + e.adopted
+		}
+		c.giveAllToStore(shard, key, e)
 	}
-	if e.asking || e.v.Limit == 0 {
-		return 0, e.gen
+	ls := store.Lease{Settled: e.answered, Start: e.start}
+	e.answered = 0 // the trip settles them
+	if !e.asking && e.v.Limit > 0 {
+		ls.Held = max(min(e.size, c.most, (e.room-n)/2), 0)
 	}
-	extra = min(e.size, c.most, (e.room-n)/2)
-	if extra <= 0 {
-		return 0, e.gen
+	if ls.Held == 0 {
+		// No lease to land with: adopted hits go back, ordered before
+		// the trip, as tokens too few for n do.
+		if e.adopted > 0 && !e.asking {
+			e.room += e.adopted
+			c.giveAllToStore(shard, key, e)
+		}
+		return ls, e.gen
 	}
+	// Asked for with the lease, so that one trip at a time asks for them;
+	// they are tokens once it lands, if the store holds them.
+	ls.Adopted = e.adopted
 	e.asking = true
 	c.inflight.Add(1)
-	return extra, e.gen
+	return ls, e.gen
 }
 
-// unask runs on shard's actor when a trip that asked for a lease could not
-// be queued: no trip is in flight, and no hit waits for one.
-func (c *leases) unask(shard int, key string) {
-	if e := c.shards[shard].m[key]; e != nil {
-		e.asking = false
+// unask runs on shard's actor when a trip from ask (ls) could not be
+// queued: no trip is in flight, no hit waits for one, and the answered
+// hits it was to settle are still to settle.
+func (c *leases) unask(shard int, key string, ls store.Lease) {
+	e := c.shards[shard].m[key]
+	if e != nil && e.start.Equal(ls.Start) {
+		e.answered += ls.Settled
 	}
-	c.inflight.Add(-1)
+	if ls.Held > 0 {
+		if e != nil {
+			e.asking = false
+		}
+		c.inflight.Add(-1)
+	}
 }
 
 // answered runs on the store's callback for a trip that asked for extra
@@ -234,7 +268,8 @@ func (c *leases) unask(shard int, key string) {
 // epoch had left then is no later than its end. retry, if not nil, is the
 // trip's own call, refused only because the lease did not fit: it is
 // decided again, first of the key's waiting hits, without a lease.
-func (c *leases) answered(shard int, key string, extra int64, gen uint64, sent time.Time, h *store.Hit, v Verdict, retry *call) {
+func (c *leases) answered(shard int, key string, ls store.Lease, gen uint64, sent time.Time, h *store.Hit, v Verdict, retry *call) {
+	extra := ls.Held
 	var end time.Time
 	var room int64
 	var start time.Time
@@ -249,14 +284,17 @@ func (c *leases) answered(shard int, key string, extra int64, gen uint64, sent t
 			defer c.inflight.Add(-1)
 		}
 		e := c.shards[shard].m[key]
+		if ls.Adopted > 0 {
+			c.adopt(shard, key, e, ls, gen, h)
+		}
 		if e == nil || e.gen != gen {
-			// Forgotten, reset or closed meanwhile. A reset wiped the
-			// lease's hits, and a take-back into an epoch that has ended
-			// changes nothing (store.SharedCounters.TakeBack), so they
-			// can go back either way: otherwise they would stay counted
-			// and never be answered.
+			// Forgotten, reset or closed meanwhile: the lease's hits go
+			// back, whether the store counts them in the window they
+			// were counted in, or in one a reset started since, which
+			// keeps them counted (store.SharedCounters.GiveBack);
+			// otherwise they would stay counted and never be answered.
 			if allowed && extra > 0 {
-				c.giveToStore(shard, key, start, extra, c.returned())
+				c.giveToStore(shard, key, store.Lease{Held: extra, Start: start}, c.returned())
 			}
 			if retry != nil {
 				c.hit(shard, retry)
@@ -283,19 +321,21 @@ func (c *leases) answered(shard int, key string, extra int64, gen uint64, sent t
 			if !until.After(time.Now()) {
 				// Too late in its epoch to answer anything: back to the
 				// store while the epoch still counts them.
-				c.giveToStore(shard, key, start, extra, c.l.takeBackDone)
+				c.giveToStore(shard, key, store.Lease{Held: extra, Start: start}, c.l.takeBackDone)
 				e.room += extra
 				break
 			}
-			if !e.start.Equal(start) {
-				e.tokens = 0 // an older epoch's: it has ended
+			if !e.start.Equal(start) && (e.tokens > 0 || e.answered > 0) {
+				// An older epoch's, past its until: back to the store,
+				// which applies them if a reset carried them over.
+				c.giveAllToStore(shard, key, e)
 			}
 			e.start, e.until, e.end = start, until, end
 			e.tokens += extra
 			if over := e.tokens - c.most; over > 0 {
-				// Hits given back while the trip was out (giveBack)
-				// filled the lease: never hold more than Lease.
-				c.giveToStore(shard, key, start, over, c.l.takeBackDone)
+				// Hits adopted while the trip was out filled the lease:
+				// never hold more than Lease.
+				c.giveToStore(shard, key, store.Lease{Held: over, Start: start}, c.l.takeBackDone)
 				e.tokens -= over
 				e.room += over
 			}
@@ -304,6 +344,32 @@ func (c *leases) answered(shard int, key string, extra int64, gen uint64, sent t
 			e.size = max(e.size, 1)
 		}
 	})
+}
+
+// adopt runs on shard's actor when a trip that asked the store to hold
+// adopted hits (ls.Adopted) is answered (h; nil if it failed): the store
+// holds them if the trip's epoch is theirs, and they are then e's tokens,
+// or go back as a lease's hits if e is no longer the lease that adopted
+// them. Otherwise a reset or their window's end has cleared them, or, for
+// a failed trip, they go back as plain counted hits: if the store did
+// hold them, it keeps holding them, the safe side.
+func (c *leases) adopt(shard int, key string, e *lease, ls store.Lease, gen uint64, h *store.Hit) {
+	mine := e != nil && e.gen == gen
+	if mine {
+		e.adopted -= ls.Adopted
+	}
+	switch {
+	case h == nil:
+		done := c.returned()
+		if err := c.st.TakeBack(key, ls.Start, ls.Adopted, done); err != nil {
+			done(err)
+		}
+	case !h.State.Start.Equal(ls.Start):
+	case mine && e.start.Equal(ls.Start):
+		e.tokens += ls.Adopted
+	default:
+		c.giveToStore(shard, key, store.Lease{Held: ls.Adopted, Start: ls.Start}, c.returned())
+	}
 }
 
 // returned is the callback for hits given back to the store: during close,
@@ -339,38 +405,41 @@ func (c *leases) redo(shard int, e *lease) {
 
 // giveBack runs on shard's actor for a hit of weight n that was counted in
 // the epoch start and is given back: into the key's lease, if it holds that
-// epoch still and has room under Lease, without a round trip.
+// epoch still and has room under Lease, without a round trip. It is
+// adopted, not yet a token: the key's next trip asks the store to hold it
+// (see lease.adopted).
 func (c *leases) giveBack(shard int, key string, start time.Time, n int64, now time.Time) bool {
 	e := c.shards[shard].m[key]
-	if e == nil || !e.start.Equal(start) || !now.Before(e.until) || e.tokens+n > c.most {
+	if e == nil || !e.start.Equal(start) || !now.Before(e.until) || e.tokens+e.adopted+n > c.most {
 		return false
 	}
-	e.tokens += n
+	e.adopted += n
 	return true
 }
 
-// held runs on shard's actor: the hits key's lease holds at now, which a
-// peek adds to what the store has left.
+// held runs on shard's actor: the hits key's lease holds at now, adopted
+// ones included, which a peek adds to what the store has left.
 func (c *leases) held(shard int, key string, now time.Time) int64 {
 	if e := c.shards[shard].m[key]; e != nil && now.Before(e.until) {
-		return e.tokens
+		return e.tokens + e.adopted
 	}
 	return 0
 }
 
-// drop runs on shard's actor when key is reset: its lease was counted
-// before the reset, which the store has wiped, so its hits are not
-// answered, and no hit counted before it is given back into the new
-// lease; a lease still on its way is given back to the store when it
-// arrives, into an epoch that has ended. It returns the hits that waited
-// for that lease: the caller decides them once the reset is queued, so
-// that they count after it.
+// drop runs on shard's actor when key is reset: its lease's hits go back
+// to the store, ahead of the reset, which would otherwise keep them
+// counted as held (store.SharedCounters.ResetHit), and no hit counted
+// before it is given back into the new lease; a lease still on its way is
+// given back to the store when it arrives. It returns the hits that
+// waited for that lease: the caller decides them once the reset is
+// queued, so that they count after it.
 func (c *leases) drop(shard int, key string) []*call {
 	s := &c.shards[shard]
 	e := s.m[key]
 	if e == nil {
 		return nil
 	}
+	c.giveAllToStore(shard, key, e)
 	ws := e.waiting
 	s.nextGen++
 	*e = lease{used: e.used, gen: s.nextGen}
@@ -400,39 +469,57 @@ func (c *leases) sweeper() {
 }
 
 // sweep runs on shard's actor. A key idle since LeaseIdle before now gives
-// its lease's hits back to the store and is forgotten, and so is a key
-// whose trip for a lease seems lost; a lease past its until whose epoch
-// has not ended gives its hits back while the store still counts them in
-// it.
+// its lease's hits back to the store, and settles its answered ones, and
+// is forgotten, and so is a key whose trip for a lease seems lost; a lease
+// past its until gives its hits back, while the store still counts them
+// in their epoch or in one a reset started since (after the epoch's end
+// only a reset can have kept them, and the store tells).
 func (c *leases) sweep(shard int, now time.Time) {
 	c.apply(shard)
 	s := &c.shards[shard]
 	for key, e := range s.m {
-		if e.tokens > 0 && !now.Before(e.until) {
-			if now.Before(e.end) {
-				c.giveToStore(shard, key, e.start, e.tokens, c.l.takeBackDone)
-			}
-			e.tokens = 0
+		if (e.tokens > 0 || e.adopted > 0) && !now.Before(e.until) {
+			c.giveAllToStore(shard, key, e)
 		}
 		if e.asking || now.Sub(e.used) < LeaseIdle {
 			continue
 		}
 		delete(s.m, key)
-		if e.tokens > 0 {
-			c.giveToStore(shard, key, e.start, e.tokens, c.l.takeBackDone)
-		}
+		c.giveAllToStore(shard, key, e)
 		c.redo(shard, e)
 	}
 }
 
-// giveToStore sends n hits counted in the epoch start back to the store,
-// done getting the outcome: the key's count goes down, so a refusal
-// remembered for it no longer holds.
-func (c *leases) giveToStore(shard int, key string, start time.Time, n int64, done func(error)) {
+// giveAllToStore ends what e holds of key in the store: its tokens go
+// back and its answered hits are settled (one give-back, if it holds
+// either), and its adopted hits, which the store does not hold, are taken
+// back as any counted hit is, unless a trip in flight asked the store to
+// hold them (see adopt). Each write's outcome goes to returned's callback.
+func (c *leases) giveAllToStore(shard int, key string, e *lease) {
+	if e.tokens > 0 || e.answered > 0 {
+		c.giveToStore(shard, key, store.Lease{Held: e.tokens, Settled: e.answered, Start: e.start}, c.returned())
+	}
+	if e.adopted > 0 && !e.asking {
+		if c.refusals != nil {
+			c.refusals.forget(shard, key)
+		}
+		done := c.returned()
+		if err := c.st.TakeBack(key, e.start, e.adopted, done); err != nil {
+			done(err)
+		}
+		e.adopted = 0
+	}
+	e.tokens, e.answered = 0, 0
+}
+
+// giveToStore ends a lease's hold on key's hits in the store (see
+// store.SharedCounters.GiveBack), done getting the outcome: the key's
+// count may go down, so a refusal remembered for it no longer holds.
+func (c *leases) giveToStore(shard int, key string, ls store.Lease, done func(error)) {
 	if c.refusals != nil {
 		c.refusals.forget(shard, key)
 	}
-	if err := c.st.TakeBack(key, start, n, done); err != nil {
+	if err := c.st.GiveBack(key, ls, done); err != nil {
 		done(err)
 	}
 }
@@ -474,15 +561,12 @@ func (c *leases) close(ctx context.Context) error {
 				defer wg.Done()
 				c.apply(i)
 				s := &c.shards[i]
-				now := time.Now()
 				for key, e := range s.m {
 					if e.asking {
 						continue // given back as it lands
 					}
 					delete(s.m, key)
-					if e.tokens > 0 && now.Before(e.end) {
-						c.giveToStore(i, key, e.start, e.tokens, c.returned())
-					}
+					c.giveAllToStore(i, key, e)
 					c.redo(i, e) // decided by the store, without a lease
 				}
 			})

@@ -145,10 +145,11 @@ type Options struct {
 	// count would otherwise have allowed. A lease takes at most half of
 	// what the store has left, so that near the limit leases shrink to
 	// nothing and every hit is decided by the store; its hits are given
-	// back once the key has been idle here for LeaseIdle, dropped when its
-	// window ends (FixedWindow) or moves on (SlidingWindow), and given back
-	// by Close. A Reset on this process drops its lease; on another, it is
-	// honoured here once the lease is spent or given back. If zero, every
+	// back once the key has been idle here for LeaseIdle, once the lease
+	// stops answering near its window's end, and by Close. A Reset on this process gives its lease back first; on
+	// another, which cannot reach this one's memory, the new window counts
+	// the hits leases still hold, so the limit holds across a Reset too
+	// (see Limiter.Reset). If zero, every
 	// hit is decided by the store. GCRA counts every hit in the store (a
 	// lease's hits would be answered later than the store counted them,
 	// which a token bucket would see as a burst): New panics if Lease is

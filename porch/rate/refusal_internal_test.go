@@ -52,6 +52,11 @@ func (s *refusingStore) AddHit(_ string, rule store.Rule, _ int64, done func(sto
 	return nil
 }
 
+func (s *refusingStore) AddLeased(key string, rule store.Rule, n int64, _ store.Lease, done func(store.Hit, error)) error {
+	return s.AddHit(key, rule, n, done)
+}
+
+func (s *refusingStore) GiveBack(string, store.Lease, func(error)) error          { return nil }
 func (s *refusingStore) PeekHit(string, store.Rule, func(store.Hit, error)) error { return nil }
 func (s *refusingStore) ResetHit(string, func(error)) error                       { return nil }
 func (s *refusingStore) TakeBack(string, time.Time, int64, func(error)) error     { return nil }

@@ -102,28 +102,30 @@ func (c shared) trip(shard int, call *call, now time.Time) {
 		gen = c.cache.gen(shard)
 	}
 	var (
-		extra int64
-		lgen  uint64
-		sent  time.Time // when the hit was sent, for the lease
+		ls   store.Lease
+		lgen uint64
+		sent time.Time // when the hit was sent, for the lease
 	)
 	if c.leases != nil {
-		extra, lgen = c.leases.ask(shard, key, n, now)
+		ls, lgen = c.leases.ask(shard, key, n, now)
 		sent = time.Now()
 	}
-	err := c.st.AddHit(key, l.rule, n+extra, func(h store.Hit, err error) {
+	extra := ls.Held
+	done := func(h store.Hit, err error) {
 		if err != nil {
 			if c.leases != nil {
-				c.leases.answered(shard, key, extra, lgen, sent, nil, Verdict{}, nil)
+				c.leases.answered(shard, key, ls, lgen, sent, nil, Verdict{}, nil)
 			}
 			// Never a verdict beside an error: the caller must not serve.
 			call.reply.Send(Verdict{}, err)
 			return
 		}
 		room := l.rule.Room(h.State, h.Now)
-		if !h.Allowed && extra > 0 && room >= n {
-			// The lease did not fit, the request may: it is decided
+		if adopted := ls.Adopted; !h.Allowed && extra > 0 && (room >= n || adopted >= n && h.State.Start.Equal(ls.Start)) {
+			// The lease did not fit, the request may, from the store or
+			// from the hits it now holds for the lease: it is decided
 			// again, without a lease, before the key's waiting hits.
-			c.leases.answered(shard, key, extra, lgen, sent, &h, Verdict{}, call)
+			c.leases.answered(shard, key, ls, lgen, sent, &h, Verdict{}, call)
 			return
 		}
 		call.start = h.State.Start
@@ -138,13 +140,19 @@ func (c shared) trip(shard int, call *call, now time.Time) {
 			c.cache.remember(shard, d, n, cached, gen, l.rule.RetryIn(h.State, h.Now, n), v)
 		}
 		if c.leases != nil {
-			c.leases.answered(shard, key, extra, lgen, sent, &h, v, nil)
+			c.leases.answered(shard, key, ls, lgen, sent, &h, v, nil)
 		}
 		call.reply.Send(v, nil)
-	})
+	}
+	var err error
+	if c.leases != nil {
+		err = c.st.AddLeased(key, l.rule, n+extra, ls, done)
+	} else {
+		err = c.st.AddHit(key, l.rule, n, done)
+	}
 	if err != nil {
-		if extra > 0 {
-			c.leases.unask(shard, key) // not queued: no trip is in flight
+		if c.leases != nil {
+			c.leases.unask(shard, key, ls) // not queued: no trip is in flight
 		}
 		call.reply.Send(Verdict{}, err)
 	}

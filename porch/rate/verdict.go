@@ -244,6 +244,14 @@ func (l *Limiter) peek(ctx context.Context, key string) (Verdict, error) {
 // after, never lost halfway. Requests already waiting for their verdict
 // still get it.
 //
+// With Options.Lease on a shared store, the new window starts at the hits
+// other instances' leases hold rather than at zero: they answer those from
+// memory without hearing of the reset, so the store keeps them counted,
+// until each is given back (when the key idles there, or by Close) or the
+// window ends. So a window after a Reset may start up to Lease per
+// instance holding one above zero, and never serves past the limit.
+// Without leases it starts at zero.
+//
 // It fails with ErrNoPrincipal for "", porch.ErrSaturated when the key's
 // mailbox is full, the store's error when the write failed, and ctx.Err().
 // After a failed write the count may already be cleared in this process but

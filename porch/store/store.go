@@ -290,12 +290,24 @@ type SharedCounters interface {
 	// to the store's clock (Allowed unset), as committed when the batch
 	// carrying the peek committed.
 	PeekHit(key string, rule Rule, done func(Hit, error)) error
+	// AddLeased is AddHit for a limiter with leases (rate.Options.Lease):
+	// lease.Held of the weight n is counted ahead, for the caller to
+	// answer later from memory, and stays held (see Lease) until it is
+	// settled or given back; lease.Settled reports held hits answered
+	// since, which stay counted but are held no more, and lease.Adopted
+	// hits it took back, to be held from now on. Settlement and adoption
+	// stand whether the hit is allowed or not; Held is held only if the
+	// hit is allowed.
+	AddLeased(key string, rule Rule, n int64, lease Lease, done func(Hit, error)) error
 	// ResetHit empties key's state and starts it over, on the store's
-	// clock: Start now, Count and Prev 0. A key with no live state is left
-	// alone; its next hit opens one. done runs once the reset has
-	// committed. Hits queued in the same batch are counted after it: none
-	// of them has been answered, so either order is one their callers
-	// could have seen.
+	// clock: Start now, Prev 0, and Count the hits leases hold (see
+	// Lease), 0 without leases: the callers still holding them may answer
+	// them after the reset without asking the store, so they stay counted
+	// until given back or the reset's window ends. A key with no live
+	// state is left alone; its next hit opens one. done runs once the
+	// reset has committed. Hits queued in the same batch are counted after
+	// it: none of them has been answered, so either order is one their
+	// callers could have seen.
 	ResetHit(key string, done func(error)) error
 	// TakeBack removes n that AddHit counted for key from the epoch that
 	// started at start (the Hit's State.Start), never below zero: a
@@ -305,4 +317,35 @@ type SharedCounters interface {
 	// that fails (done gets the error) leaves the count high, which is the
 	// safe side for a limiter.
 	TakeBack(key string, start time.Time, n int64, done func(error)) error
+	// GiveBack ends a lease's hold on key's hits counted in the epoch
+	// lease.Start: lease.Held hits it never answered come out of the count
+	// and the hold, and lease.Settled answered ones out of the hold only,
+	// never below zero. It applies while that epoch is key's current one,
+	// or one that resets have replaced since (a reset keeps the held hits
+	// counted); once a window has closed over it, nothing changes.
+	GiveBack(key string, lease Lease, done func(error)) error
+}
+
+// Lease is what a limiter's lease (rate.Options.Lease) tells a shared
+// store with a hit or a give-back. A key's state holds, beside its count,
+// the hits leases counted ahead and may still answer from memory without
+// a round trip: a reset cannot reach those answers, so it keeps them
+// counted (see SharedCounters.ResetHit). A window that closes ends every
+// hold: a lease answers only within the window its hits were counted in.
+type Lease struct {
+	// Held is the hits counted for the lease (AddLeased), or given back
+	// unanswered (GiveBack).
+	Held int64
+	// Settled is the hits held since Start that the lease answered: they
+	// stay counted, but are held no more.
+	Settled int64
+	// Adopted (AddLeased) is hits counted in the epoch Start outside any
+	// lease that the lease took back to answer later (a request refused
+	// after all): held from this hit on if Start is still key's epoch,
+	// which the Hit's State.Start then equals; otherwise left as they are
+	// (a reset or the window's end has cleared them).
+	Adopted int64
+	// Start names the epoch Settled's and Adopted's hits, and a
+	// give-back's Held, were counted in: their Hit's State.Start.
+	Start time.Time
 }

@@ -23,9 +23,18 @@ type keyHits struct {
 	window time.Duration
 	ops    []*commit.Hit // in arrival order
 	sum    int64         // the weights of ops
-	// refused is the weight of the ops settle refused, to take back out.
-	refused int64
-	seen    bool // pgAddHits returned the key's row
+	held   int64         // the leases' hits among them (commit.Hit.Held)
+	// refused is the weight of the ops settle refused, to take back out,
+	// and unheld their leases' hits, to take out of what leases hold.
+	refused, unheld int64
+	// settled and adopted are the leases' answered hits and taken-back
+	// ones the ops report (commit.Hit), counted in the epoch leaseStart
+	// (ms): only the newest epoch's if they report several, since an
+	// older one's can only have ended with its window, and one left out
+	// only keeps hits held, or its adopted hits unheld, which its lease
+	// then never answers (it sees another State.Start).
+	settled, adopted, leaseStart int64
+	seen                         bool // pgAddHits returned the key's row
 }
 
 // batchHits is a batch's hits grouped by algorithm and key, as the add
@@ -54,6 +63,7 @@ type addGroup struct {
 	windows   []int64  // ms, per key
 	intervals []int64  // ns, per key (GCRA)
 	hits      []int64  // per key
+	held      []int64  // per key: the leases' hits among hits
 	limits    []int64  // per key, for pgAddFittingHits (see fits)
 }
 
@@ -72,9 +82,9 @@ var addStatements = map[string]string{
 // args are g's statement's arguments.
 func (g *addGroup) args() []any {
 	if g.algorithm == "gcra" {
-		return []any{byteKeys(g.keys), g.windows, g.intervals, g.hits}
+		return []any{byteKeys(g.keys), g.windows, g.intervals, g.hits} // no leases
 	}
-	return []any{byteKeys(g.keys), g.windows, g.hits}
+	return []any{byteKeys(g.keys), g.windows, g.hits, g.held}
 }
 
 func groupHits(ops []*commit.Op) batchHits {
@@ -96,6 +106,15 @@ func groupHits(ops []*commit.Op) batchHits {
 		}
 		kh.ops = append(kh.ops, h)
 		kh.sum += h.N
+		kh.held += h.Held
+		switch {
+		case h.Settled == 0 && h.Adopted == 0 || h.LeaseStart < kh.leaseStart:
+		case h.LeaseStart == kh.leaseStart:
+			kh.settled += h.Settled
+			kh.adopted += h.Adopted
+		default:
+			kh.settled, kh.adopted, kh.leaseStart = h.Settled, h.Adopted, h.LeaseStart
+		}
 		b.opOf[h] = o
 	}
 	keys := make([]string, 0, len(b.byKey))
@@ -118,6 +137,7 @@ func groupHits(ops []*commit.Op) batchHits {
 		g.windows = append(g.windows, kh.window.Milliseconds())
 		g.intervals = append(g.intervals, kh.rule.Interval().Nanoseconds())
 		g.hits = append(g.hits, kh.sum)
+		g.held = append(g.held, kh.held)
 	}
 	return b
 }
@@ -129,7 +149,7 @@ func groupHits(ops []*commit.Op) batchHits {
 // It records in kh.refused the weight to take back out.
 func (kh *keyHits) settle(count, prev int64, windowStart, now time.Time) {
 	s := store.State{Start: windowStart, Count: count - kh.sum, Prev: prev} // the state before this batch
-	kh.refused = 0
+	kh.refused, kh.unheld = 0, 0
 	for _, h := range kh.ops {
 		if h.N <= h.Rule.Room(s, now) {
 			s.Count += h.N
@@ -138,21 +158,44 @@ func (kh *keyHits) settle(count, prev int64, windowStart, now time.Time) {
 		}
 		h.Result = store.Hit{State: s, Now: now}
 		kh.refused += h.N
+		kh.unheld += h.Held
 	}
 }
 
-// refunds returns the keys some of whose hits settle refused, and the
-// weights to take back out of their counts, for pgRefundHits.
-func (b *batchHits) refunds() (keys [][]byte, refused []int64) {
+// refund is pgRefundHits' arguments: per key, the weights to take back
+// out of its count and the leases' hits out of what they hold, and the
+// leases' settlement and adoption.
+type refund struct {
+	keys                                          [][]byte
+	refused, unheld, settled, adopted, leaseStart []int64
+}
+
+func (r *refund) args() []any {
+	return []any{r.keys, r.refused, r.unheld, r.settled, r.adopted, r.leaseStart}
+}
+
+// refunds returns pgRefundHits' arguments for the keys some of whose hits
+// settle refused, and, with leases, for those whose hits settle or adopt.
+func (b *batchHits) refunds(leases bool) refund {
+	var r refund
 	for _, g := range b.adds {
 		for _, k := range g.keys {
-			if r := b.byKey[k].refused; r > 0 {
-				keys = append(keys, []byte(k))
-				refused = append(refused, r)
+			kh := b.byKey[k]
+			settled, adopted := kh.settled, kh.adopted
+			if !leases {
+				settled, adopted = 0, 0
+			}
+			if kh.refused > 0 || settled > 0 || adopted > 0 {
+				r.keys = append(r.keys, []byte(k))
+				r.refused = append(r.refused, kh.refused)
+				r.unheld = append(r.unheld, kh.unheld)
+				r.settled = append(r.settled, settled)
+				r.adopted = append(r.adopted, adopted)
+				r.leaseStart = append(r.leaseStart, kh.leaseStart)
 			}
 		}
 	}
-	return keys, refused
+	return r
 }
 
 // scanAddHits settles every key of g from its add statement's rows.
@@ -191,11 +234,15 @@ func (p *Store) takeBacks(ctx context.Context, batch []commit.Op) {
 	type window struct {
 		key   string // dbKey
 		start int64
+		lease bool
 	}
-	sums := make(map[window]int64)
+	type sum struct{ n, settled int64 }
+	sums := make(map[window]sum)
 	for _, o := range batch {
 		if tb := o.TakeBack; tb != nil {
-			sums[window{string(dbKey(tb.Key)), tb.WindowStart}] += tb.N
+			w := window{string(dbKey(tb.Key)), tb.WindowStart, tb.Lease}
+			s := sums[w]
+			sums[w] = sum{s.n + tb.N, s.settled + tb.Settled}
 		}
 	}
 	if len(sums) == 0 {
@@ -204,10 +251,13 @@ func (p *Store) takeBacks(ctx context.Context, batch []commit.Op) {
 	keys := make([][]byte, 0, len(sums))
 	starts := make([]int64, 0, len(sums))
 	ns := make([]int64, 0, len(sums))
-	for w, n := range sums {
-		keys, starts, ns = append(keys, []byte(w.key)), append(starts, w.start), append(ns, n)
+	leases := make([]bool, 0, len(sums))
+	settled := make([]int64, 0, len(sums))
+	for w, s := range sums {
+		keys, starts, ns = append(keys, []byte(w.key)), append(starts, w.start), append(ns, s.n)
+		leases, settled = append(leases, w.lease), append(settled, s.settled)
 	}
-	_, err := p.writer.Exec(ctx, pgTakeBack, keys, starts, ns)
+	_, err := p.writer.Exec(ctx, pgTakeBack, keys, starts, ns, leases, settled)
 	if err != nil {
 		err = fmt.Errorf("postgres: take back hits: %w", err)
 	}
@@ -255,8 +305,8 @@ func (p *Store) countHits(ctx context.Context, conn *pgx.Conn, b *batchHits) err
 		return err
 	}
 	second := &pgx.Batch{}
-	if keys, refused := b.refunds(); len(keys) > 0 {
-		second.Queue(pgRefundHits, keys, refused)
+	if r := b.refunds(true); len(r.keys) > 0 {
+		second.Queue(pgRefundHits, r.args()...)
 	}
 	second.Queue("COMMIT")
 	br := conn.SendBatch(ctx, second)
@@ -322,7 +372,14 @@ func (p *Store) countFitting(ctx context.Context, conn *pgx.Conn, b *batchHits) 
 	g := &b.adds[0]
 	pl := &pgx.Batch{}
 	pl.Queue(pgBegin)
-	pl.Queue(pgAddFittingHits, byteKeys(g.keys), g.windows, g.hits, g.limits)
+	pl.Queue(pgAddFittingHits, byteKeys(g.keys), g.windows, g.hits, g.held, g.limits)
+	// The leases' settlement and adoption stand whether a key's hits fit
+	// or not, so they are queued for every key; those left over are
+	// counted with theirs cleared (see countIsolated).
+	settles := b.refunds(true)
+	if len(settles.keys) > 0 {
+		pl.Queue(pgRefundHits, settles.args()...)
+	}
 	if b.probe {
 		for _, q := range commit.ProbeSQL {
 			pl.Queue(q)
@@ -358,6 +415,11 @@ func (p *Store) countFitting(ctx context.Context, conn *pgx.Conn, b *batchHits) 
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("postgres: add hits: %w", err)
 	}
+	if len(settles.keys) > 0 {
+		if _, err := br.Exec(); err != nil {
+			return nil, fmt.Errorf("postgres: settle leases: %w", err)
+		}
+	}
 	if b.probe {
 		for range commit.ProbeSQL {
 			if _, err := br.Exec(); err != nil {
@@ -379,11 +441,11 @@ func (p *Store) countFitting(ctx context.Context, conn *pgx.Conn, b *batchHits) 
 	if err := br.Close(); err != nil {
 		return nil, err
 	}
-	if keys, refused := b.refunds(); len(keys) > 0 {
+	if r := b.refunds(false); len(r.keys) > 0 {
 		// Cannot happen (the statement counted only keys where every hit
 		// fits, and settle agrees); if it did, the refused weight is
 		// taken back at once, in a transaction of its own.
-		if _, err := conn.Exec(ctx, pgRefundHits, keys, refused); err != nil {
+		if _, err := conn.Exec(ctx, pgRefundHits, r.args()...); err != nil {
 			commit.Log(p.opt.Logger).Warn("postgres: refund refused hits", "err", err)
 		}
 	}
@@ -491,6 +553,9 @@ func (p *Store) countIsolated(ctx context.Context, conn *pgx.Conn, ops []*commit
 			}
 			for _, o := range rest {
 				o.Settled = false
+				if o.Hit != nil {
+					o.Hit.Settled, o.Hit.Adopted = 0, 0 // settled with what fitted
+				}
 			}
 			ops = rest
 			b = groupHits(ops)

@@ -156,10 +156,20 @@ func (p *Store) Wall() time.Time { return p.opt.Clock.Wall() }
 // AddHit queues one hit of weight n for key, counted if it fits rule's
 // Room; done runs once the batch carrying it has committed.
 func (p *Store) AddHit(key string, rule store.Rule, n int64, done func(store.Hit, error)) error {
+	return p.AddLeased(key, rule, n, store.Lease{}, done)
+}
+
+// AddLeased is AddHit with a lease's hold and settlement (see
+// store.SharedCounters.AddLeased).
+func (p *Store) AddLeased(key string, rule store.Rule, n int64, lease store.Lease, done func(store.Hit, error)) error {
 	if err := supported(rule); err != nil {
 		return err
 	}
-	return p.c.Enqueue(commit.Op{Hit: &commit.Hit{Key: key, Rule: rule, N: n, Done: done}})
+	h := &commit.Hit{Key: key, Rule: rule, N: n, Held: lease.Held, Settled: lease.Settled, Adopted: lease.Adopted, Done: done}
+	if lease.Settled > 0 || lease.Adopted > 0 {
+		h.LeaseStart = lease.Start.UnixMilli()
+	}
+	return p.c.Enqueue(commit.Op{Hit: h})
 }
 
 // PeekHit queues a read of key's counter; done runs once the batch
@@ -195,6 +205,13 @@ func (p *Store) ResetHit(key string, done func(error)) error {
 // store.SharedCounters.TakeBack).
 func (p *Store) TakeBack(key string, windowStart time.Time, n int64, done func(error)) error {
 	return p.c.Enqueue(commit.Op{TakeBack: &commit.TakeBack{Key: key, WindowStart: windowStart.UnixMilli(), N: n}, Done: done})
+}
+
+// GiveBack queues the end of a lease's hold on key's hits; done runs once
+// it has committed (see store.SharedCounters.GiveBack).
+func (p *Store) GiveBack(key string, lease store.Lease, done func(error)) error {
+	tb := &commit.TakeBack{Key: key, WindowStart: lease.Start.UnixMilli(), N: lease.Held, Lease: true, Settled: lease.Settled}
+	return p.c.Enqueue(commit.Op{TakeBack: tb, Done: done})
 }
 
 // Stats reports the committer's counters.

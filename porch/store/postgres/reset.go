@@ -87,9 +87,16 @@ func peekHits(ctx context.Context, tx interface {
 
 const (
 	// pgResetHits locks the rows in key order, as every porch statement
-	// does, and starts their open windows over, empty, each under its own
-	// length. A closed window is left to the next hit, which opens a new
-	// one as it does for a key without a row.
+	// does, and starts their open windows over, each under its own
+	// length, counting only what leases hold (store.Lease): their holders
+	// may answer those hits without asking, so they stay counted, and
+	// held, and a give-back from before the reset still applies to the
+	// new window (lease_start is kept). Without held hits the new window
+	// is empty. A sliding window keeps its span of two windows while it
+	// counts held hits, so that they weigh on the window after. A closed
+	// window is left to the next hit, which opens a new one as it does
+	// for a key without a row, and a sliding window past its first
+	// window's end holds nothing: no lease answers past it.
 	//
 	// The new window starts at least a millisecond after the one it
 	// replaces: a window is told apart by its start alone (see pgTakeBack),
@@ -98,12 +105,17 @@ const (
 	// reset cleared would come out of a hit served after it. The window
 	// then closes up to a millisecond later than one opened now would: the
 	// safe side.
-	pgResetHits = `UPDATE porch_rate_counters SET
-			window_start = greatest(` + pgNowMS + `, window_start + 1), count = 0, prev = 0,
-			expires_at = greatest(` + pgNowMS + `, window_start + 1) + window_ms
-		WHERE key IN (
-			SELECT key FROM porch_rate_counters WHERE key = ANY($1::bytea[]) AND expires_at > ` + pgNowMS + `
-			ORDER BY key FOR UPDATE)`
+	pgResetHits = `UPDATE porch_rate_counters AS c SET
+			window_start = r.start, count = r.held, prev = 0, leased = r.held,
+			lease_start = CASE WHEN r.held > 0 THEN ` + pgLeaseFrom + ` ELSE r.start END,
+			expires_at = r.start + c.window_ms
+				* CASE WHEN r.held > 0 AND c.interval_ns = 0 AND c.expires_at - c.window_start > c.window_ms THEN 2 ELSE 1 END
+		FROM (
+			SELECT key, greatest(` + pgNowMS + `, window_start + 1) AS start,
+				CASE WHEN ` + pgNowMS + ` < window_start + window_ms THEN least(leased, count) ELSE 0 END AS held
+			FROM porch_rate_counters WHERE key = ANY($1::bytea[]) AND expires_at > ` + pgNowMS + `
+			ORDER BY key FOR UPDATE) AS r
+		WHERE c.key = r.key`
 	// pgPeekHits reads live states only, and then the clock in a row of
 	// its own: the rule advances each state to it, as pgAddHits would.
 	pgPeekHits = `SELECT key, true, window_start, count, prev, ` + pgNowMS + `

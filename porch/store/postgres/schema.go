@@ -56,7 +56,20 @@ var postgresMigrations = []string{
 	ALTER TABLE porch_rate_policies ADD COLUMN burst bigint NOT NULL DEFAULT 0;
 	ALTER TABLE porch_rate_counters ADD COLUMN prev bigint NOT NULL DEFAULT 0;
 	ALTER TABLE porch_rate_counters ADD COLUMN interval_ns bigint NOT NULL DEFAULT 0;`,
+	// What leases hold (store.Lease): leased is the hits they counted
+	// ahead and have neither settled nor given back, which a reset keeps
+	// counted; lease_start is the first window start of the epochs
+	// resets have replaced since a window last closed, the oldest a
+	// give-back still applies to (see pgLeaseFrom). Constant defaults: a
+	// catalog change, not a rewrite.
+	`ALTER TABLE porch_rate_counters ADD COLUMN leased bigint NOT NULL DEFAULT 0;
+	ALTER TABLE porch_rate_counters ADD COLUMN lease_start bigint NOT NULL DEFAULT 0;`,
 }
+
+// pgLeaseFrom is the oldest window start of row c whose leases' give-backs
+// still apply: lease_start, or on a row from before the column (0) its own
+// window's start.
+const pgLeaseFrom = `(CASE WHEN c.lease_start > 0 THEN c.lease_start ELSE c.window_start END)`
 
 // pgDBKey is dbKey of a text column key, for the migration to bytea keys.
 const pgDBKey = `(CASE WHEN octet_length(convert_to(key, 'UTF8')) <= 256 THEN convert_to(key, 'UTF8')
@@ -82,10 +95,15 @@ const (
 	// (the limiter's policy changed in a deploy) keeps its count and closes
 	// at its old end or one new window from now, whichever is sooner, as
 	// SQLite's load does; its row takes the new length.
-	pgAddHits = `INSERT INTO porch_rate_counters AS c (key, window_start, window_ms, count, expires_at)
-		SELECT t.key, ` + pgNowMS + `, t.window_ms, t.hits, ` + pgNowMS + ` + t.window_ms
-		FROM unnest($1::bytea[], $2::bigint[], $3::bigint[]) AS t (key, window_ms, hits)
+	//
+	// A lease's hits ($4, held) are held too until settled or given back;
+	// a new window holds none before them (see pgLeaseFrom).
+	pgAddHits = `INSERT INTO porch_rate_counters AS c (key, window_start, window_ms, count, expires_at, leased, lease_start)
+		SELECT t.key, ` + pgNowMS + `, t.window_ms, t.hits, ` + pgNowMS + ` + t.window_ms, t.held, ` + pgNowMS + `
+		FROM unnest($1::bytea[], $2::bigint[], $3::bigint[], $4::bigint[]) AS t (key, window_ms, hits, held)
 		ON CONFLICT (key) DO UPDATE SET
+			leased       = CASE WHEN c.expires_at <= excluded.window_start THEN excluded.leased ELSE c.leased + excluded.leased END,
+			lease_start  = CASE WHEN c.expires_at <= excluded.window_start THEN excluded.lease_start ELSE c.lease_start END,
 			window_start = CASE WHEN c.expires_at <= excluded.window_start THEN excluded.window_start
 				WHEN c.window_ms = excluded.window_ms THEN c.window_start
 				ELSE least(c.expires_at, excluded.expires_at) - excluded.window_ms END,
@@ -103,10 +121,16 @@ const (
 	// follow each other from the key's first hit, so the next starts at
 	// window_start + window_ms exactly: rate.New rounds every window up to
 	// whole milliseconds.
-	pgAddSlidingHits = `INSERT INTO porch_rate_counters AS c (key, window_start, window_ms, count, prev, expires_at)
-		SELECT t.key, ` + pgNowMS + `, t.window_ms, t.hits, 0, ` + pgNowMS + ` + 2 * t.window_ms
-		FROM unnest($1::bytea[], $2::bigint[], $3::bigint[]) AS t (key, window_ms, hits)
+	// A lease's hits are held as pgAddHits holds them; a window that rolls
+	// over holds none before them.
+	pgAddSlidingHits = `INSERT INTO porch_rate_counters AS c (key, window_start, window_ms, count, prev, expires_at, leased, lease_start)
+		SELECT t.key, ` + pgNowMS + `, t.window_ms, t.hits, 0, ` + pgNowMS + ` + 2 * t.window_ms, t.held, ` + pgNowMS + `
+		FROM unnest($1::bytea[], $2::bigint[], $3::bigint[], $4::bigint[]) AS t (key, window_ms, hits, held)
 		ON CONFLICT (key) DO UPDATE SET
+			leased = CASE WHEN ` + pgNowMS + ` - c.window_start < excluded.window_ms THEN c.leased ELSE 0 END + excluded.leased,
+			lease_start = CASE WHEN ` + pgNowMS + ` - c.window_start < excluded.window_ms THEN c.lease_start
+				WHEN ` + pgNowMS + ` - c.window_start < 2 * excluded.window_ms THEN c.window_start + excluded.window_ms
+				ELSE ` + pgNowMS + ` END,
 			window_start = CASE WHEN ` + pgNowMS + ` - c.window_start < excluded.window_ms THEN c.window_start
 				WHEN ` + pgNowMS + ` - c.window_start < 2 * excluded.window_ms THEN c.window_start + excluded.window_ms
 				ELSE ` + pgNowMS + ` END,
@@ -145,23 +169,43 @@ const (
 				ELSE c.window_start * 1000000 + (c.count + excluded.count) * excluded.interval_ns END + 999999) / 1000000
 		RETURNING c.key, c.count, c.prev, c.window_start, ` + pgNowMS
 	// pgRefundHits takes the weights of refused hits back out of counts
-	// pgAddHits added them to, in the same transaction, which still holds
-	// the rows' locks.
-	pgRefundHits = `UPDATE porch_rate_counters AS c SET count = c.count - t.refused
-		FROM unnest($1::bytea[], $2::bigint[]) AS t (key, refused) WHERE c.key = t.key`
-	// pgTakeBack gives back hits of requests refused after all (one
-	// (key, window_start) per row, weights summed), only from the window
-	// they were counted in and never below zero. The rows are locked in key
-	// order first, as pgAddHits locks them, so that two instances'
+	// pgAddHits added them to, and their lease's hits (unheld) out of what
+	// it held, in the same transaction, which still holds the rows' locks.
+	// It also settles the leases' answered hits the batch's hits report
+	// (store.Lease.Settled), if their epoch is one a give-back still
+	// applies to, and holds their adopted ones if it is the row's own:
+	// the add statement has rolled the window over first, so a closed
+	// one's changes nothing.
+	pgRefundHits = `UPDATE porch_rate_counters AS c SET count = c.count - t.refused,
+			leased = greatest(c.leased - t.unheld
+				- CASE WHEN t.lease_start BETWEEN ` + pgLeaseFrom + ` AND c.window_start THEN t.settled ELSE 0 END, 0)
+				+ CASE WHEN t.lease_start = c.window_start THEN t.adopted ELSE 0 END
+		FROM unnest($1::bytea[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[])
+			AS t (key, refused, unheld, settled, adopted, lease_start)
+		WHERE c.key = t.key`
+	// pgTakeBack gives back hits of requests refused after all (lease
+	// false: one (key, window_start) per row, weights summed), only from
+	// the window they were counted in and never below zero, and a lease's
+	// unanswered hits (lease true, n) with its answered ones (settled),
+	// out of what it held too, from the window they were counted in or
+	// one a reset has started since (see pgLeaseFrom). The rows are locked
+	// in key order first, as pgAddHits locks them, so that two instances'
 	// transactions cannot wait on each other in a cycle.
 	pgTakeBack = `WITH t AS (
-			SELECT * FROM unnest($1::bytea[], $2::bigint[], $3::bigint[]) AS t (key, window_start, n)),
+			SELECT * FROM unnest($1::bytea[], $2::bigint[], $3::bigint[], $4::boolean[], $5::bigint[])
+				AS t (key, window_start, n, lease, settled)),
 		locked AS (
-			SELECT c.key FROM porch_rate_counters AS c JOIN t USING (key)
-			WHERE c.window_start = t.window_start AND c.expires_at > ` + pgNowMS + `
-			ORDER BY c.key FOR UPDATE OF c)
-		UPDATE porch_rate_counters AS c SET count = greatest(c.count - t.n, 0)
-		FROM t, locked WHERE c.key = t.key AND c.key = locked.key AND c.window_start = t.window_start`
+			SELECT c.key, c.window_start, ` + pgLeaseFrom + ` AS lease_from FROM porch_rate_counters AS c
+			WHERE c.key IN (SELECT key FROM t) AND c.expires_at > ` + pgNowMS + `
+			ORDER BY c.key FOR UPDATE OF c),
+		g AS (
+			SELECT t.key, sum(t.n)::bigint AS n, sum(CASE WHEN t.lease THEN t.n + t.settled ELSE 0 END)::bigint AS unheld
+			FROM t JOIN locked USING (key)
+			WHERE CASE WHEN t.lease THEN t.window_start BETWEEN locked.lease_from AND locked.window_start
+				ELSE t.window_start = locked.window_start END
+			GROUP BY t.key)
+		UPDATE porch_rate_counters AS c SET count = greatest(c.count - g.n, 0), leased = greatest(c.leased - g.unheld, 0)
+		FROM g WHERE c.key = g.key`
 	// The prunes run after the batch's upserts and skip locked rows, so they
 	// never wait on another instance's transaction: no deadlock cycle can
 	// pass through them. ORDER BY expires_at makes the planner walk the
@@ -203,10 +247,10 @@ const (
 )
 
 // pgAddFittingHits is pgAddHits for a batch whose every key's hits fit
-// its limit ($4) from an empty window: a key whose window, as the
+// its limit ($5) from an empty window: a key whose window, as the
 // upsert advances it, has room for all of them counts them all;
 // another keeps its row as it is (locked, not updated) and is not
 // returned. A new key, or one whose window closed, always fits.
 var pgAddFittingHits = pgAddHits[:strings.Index(pgAddHits, "\t\tRETURNING")] + `		WHERE CASE WHEN c.expires_at <= excluded.window_start THEN 0 ELSE c.count END + excluded.count
-		<= ($4::bigint[])[array_position($1::bytea[], excluded.key)]
+		<= ($5::bigint[])[array_position($1::bytea[], excluded.key)]
 	RETURNING c.key, c.count, c.prev, c.window_start, ` + pgNowMS

@@ -104,13 +104,23 @@ func ceilMS(d time.Duration) int64 {
 // Room; done runs once the batch carrying it has been answered (and, with
 // WAITAOF, fsynced).
 func (s *Store) AddHit(key string, rule store.Rule, n int64, done func(store.Hit, error)) error {
+	return s.AddLeased(key, rule, n, store.Lease{}, done)
+}
+
+// AddLeased is AddHit with a lease's hold and settlement (see
+// store.SharedCounters.AddLeased).
+func (s *Store) AddLeased(key string, rule store.Rule, n int64, lease store.Lease, done func(store.Hit, error)) error {
 	if _, err := ruleArgs(rule); err != nil {
 		return err
 	}
 	if n < 1 || n > maxLimit {
 		return fmt.Errorf("redis: a hit's weight must be 1 to 2^48, got %d", n)
 	}
-	return s.commit.Enqueue(commit.Op{Hit: &commit.Hit{Key: key, Rule: rule, N: n, Done: done}})
+	h := &commit.Hit{Key: key, Rule: rule, N: n, Held: lease.Held, Settled: lease.Settled, Adopted: lease.Adopted, Done: done}
+	if lease.Settled > 0 || lease.Adopted > 0 {
+		h.LeaseStart = lease.Start.UnixMilli()
+	}
+	return s.commit.Enqueue(commit.Op{Hit: h})
 }
 
 // PeekHit queues a read of key's state, advanced to the server's clock.
@@ -132,6 +142,13 @@ func (s *Store) ResetHit(key string, done func(error)) error {
 // and still the epoch that started at start.
 func (s *Store) TakeBack(key string, start time.Time, n int64, done func(error)) error {
 	return s.commit.Enqueue(commit.Op{TakeBack: &commit.TakeBack{Key: key, WindowStart: start.UnixMilli(), N: n}, Done: done})
+}
+
+// GiveBack queues the end of a lease's hold on key's hits (see
+// store.SharedCounters.GiveBack).
+func (s *Store) GiveBack(key string, lease store.Lease, done func(error)) error {
+	tb := &commit.TakeBack{Key: key, WindowStart: lease.Start.UnixMilli(), N: lease.Held, Lease: true, Settled: lease.Settled}
+	return s.commit.Enqueue(commit.Op{TakeBack: tb, Done: done})
 }
 
 // noRetry is a script call go-redis must not send again after a network
@@ -176,6 +193,11 @@ func (s *Store) writeBatch(batch []commit.Op) error {
 				continue
 			}
 			c.script, c.key, c.args = a.script, s.counterKey(o.Hit.Key), append([]any{o.Hit.N}, a.args...)
+			if h := o.Hit; h.Held > 0 || h.Settled > 0 || h.Adopted > 0 {
+				// After the rule's: fixed and sliding windows only, whose
+				// arguments are the limit and the window.
+				c.args = append(c.args, h.Held, h.Settled, h.LeaseStart, h.Adopted)
+			}
 		case o.Peek != nil:
 			a, err := ruleArgs(o.Peek.Rule)
 			if err != nil {
@@ -186,7 +208,12 @@ func (s *Store) writeBatch(batch []commit.Op) error {
 		case o.Reset != nil:
 			c.script, c.key = scriptReset, s.counterKey(o.Reset.Key)
 		case o.TakeBack != nil:
-			c.script, c.key, c.args = scriptTakeBack, s.counterKey(o.TakeBack.Key), []any{o.TakeBack.WindowStart, o.TakeBack.N}
+			tb := o.TakeBack
+			lease := 0
+			if tb.Lease {
+				lease = 1
+			}
+			c.script, c.key, c.args = scriptTakeBack, s.counterKey(tb.Key), []any{tb.WindowStart, tb.N, lease, tb.Settled}
 		case o.Probe:
 			c.key = s.opt.Prefix + "health:" + s.id
 		default:

@@ -5,8 +5,13 @@ import (
 )
 
 // A key's state is a hash: s (the epoch's start, Unix ms on the server's
-// clock), c (the count), p (the previous window's count, sliding only) and
-// w (how long a reset state is kept, ms). Every script reads the server's
+// clock), c (the count), p (the previous window's count, sliding only),
+// w (how long a reset state is kept, ms), and what leases hold
+// (store.Lease): l, the hits they counted ahead and have neither settled
+// nor given back, which a reset keeps counted, and ls, the first start of
+// the epochs resets have replaced since a window last closed, the oldest
+// a give-back still applies to (s when absent). One hash: one key, one
+// slot of a cluster. Every script reads the server's
 // clock itself (TIME), so instances with skewed clocks agree.
 //
 // Lua numbers are doubles: every value a script computes is an integer
@@ -58,44 +63,69 @@ local function le(x, y)
   return true
 end
 local key = KEYS[1]
+-- settle lowers the held hits l by n answered ones counted in the epoch
+-- that started at ss, if that epoch is s or one resets replaced since ls,
+-- and adds a adopted ones if ss is s; it reports whether l changed
+local function settle(l, ls, s, n, ss, a)
+  local changed = false
+  if n > 0 and ss >= ls and ss <= s then l, changed = math.max(l - n, 0), true end
+  if a > 0 and ss == s then l, changed = l + a, true end
+  return l, changed
+end
 `
 
-// luaFixed: ARGV n (0: peek), limit, wc (the window rounded up to ms).
-// Returns {allowed, start, count, prev, now}.
+// luaFixed: ARGV n (0: peek), limit, wc (the window rounded up to ms),
+// and a lease's held (of n), settled, its start and adopted (absent: 0).
+// Returns
+// {allowed, start, count, prev, now}.
 const luaFixed = luaCommon + `
 local n, limit, w = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local held, settled, ss, adopted = tonumber(ARGV[4]) or 0, tonumber(ARGV[5]) or 0, tonumber(ARGV[6]) or 0, tonumber(ARGV[7]) or 0
 local now = now_ms()
-local st = redis.call('HMGET', key, 's', 'c')
-local s, c = tonumber(st[1]), tonumber(st[2]) or 0
-if s == nil or now - s >= w then s, c = now, 0 end
-if n == 0 or n > limit - c then return {0, s, c, 0, now} end
+local st = redis.call('HMGET', key, 's', 'c', 'l', 'ls')
+local s, c, l, ls = tonumber(st[1]), tonumber(st[2]) or 0, tonumber(st[3]) or 0, tonumber(st[4])
+if s == nil or now - s >= w then s, c, l, ls = now, 0, 0, now end
+local settledNow
+l, settledNow = settle(l, ls or s, s, settled, ss, adopted)
+if n == 0 or n > limit - c then
+  if settledNow then redis.call('HSET', key, 'l', int(l), 'ls', int(ls or s)) end
+  return {0, s, c, 0, now}
+end
 c = c + n
-redis.call('HSET', key, 's', int(s), 'c', int(c), 'p', '0', 'w', int(w))
+redis.call('HSET', key, 's', int(s), 'c', int(c), 'p', '0', 'w', int(w), 'l', int(l + held), 'ls', int(ls or s))
 redis.call('PEXPIREAT', key, int(s + w))
 return {1, s, c, 0, now}
 `
 
-// luaSliding: ARGV n (0: peek), limit, w (the window, whole ms).
+// luaSliding: ARGV n (0: peek), limit, w (the window, whole ms), and a
+// lease's as luaFixed's.
 const luaSliding = luaCommon + `
 local n, limit, w = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local held, settled, ss, adopted = tonumber(ARGV[4]) or 0, tonumber(ARGV[5]) or 0, tonumber(ARGV[6]) or 0, tonumber(ARGV[7]) or 0
 local now = now_ms()
-local st = redis.call('HMGET', key, 's', 'c', 'p')
-local s, c, p = tonumber(st[1]), tonumber(st[2]) or 0, tonumber(st[3]) or 0
+local st = redis.call('HMGET', key, 's', 'c', 'p', 'l', 'ls')
+local s, c, p, l, ls = tonumber(st[1]), tonumber(st[2]) or 0, tonumber(st[3]) or 0, tonumber(st[4]) or 0, tonumber(st[5])
 if s == nil then
-  s, c, p = now, 0, 0
+  s, c, p, l, ls = now, 0, 0, 0, now
 else
   local e = now - s
   if e < w then
-  elseif e < 2 * w then s, c, p = s + w, 0, c
-  else s, c, p = now, 0, 0 end
+  elseif e < 2 * w then s, c, p, l, ls = s + w, 0, c, 0, s + w
+  else s, c, p, l, ls = now, 0, 0, 0, now end
 end
-if n == 0 then return {0, s, c, p, now} end
+local settledNow
+l, settledNow = settle(l, ls or s, s, settled, ss, adopted)
+local function refuse()
+  if settledNow then redis.call('HSET', key, 'l', int(l), 'ls', int(ls or s)) end
+  return {0, s, c, p, now}
+end
+if n == 0 then return refuse() end
 local left = limit - c - n
-if left < 0 then return {0, s, c, p, now} end
+if left < 0 then return refuse() end
 local e = math.min(math.max(now - s, 0), w)
-if p > 0 and not le(mul(p, w - e), mul(left, w)) then return {0, s, c, p, now} end
+if p > 0 and not le(mul(p, w - e), mul(left, w)) then return refuse() end
 c = c + n
-redis.call('HSET', key, 's', int(s), 'c', int(c), 'p', int(p), 'w', int(w))
+redis.call('HSET', key, 's', int(s), 'c', int(c), 'p', int(p), 'w', int(w), 'l', int(l + held), 'ls', int(ls or s))
 redis.call('PEXPIREAT', key, int(s + 2 * w))
 return {1, s, c, p, now}
 `
@@ -137,25 +167,50 @@ return {1, s, c, 0, now}
 
 // luaReset starts a live state over: start max(now, start + 1 ms), so
 // that a reset window never starts where the old one did (a late
-// take-back finds its epoch by its start), count and prev 0, kept for w.
-// A key without a live state is left alone. Returns 1 if it reset one.
+// take-back finds its epoch by its start), prev 0, and count what leases
+// hold (l): their holders may answer those hits without asking, so they
+// stay counted and held, and ls is kept, so that a give-back from before
+// the reset still applies. Without held hits, or once the old window has
+// closed (no lease answers past it), count 0. Kept for w, or 2w while it
+// counts held hits, so that a sliding window's weigh on the next (a
+// fixed window's script ignores the longer life). A key without a live
+// state is left alone. Returns 1 if it reset one.
 const luaReset = luaCommon + `
-local st = redis.call('HMGET', key, 's', 'w')
+local st = redis.call('HMGET', key, 's', 'w', 'c', 'l', 'ls')
 if not st[1] then return 0 end
-local s = math.max(now_ms(), tonumber(st[1]) + 1)
+local now = now_ms()
+local old = tonumber(st[1])
+local s = math.max(now, old + 1)
 local w = math.max(tonumber(st[2]) or 0, 1)
-redis.call('HSET', key, 's', int(s), 'c', '0', 'p', '0')
-redis.call('PEXPIREAT', key, int(s + w))
+local held = math.min(tonumber(st[3]) or 0, tonumber(st[4]) or 0)
+if now - old >= w then held = 0 end
+if held > 0 then
+  redis.call('HSET', key, 's', int(s), 'c', int(held), 'p', '0', 'l', int(held), 'ls', int(tonumber(st[5]) or old))
+  redis.call('PEXPIREAT', key, int(s + 2 * w))
+else
+  redis.call('HSET', key, 's', int(s), 'c', '0', 'p', '0', 'l', '0', 'ls', int(s))
+  redis.call('PEXPIREAT', key, int(s + w))
+end
 return 1
 `
 
 // luaTakeBack lowers a live state's count by ARGV n, never below 0, if its
-// start is ARGV start. Returns 1 if it did.
+// start is ARGV start. With ARGV lease 1 it is a lease's give-back: n
+// held hits and ARGV settled answered ones, counted in the epoch start or
+// one resets have replaced since, come out of what leases hold (l) too.
+// Returns 1 if it changed the state.
 const luaTakeBack = luaCommon + `
-local start, n = tonumber(ARGV[1]), tonumber(ARGV[2])
-local st = redis.call('HMGET', key, 's', 'c')
-if not st[1] or tonumber(st[1]) ~= start then return 0 end
-redis.call('HSET', key, 'c', int(math.max((tonumber(st[2]) or 0) - n, 0)))
+local start, n, lease, settled = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]) or 0, tonumber(ARGV[4]) or 0
+local st = redis.call('HMGET', key, 's', 'c', 'l', 'ls')
+if not st[1] then return 0 end
+local s, c = tonumber(st[1]), tonumber(st[2]) or 0
+if lease == 1 then
+  if start < (tonumber(st[4]) or s) or start > s then return 0 end
+  redis.call('HSET', key, 'c', int(math.max(c - n, 0)), 'l', int(math.max((tonumber(st[3]) or 0) - n - settled, 0)))
+  return 1
+end
+if s ~= start then return 0 end
+redis.call('HSET', key, 'c', int(math.max(c - n, 0)))
 return 1
 `
 

@@ -16,7 +16,24 @@ import (
 type database struct {
 	mu     sync.Mutex
 	states map[string]store.State
+	holds  map[string]hold
 	claims map[string]*claim
+}
+
+// hold is what leases hold of a key's count (store.Lease): the hits they
+// counted and neither settled nor gave back, since from, the first start
+// of the epochs resets have replaced since a window last closed, in the
+// window of length window (the rule's, at its last hit).
+type hold struct {
+	leased int64
+	from   time.Time
+	window time.Duration
+}
+
+// applies reports whether a lease's hits counted in the epoch start are
+// still held in a key whose state starts at cur.
+func (h hold) applies(start, cur time.Time) bool {
+	return !start.Before(h.from) && !start.After(cur)
 }
 
 type claim struct {
@@ -80,17 +97,37 @@ func (s *memStore) ClaimPolicy(_ context.Context, p store.Policy) (func(), error
 }
 
 func (s *memStore) AddHit(key string, rule store.Rule, n int64, done func(store.Hit, error)) error {
+	return s.AddLeased(key, rule, n, store.Lease{}, done)
+}
+
+func (s *memStore) AddLeased(key string, rule store.Rule, n int64, lease store.Lease, done func(store.Hit, error)) error {
 	if err := s.check(); err != nil {
 		return err
 	}
 	unlock := s.lock()
 	now := time.Now()
-	st := rule.Advance(s.db.states[key], now)
+	old := s.db.states[key]
+	st := rule.Advance(old, now)
+	hd := s.db.holds[key]
+	if !st.Start.Equal(old.Start) {
+		hd = hold{from: st.Start} // a new epoch: nothing held before it
+	}
+	hd.window = rule.Window()
+	if lease.Settled > 0 && hd.applies(lease.Start, st.Start) {
+		hd.leased = max(hd.leased-lease.Settled, 0)
+	}
+	if lease.Adopted > 0 && lease.Start.Equal(st.Start) {
+		hd.leased += lease.Adopted
+	}
 	h := store.Hit{State: st, Now: now}
 	if n <= rule.Room(st, now) {
 		h.Allowed = true
 		h.State.Count += n
+		hd.leased += lease.Held
 		s.db.states[key] = h.State
+	}
+	if _, ok := s.db.states[key]; ok {
+		s.db.holds[key] = hd
 	}
 	unlock()
 	done(h, nil)
@@ -114,8 +151,19 @@ func (s *memStore) ResetHit(key string, done func(error)) error {
 		return err
 	}
 	unlock := s.lock()
-	if _, ok := s.db.states[key]; ok {
-		s.db.states[key] = store.State{Start: time.Now()}
+	if st, ok := s.db.states[key]; ok {
+		now := time.Now()
+		hd := s.db.holds[key]
+		held := min(hd.leased, st.Count)
+		if !now.Before(st.Start.Add(hd.window)) {
+			held = 0 // the window has closed: no lease answers past it
+		}
+		if held == 0 {
+			hd.from = now
+		}
+		hd.leased = held
+		s.db.states[key] = store.State{Start: now, Count: held}
+		s.db.holds[key] = hd
 	}
 	unlock()
 	done(nil)
@@ -136,6 +184,22 @@ func (s *memStore) TakeBack(key string, start time.Time, n int64, done func(erro
 	return nil
 }
 
+func (s *memStore) GiveBack(key string, lease store.Lease, done func(error)) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	unlock := s.lock()
+	if st, ok := s.db.states[key]; ok && s.db.holds[key].applies(lease.Start, st.Start) {
+		hd := s.db.holds[key]
+		st.Count = max(st.Count-lease.Held, 0)
+		hd.leased = max(hd.leased-lease.Held-lease.Settled, 0)
+		s.db.states[key], s.db.holds[key] = st, hd
+	}
+	unlock()
+	done(nil)
+	return nil
+}
+
 // The suite passes on a store that keeps the contract, for every
 // algorithm, two instances included.
 func TestMemoryStore(t *testing.T) {
@@ -148,7 +212,7 @@ func TestMemoryStore(t *testing.T) {
 			mu.Lock()
 			defer mu.Unlock()
 			name := t.Name()
-			dbs[name] = &database{states: map[string]store.State{}, claims: map[string]*claim{}}
+			dbs[name] = &database{states: map[string]store.State{}, holds: map[string]hold{}, claims: map[string]*claim{}}
 			return name
 		},
 		Open: func(t *testing.T, db string) store.Counters {

@@ -76,7 +76,10 @@ type Hit struct {
 	Key  string
 	Rule store.Rule // the limiter's algorithm and policy
 	N    int64      // the request's weight, at least 1
-	Done func(store.Hit, error)
+	// Held, Settled, Adopted and LeaseStart (Unix ms) are the hit's
+	// lease (see store.SharedCounters.AddLeased); zero without one.
+	Held, Settled, Adopted, LeaseStart int64
+	Done                               func(store.Hit, error)
 	// Result is the hit's outcome (see store.SharedCounters.AddHit).
 	Result store.Hit
 }
@@ -91,6 +94,11 @@ type TakeBack struct {
 	Key         string
 	WindowStart int64
 	N           int64
+	// Lease marks a lease's give-back (store.SharedCounters.GiveBack): N
+	// held hits and Settled answered ones, counted in WindowStart's epoch
+	// or one a reset has replaced since.
+	Lease   bool
+	Settled int64
 }
 
 // Deletion is the prune of one key's expired response.
