@@ -159,6 +159,7 @@ func testReset(t *testing.T, h Harness, alg algorithm.Algorithm) {
 	const key = "rate:reset:p"
 	useUp(t, n, key, r)
 	n.reset(t, key)
+	n.untilStarted(t, key, r)
 	if room := n.room(t, key, r); room != r.Most() {
 		t.Errorf("after ResetHit: the state admits %d, want %d", room, r.Most())
 	}

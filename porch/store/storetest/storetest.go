@@ -247,6 +247,25 @@ func (n *node) room(t *testing.T, key string, r store.Rule) int64 {
 	return r.Room(h.State, h.Now)
 }
 
+// untilStarted waits until the store's clock has reached the start of
+// key's epoch. A reset may start its epoch up to a millisecond ahead of
+// the store's clock, so that it never starts where the old epoch did (a
+// late take-back then never comes out of it); until then a GCRA bucket
+// holds that millisecond back.
+func (n *node) untilStarted(t *testing.T, key string, r store.Rule) {
+	t.Helper()
+	deadline := time.Now().Add(callTimeout)
+	for {
+		h := n.peek(t, key, r)
+		if !h.Now.Before(h.State.Start) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the store's clock stays at %v, before %s's epoch start %v", h.Now, key, h.State.Start)
+		}
+	}
+}
+
 func (n *node) reset(t *testing.T, key string) {
 	t.Helper()
 	s := n.shared(t)
