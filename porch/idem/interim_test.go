@@ -8,12 +8,9 @@ import (
 	"github.com/writeonce/porch-go/porch/idem"
 )
 
-// A handler that sends 103 Early Hints before its 201: the stored status
-// must be the final one. The middleware buffers the response in porch's
-// bufferWriter, which takes the first WriteHeader as the status and drops
-// the rest: the 103 is stored and replayed, and every client (the first
-// included) gets 103 then an implicit 200, never the 201 (a Location-bearing
-// create reads as a plain 200).
+// A handler that sends 103 Early Hints before its 201: the interim 103 is
+// not the response. The first client, the retry answered from the stored
+// response, and the stored record itself each carry the final 201.
 func TestEarlyHintsAreNotTheStoredStatus(t *testing.T) {
 	o := &orders{fn: func(n int64, w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Link", "</a.css>; rel=preload")

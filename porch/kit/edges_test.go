@@ -2,6 +2,7 @@ package kit_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/idem"
 	"github.com/writeonce/porch-go/porch/kit"
 	"github.com/writeonce/porch-go/porch/rate"
@@ -16,8 +18,9 @@ import (
 	"github.com/writeonce/porch-go/porch/store/sqlite"
 )
 
-// Probes: a second kit on one file, middleware used after Close, the Limit
-// panic message.
+// A second kit on the file a kit holds fails to open; after Close every
+// middleware the kit handed out answers with a 5xx rather than serving or
+// panicking; and Limit on the closed kit panics with porch.ErrClosed.
 func TestKitProbes(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "app.db")
 	k := kit.Must(kit.Open(sqlite.Open(path, store.Options{})))
@@ -55,19 +58,24 @@ func TestKitProbes(t *testing.T) {
 			t.Errorf("%s after Close: got %d %q, want a fail-closed 5xx", name, rec.Code, rec.Body)
 		}
 	}
+	// Limit panics rather than return an error; on a closed kit the panic
+	// must say why, with porch.ErrClosed's text.
 	func() {
-		defer func() { t.Logf("Limit on a closed kit panics: %v", recover()) }()
+		defer func() {
+			p := recover()
+			if p == nil || !strings.Contains(fmt.Sprint(p), porch.ErrClosed.Error()) {
+				t.Errorf("Limit on a closed kit: got panic %v, want one naming %q", p, porch.ErrClosed)
+			}
+		}()
 		k.Limit(5, time.Minute)
 	}()
 }
 
-// Two routes each mounting k.Limit(5, time.Minute), the kit's one-liner:
-// both limiters are "default" under one policy on one SQLite file, so the
-// store accepts both. They keep separate counts in memory but write the
-// same row: one client is served 5 on each route, and after a restart
-// the row holds whichever wrote last, so the 5 served on /a are lost and
-// /a serves 4 more within the same minute (9 of a limit of 5). On
-// PostgreSQL the same two limiters share one count.
+// Two routes each mounting k.Limit(5, time.Minute) get a limit each, and
+// keep it across a restart: one client is served 5 of 5 on /a and 1 on /b
+// (the two count apart), and after the kit is reopened on the same file
+// the first Limit made resumes /a's count, so /a serves nothing more
+// within the minute.
 func TestTwoLimitsCountApartAcrossRestarts(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "app.db")
 	k := kit.Must(kit.Open(sqlite.Open(path, store.Options{})))
@@ -101,10 +109,8 @@ func TestTwoLimitsCountApartAcrossRestarts(t *testing.T) {
 			servedA++
 		}
 	}
-	// Each Limit is a limit of its own (limit1 on /a, limit2 on /b), and
-	// the restarted limit1 resumes /a's count: /a serves 5 in all. Before,
-	// both were "default" on one SQLite file, counted apart in memory and
-	// overwrote each other's row, so /a served 4 more after the restart.
+	// Limits are named in the order they are made, so the reopened kit's
+	// first Limit is /a's limit1 again, with its 5 hits.
 	if servedA != 5 || servedB != 1 {
 		t.Errorf("served %d on /a (want 5, across a restart) and %d on /b (want 1), under a limit of 5 per minute each", servedA, servedB)
 	}

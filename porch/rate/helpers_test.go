@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -55,14 +56,27 @@ func newRig(t *testing.T, limit int, window time.Duration, o rigOptions) *rig {
 	if err != nil {
 		t.Fatalf("open store: %v", err)
 	}
-	t.Cleanup(func() { st.Close(context.Background()) })
+	t.Cleanup(func() { closeBounded(t, "store", st.Close) })
 	pool := porch.NewPool(o.pool)
-	t.Cleanup(func() { pool.Close(context.Background()) })
+	t.Cleanup(func() { closeBounded(t, "pool", pool.Close) })
 	lim, err := rate.New(pool, st, limit, window, o.rate)
 	if err != nil {
 		t.Fatalf("new limiter: %v", err)
 	}
 	return &rig{path: o.path, clock: o.clock, pool: pool, st: st, lim: lim}
+}
+
+// closeBounded closes what a rig opened at cleanup, within a bound: an
+// actor or a write that never finishes then fails the test that left it,
+// which still reports its own failure, instead of hanging the package
+// until go test's timeout. Other errors are left to the test.
+func closeBounded(t *testing.T, what string, close func(context.Context) error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := close(ctx); errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("close %s at cleanup: %v", what, err)
+	}
 }
 
 // stop closes the pool, then the store, as a graceful shutdown does.

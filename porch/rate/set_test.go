@@ -235,15 +235,15 @@ func TestSetFailuresCountNothing(t *testing.T) {
 // A saturated pool fails the request closed, and the limiter that did
 // count it gives its hit back.
 func TestSetSaturatedPoolGivesBack(t *testing.T) {
-	_, lims, set := newSet(t, policy{name: "a", limit: 5, window: time.Minute})
+	a := newRig(t, 5, time.Minute, rigOptions{rate: rate.Options{Name: "a"}})
 	// b counts on a pool of its own, which is blocked.
 	b := newRig(t, 5, time.Hour, rigOptions{pool: porch.PoolOptions{Size: 1, Mailbox: 1}, rate: rate.Options{Name: "b"}})
-	set = rate.All(lims[0], b.lim)
+	set := rate.All(a.lim, b.lim)
 	release := blockActors(t, b.pool)
 	res, body := serve(set.Handler(&counted{}), request("192.0.2.1:1"))
 	release()
 	wantProblem(t, res, body, http.StatusServiceUnavailable, rate.ProblemUnavailable)
-	v, err := lims[0].AllowKey(context.Background(), lims[0].CounterKey(request("192.0.2.1:1")))
+	v, err := a.lim.AllowKey(context.Background(), a.lim.CounterKey(request("192.0.2.1:1")))
 	if err != nil || v.Remaining != 4 {
 		t.Errorf("limiter a after the 503: got %+v, %v; want 4 left (the failed request given back)", v, err)
 	}
