@@ -234,7 +234,7 @@ func (c *local) open(ctx context.Context) error {
 	for _, v := range c.views {
 		sortOpened(v.expiry)
 		v.peak = len(v.counts)
-		c.armForget(v, now) // no actor runs a job yet, so touching v here is safe
+		c.armForget(v, now) // no actor runs a job of v yet: only its timer, started last
 	}
 	return nil
 }
@@ -336,11 +336,15 @@ func (c *local) armForget(v *view, now time.Time) {
 	}
 	v.armed = true
 	wait := end.Sub(now) + time.Millisecond
-	if v.timer != nil {
-		v.timer.Reset(wait)
-		return
+	if v.timer == nil {
+		// Made stopped and started by Reset once v.timer is set: a timer
+		// started by AfterFunc could fire, and its job read v.timer on the
+		// actor, before the assignment (New arms it off the actor).
+		t := time.AfterFunc(time.Hour, func() { c.forgetTick(v) })
+		t.Stop()
+		v.timer = t
 	}
-	v.timer = time.AfterFunc(wait, func() { c.forgetTick(v) })
+	v.timer.Reset(wait)
 }
 
 // forgetTick runs on v's timer: it hands v's actor a forget job, and tries
