@@ -245,7 +245,11 @@ type Reservation interface {
 	// schema change, temporary or not, no PRAGMA or ATTACH, no write to
 	// porch_* or sqlite_* tables), holds each step to bounded values (see
 	// sqlite.Store.Exec), and fails the owner's statements once together
-	// they run past Options.ExecBudget (ErrExecBudget).
+	// they run past Options.ExecBudget (ErrExecBudget). SQLite cannot
+	// interrupt a step, so a statement whose one step runs long (a
+	// function of two long values, a row of many expressions over large
+	// values) still holds up the process's writes until it fails; see
+	// sqlite.Store.Exec.
 	Exec(ctx context.Context, query string, args ...any) error
 	// Save stores r for ttl together with the owner's writes, and returns
 	// once they are durable. It ends the reservation.

@@ -452,11 +452,16 @@ func (s *Store) Close(ctx context.Context) error {
 // milliseconds; a larger one goes through DB(), outside group commit. A
 // statement that still finishes past its budget in a step SQLite could not
 // interrupt is rolled back and fails with store.ErrExecBudget: it never
-// commits, though its batch waits for it. Such steps remain: instr,
-// replace, trim, ltrim, rtrim and unhex take time in proportion to the
-// product of their two arguments' lengths (instr of a 512 KiB needle in a
-// 1 MiB value: 6.8 s), and one row can build hundreds of 1 MiB values
-// (900 randomblob calls: 3.2 s).
+// commits, though its batch waits for it. Such steps remain, so the
+// budget does not bound what an application's statement can make its
+// batch wait: instr, replace, trim, ltrim, rtrim and unhex take time in
+// proportion to the product of their two arguments' lengths (instr of a
+// 512 KiB needle in a 1 MiB value: 6.8 s), and a row with no loop in it
+// (a SELECT list or VALUES row of expressions) is one step however many
+// 1 MiB values its terms build or scan: 0.05 to 0.1 s per KiB of statement
+// text of upper, ||, length or randomblob terms, 20 to 30 s at 64 KiB.
+// Keep such work out of Exec, or bound the values and statements an
+// application's users can put into it.
 func (s *Store) Exec(ctx context.Context, query string, args ...any) error {
 	if err := s.c.Do(ctx, commit.Op{Exec: &commit.Statement{Query: query, Args: args}}); err != nil {
 		return fmt.Errorf("sqlite: exec: %w", err)
