@@ -9,13 +9,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
 )
 
 // Issue 16's boundary and parallel legs on PostgreSQL, two instances
 // sharing one schema. The sliding and gcra legs depend on the PostgreSQL
 // driver's statements for those algorithms: until it has them the
-// storefront refuses to start with store.ErrAlgorithm, and the legs skip
+// storefront refuses to start with driver.ErrAlgorithm, and the legs skip
 // saying so (skipPendingAlgorithm), so that acceptance.sh's last line
 // names them.
 
@@ -45,8 +45,8 @@ func skipPendingAlgorithm(t *testing.T, dsn string, flags ...string) {
 	case <-s.stdout.addr:
 		s.stop(t)
 	case <-s.exited:
-		if strings.Contains(s.stderr.String(), store.ErrAlgorithm.Error()) {
-			t.Skipf("pending: the PostgreSQL driver has no statements for %s yet (store.ErrAlgorithm)", strings.Join(flags, " "))
+		if strings.Contains(s.stderr.String(), driver.ErrAlgorithm.Error()) {
+			t.Skipf("pending: the PostgreSQL driver has no statements for %s yet (driver.ErrAlgorithm)", strings.Join(flags, " "))
 		}
 		t.Fatalf("storefront %s exited before listening: %v\n%s", strings.Join(flags, " "), s.cmd.ProcessState, s.output())
 	case <-time.After(startTimeout):

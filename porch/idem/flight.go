@@ -12,7 +12,7 @@ import (
 	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/internal/actor"
 	"github.com/writeonce/porch-go/porch/internal/problemtype"
-	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
 )
 
 // flight is one decision about a key in this process, shaped like
@@ -48,8 +48,8 @@ func newFlight(key string) *flight {
 // result is how a flight ended: what its waiters act on.
 type result struct {
 	kind     ending
-	response store.Response // endStored
-	err      error          // endFailed
+	response driver.Response // endStored
+	err      error           // endFailed
 }
 
 type ending int
@@ -62,7 +62,7 @@ const (
 
 // stored ends a flight whose key has response stored: every waiter answers
 // from it.
-func stored(response store.Response) result { return result{kind: endStored, response: response} }
+func stored(response driver.Response) result { return result{kind: endStored, response: response} }
 
 // released ends a flight whose leader gave the key up (a 5xx, a panic, it
 // left, MaxWait): its waiters decide afresh, and the first one back leads.
@@ -153,17 +153,17 @@ func (m *Keys) lead(r *http.Request, f *flight, digest []byte) (*http.Request, *
 // returns the reservation only when nothing is stored and nothing failed;
 // otherwise the reservation has ended by the time load returns, so the key's
 // slot in the store is free before the flight ends.
-func (m *Keys) load(ctx context.Context, key string) (store.Reservation, store.Response, error) {
+func (m *Keys) load(ctx context.Context, key string) (driver.Reservation, driver.Response, error) {
 	hold, err := m.reserve(ctx, key)
 	if err != nil {
-		return nil, store.Response{}, err
+		return nil, driver.Response{}, err
 	}
 	row, ok, err := hold.Load(ctx)
 	if err != nil || ok {
 		hold.Release()
 		return nil, row, err
 	}
-	return hold, store.Response{}, nil
+	return hold, driver.Response{}, nil
 }
 
 // errWaitedTooLong reports a reservation that outlasted MaxWait.
@@ -172,7 +172,7 @@ var errWaitedTooLong = errors.New("idem: waited longer than MaxWait for the key"
 // reserve reserves key in the store. With a shared store it may wait for an
 // owner on another instance; MaxWait bounds that wait as it bounds a local
 // duplicate's.
-func (m *Keys) reserve(ctx context.Context, key string) (store.Reservation, error) {
+func (m *Keys) reserve(ctx context.Context, key string) (driver.Reservation, error) {
 	if m.opt.MaxWait <= 0 {
 		return m.store.Reserve(ctx, key)
 	}
@@ -189,7 +189,7 @@ func (m *Keys) reserve(ctx context.Context, key string) (store.Reservation, erro
 // the row load found, or, when load failed, released if the leader gave up
 // waiting (MaxWait, or its context ended: nothing is known, and the waiters
 // decide afresh), and failed if the store failed (the waiters fail too).
-func loaded(ctx context.Context, row store.Response, err error) result {
+func loaded(ctx context.Context, row driver.Response, err error) result {
 	switch {
 	case err == nil:
 		return stored(row)
@@ -243,7 +243,7 @@ func (m *Keys) inFlight() *porch.Response {
 // answer is what a request gets once its key has a stored response: a
 // replay when it is the same request, and 422 when the key was reused for a
 // different one. Nothing is run and nothing is overwritten.
-func (m *Keys) answer(r *http.Request, row store.Response, digest []byte) *porch.Response {
+func (m *Keys) answer(r *http.Request, row driver.Response, digest []byte) *porch.Response {
 	if !bytes.Equal(row.Digest, digest) {
 		m.observe(r, Mismatch)
 		return m.problem(problemKeyReused, http.StatusUnprocessableEntity, m.keyHeader+" reused",

@@ -16,6 +16,7 @@ import (
 	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/internal/actor"
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
 	"github.com/writeonce/porch-go/porch/store/sqlite"
 )
 
@@ -43,7 +44,7 @@ func openSQLite(t *testing.T) *sqlite.Store {
 
 // newMiddleware builds the middleware over st; cleanup closes its pool
 // before st (opened earlier) closes.
-func newMiddleware(t *testing.T, st store.Keys, opt Options, popt porch.PoolOptions) *Keys {
+func newMiddleware(t *testing.T, st driver.KeyStore, opt Options, popt porch.PoolOptions) *Keys {
 	t.Helper()
 	pool := porch.NewPool(popt)
 	t.Cleanup(func() {
@@ -150,7 +151,7 @@ type hookedStore struct {
 	reserve func(ctx context.Context) error
 }
 
-func (s *hookedStore) Reserve(ctx context.Context, key string) (store.Reservation, error) {
+func (s *hookedStore) Reserve(ctx context.Context, key string) (driver.Reservation, error) {
 	if s.reserve != nil {
 		if err := s.reserve(ctx); err != nil {
 			return nil, err
@@ -163,11 +164,11 @@ func (s *hookedStore) Reserve(ctx context.Context, key string) (store.Reservatio
 	return ctxReservation{r}, nil
 }
 
-type ctxReservation struct{ store.Reservation }
+type ctxReservation struct{ driver.Reservation }
 
-func (r ctxReservation) Load(ctx context.Context) (store.Response, bool, error) {
+func (r ctxReservation) Load(ctx context.Context) (driver.Response, bool, error) {
 	if err := ctx.Err(); err != nil {
-		return store.Response{}, false, err
+		return driver.Response{}, false, err
 	}
 	return r.Reservation.Load(ctx)
 }

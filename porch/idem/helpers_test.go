@@ -18,6 +18,7 @@ import (
 	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/idem"
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
 	"github.com/writeonce/porch-go/porch/store/sqlite"
 )
 
@@ -58,7 +59,7 @@ func newEnv(t *testing.T, cfg envConfig, inner http.Handler) *env {
 
 // newEnvOn is newEnv on a store the caller opened (and closes on cleanup,
 // registered before this call); cfg.store is not used.
-func newEnvOn(t *testing.T, st store.Keys, cfg envConfig, inner http.Handler) *env {
+func newEnvOn(t *testing.T, st driver.KeyStore, cfg envConfig, inner http.Handler) *env {
 	t.Helper()
 	pool := newPool(t, cfg.pool)
 	m := idem.New(pool, st, cfg.opt)

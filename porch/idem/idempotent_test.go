@@ -13,6 +13,7 @@ import (
 	"github.com/writeonce/porch-go/porch/idem"
 	"github.com/writeonce/porch-go/porch/porchtest"
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
 )
 
 func TestNewPanicsOnBadConfig(t *testing.T) {
@@ -41,7 +42,7 @@ func TestNewPanicsOnBadConfig(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			var st store.Keys = openStore(t, store.Options{})
+			var st driver.KeyStore = openStore(t, store.Options{})
 			pool := newPool(t, porch.PoolOptions{Size: 1})
 			if tc.noStore {
 				st = nil

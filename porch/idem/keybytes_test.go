@@ -14,6 +14,7 @@ import (
 	"github.com/writeonce/porch-go/internal/pgtest"
 	"github.com/writeonce/porch-go/porch/idem"
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
 	"github.com/writeonce/porch-go/porch/store/postgres"
 )
 
@@ -39,7 +40,7 @@ func hostilePrincipals() []string {
 // principal named by ?p=, since a header cannot carry a NUL), all at once,
 // then again: each principal's handler runs exactly once and its repeat
 // replays its own response, not another principal's.
-func checkHostilePrincipals(t *testing.T, open func(t *testing.T) store.Keys) {
+func checkHostilePrincipals(t *testing.T, open func(t *testing.T) driver.KeyStore) {
 	principals := hostilePrincipals()
 	var calls [8]atomic.Int64
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -86,13 +87,13 @@ func checkHostilePrincipals(t *testing.T, open func(t *testing.T) store.Keys) {
 }
 
 func TestHostilePrincipalsSQLite(t *testing.T) {
-	checkHostilePrincipals(t, func(t *testing.T) store.Keys { return openStore(t, store.Options{}) })
+	checkHostilePrincipals(t, func(t *testing.T) driver.KeyStore { return openStore(t, store.Options{}) })
 }
 
 // On PostgreSQL a scoped key that was not valid UTF-8 failed Reserve's
 // lock, and one beyond the index's row size failed Save (issue 15).
 func TestHostilePrincipalsPostgres(t *testing.T) {
-	checkHostilePrincipals(t, func(t *testing.T) store.Keys {
+	checkHostilePrincipals(t, func(t *testing.T) driver.KeyStore {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
 		st, err := postgres.Open(ctx, pgtest.DSN(t), store.Options{})

@@ -21,6 +21,7 @@ import (
 	"github.com/writeonce/porch-go/porch/internal/logctx"
 	"github.com/writeonce/porch-go/porch/internal/problemtype"
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
 )
 
 // Defaults for [Options].
@@ -149,7 +150,7 @@ type Options struct {
 // concurrent use.
 type Keys struct {
 	pool    *actor.Pool
-	store   store.Keys
+	store   driver.KeyStore
 	opt     Options
 	shards  []*shard // indexed by pool shard; shards[i] is touched only by actor i
 	methods []string
@@ -167,7 +168,7 @@ type Keys struct {
 // pool or store, a negative TTL, MaxBody, MaxStoredBody or MaxWait, a
 // KeepHeaders name it may not keep, a KeyHeader or ReplayedHeader that is
 // not a field name it may use, or a ProblemBase that is not a URI.
-func New(pool *porch.Pool, st store.Keys, opt Options) *Keys {
+func New(pool *porch.Pool, st driver.KeyStore, opt Options) *Keys {
 	if pool == nil {
 		panic("idem: New expects a pool")
 	}
@@ -211,14 +212,14 @@ func New(pool *porch.Pool, st store.Keys, opt Options) *Keys {
 type ownership struct {
 	flight *flight
 	digest []byte
-	store  store.Keys
-	hold   store.Reservation
+	store  driver.KeyStore
+	hold   driver.Reservation
 	outer  *ownership // the request's ownership further out, if any
 }
 
 // owned finds, among the keys the request already owns further out, key on
 // st.
-func owned(r *http.Request, st store.Keys, key string) *ownership {
+func owned(r *http.Request, st driver.KeyStore, key string) *ownership {
 	o, _ := r.Context().Value(ownerKey{}).(*ownership)
 	for ; o != nil; o = o.outer {
 		if o.flight.key == key && o.store == st {
@@ -287,7 +288,7 @@ func (m *Keys) Before(r *http.Request) (*http.Request, *porch.Response) {
 
 // own hands r the key its flight leads: After finishes the flight, and the
 // handler writes through hold with [Exec].
-func (m *Keys) own(r *http.Request, f *flight, digest []byte, hold store.Reservation) *http.Request {
+func (m *Keys) own(r *http.Request, f *flight, digest []byte, hold driver.Reservation) *http.Request {
 	outer, _ := r.Context().Value(ownerKey{}).(*ownership)
 	o := &ownership{flight: f, digest: digest, store: m.store, hold: hold, outer: outer}
 	ctx := context.WithValue(r.Context(), ownershipKey{m}, o)
@@ -329,7 +330,7 @@ func (m *Keys) save(r *http.Request, o *ownership, res *porch.Response, c porch.
 		*res = *m.tooLarge(r, n)
 		return released()
 	}
-	row := store.Response{
+	row := driver.Response{
 		Key: o.flight.key, Digest: o.digest, Status: status,
 		ContentType: res.Header.Get("Content-Type"), Body: res.Body,
 		Header: kept(res.Header, m.keep),
@@ -412,7 +413,7 @@ func (m *Keys) clientAddr(r *http.Request) string {
 // replay renders a stored response: its status, body, content type and the
 // stored headers keep still names. Other headers (Set-Cookie, Date) would
 // be wrong to repeat, and are not stored.
-func replay(s store.Response, keep []string, marker string) *porch.Response {
+func replay(s driver.Response, keep []string, marker string) *porch.Response {
 	res := &porch.Response{Status: s.Status, Header: kept(s.Header, keep), Body: s.Body}
 	if res.Header == nil {
 		res.Header = make(http.Header)

@@ -13,12 +13,13 @@ import (
 	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/idem"
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
 )
 
 // eachShared runs test with two stores sharing one database, as two
 // instances would: SQLite's one store twice (two middlewares in one
 // process), and two PostgreSQL stores on one schema.
-func eachShared(t *testing.T, test func(t *testing.T, a, b store.Keys)) {
+func eachShared(t *testing.T, test func(t *testing.T, a, b driver.KeyStore)) {
 	t.Run("sqlite", func(t *testing.T) {
 		st := openStore(t, store.Options{})
 		test(t, st, st)
@@ -34,7 +35,7 @@ func eachShared(t *testing.T, test func(t *testing.T, a, b store.Keys)) {
 // client's corrected retry runs; a key in flight, on this middleware or
 // another instance's, is reported as such and is not forgotten.
 func TestLookupAndForget(t *testing.T) {
-	eachShared(t, func(t *testing.T, sa, sb store.Keys) {
+	eachShared(t, func(t *testing.T, sa, sb driver.KeyStore) {
 		g := newGate()
 		o := &orders{fn: func(n int64, w http.ResponseWriter, r *http.Request) {
 			if n == 1 {

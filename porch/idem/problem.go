@@ -9,7 +9,7 @@ import (
 	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/internal/fail"
 	"github.com/writeonce/porch-go/porch/internal/problemtype"
-	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
 )
 
 // Problem types this package answers with; clients may switch on them.
@@ -46,7 +46,7 @@ func (m *Keys) problemType(typ string) string {
 // unavailable is the fail-closed answer: the handler does not run, or its
 // response is withheld because it could not be made durable.
 func (m *Keys) unavailable(r *http.Request, err error) *porch.Response {
-	if errors.Is(err, store.ErrNoKeyConn) {
+	if errors.Is(err, driver.ErrNoKeyConn) {
 		return porch.Unavailable(m.problemType(problemUnavailable), "no database connection is free to hold this key", time.Second)
 	}
 	return fail.Closed(m.errs, r, m.problemType(problemUnavailable), "decide or store this key's response", err)

@@ -16,12 +16,13 @@ import (
 	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/idem"
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
 )
 
 // txBackend is one store with an application table, ledger, in the same
 // database as porch's tables, and a way to break the response's save.
 type txBackend struct {
-	st    store.Keys
+	st    driver.KeyStore
 	exec  func(t *testing.T, query string) // runs DDL outside any request
 	count func(t *testing.T) int           // rows in ledger
 	// breakSave makes every INSERT into porch_idem_responses fail; heal

@@ -29,7 +29,7 @@ import (
 	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/idem"
 	"github.com/writeonce/porch-go/porch/rate"
-	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
 )
 
 // Kit is a pool and its stores, with the limiters and idempotency
@@ -37,8 +37,8 @@ import (
 // concurrent use.
 type Kit struct {
 	pool     *porch.Pool
-	counters store.Counters // the limiters' store; nil: Limiter fails
-	keys     store.Keys     // the idempotency keys' store; nil: Idempotency fails
+	counters driver.Counters // the limiters' store; nil: Limiter fails
+	keys     driver.KeyStore // the idempotency keys' store; nil: Idempotency fails
 
 	mu       sync.Mutex
 	limiters []*rate.Limiter
@@ -58,8 +58,8 @@ var ErrNoStore = errors.New("kit: no store for this middleware")
 // returned as it is. A store without idempotency keys (Redis) does not
 // compile here; give it to New.
 func Open[S interface {
-	store.Counters
-	store.Keys
+	driver.Counters
+	driver.KeyStore
 }](st S, err error) (*Kit, error) {
 	if err != nil {
 		return nil, err
@@ -80,7 +80,7 @@ func Must(k *Kit, err error) *Kit {
 // its idempotency middlewares (one store may be both, and either may be
 // nil if unused). The Kit closes pool and the stores in Close; a store
 // given as both is closed once.
-func New(pool *porch.Pool, counters store.Counters, keys store.Keys) *Kit {
+func New(pool *porch.Pool, counters driver.Counters, keys driver.KeyStore) *Kit {
 	if pool == nil {
 		panic("kit: New expects a non-nil pool")
 	}
@@ -187,9 +187,9 @@ func (k *Kit) Close(ctx context.Context) error {
 // sameStore reports whether the two interfaces hold one store. Values of
 // a type that cannot be compared (a store of the caller's, not a pointer)
 // are two stores.
-func sameStore(a store.Keys, b store.Counters) bool {
+func sameStore(a driver.KeyStore, b driver.Counters) bool {
 	if !reflect.TypeOf(a).Comparable() || !reflect.TypeOf(b).Comparable() {
 		return false
 	}
-	return store.Store(a) == store.Store(b)
+	return driver.Store(a) == driver.Store(b)
 }

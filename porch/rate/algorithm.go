@@ -47,6 +47,6 @@ func ParseAlgorithm(name string) (Algorithm, error) {
 	return 0, fmt.Errorf("rate: unknown algorithm %q (want %s)", name, algorithm.Names())
 }
 
-// rule is an algorithm with its policy: the store.Rule a shared store
+// rule is an algorithm with its policy: the driver.Rule a shared store
 // applies, and what the limiter's headers and memory need besides.
 type rule = algorithm.Rule

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/writeonce/porch-go/porch/internal/actor"
-	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
 )
 
 // counting is how a Limiter keeps its counts, chosen once in New from what
@@ -41,7 +41,7 @@ type counting interface {
 // measured on), read against the wall clock wall: allowed, and for a
 // refusal of weight n, when it would fit. room is the rule's Room(s, now),
 // which the caller has at hand.
-func (l *Limiter) verdict(s store.State, now, wall time.Time, allowed bool, n, room int64) Verdict {
+func (l *Limiter) verdict(s driver.State, now, wall time.Time, allowed bool, n, room int64) Verdict {
 	v := Verdict{
 		Allowed:   allowed,
 		Limit:     l.most,
@@ -56,7 +56,7 @@ func (l *Limiter) verdict(s store.State, now, wall time.Time, allowed bool, n, r
 
 // peeked is Peek's verdict for s at now: Allowed while a request of
 // weight 1 fits.
-func (l *Limiter) peeked(s store.State, now, wall time.Time) Verdict {
+func (l *Limiter) peeked(s driver.State, now, wall time.Time) Verdict {
 	v := l.verdict(s, now, wall, true, 1, l.rule.Room(s, now))
 	v.Allowed = v.Remaining >= 1
 	if !v.Allowed {

@@ -9,6 +9,7 @@ import (
 	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/rate"
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
 	"github.com/writeonce/porch-go/porch/store/postgres"
 )
 
@@ -27,7 +28,7 @@ func openShared(t testing.TB, dsn string, limit int, window time.Duration, opt r
 
 // limiterOn builds a limiter on st with a pool of its own; at cleanup the
 // pool closes, then st.
-func limiterOn(t testing.TB, st store.Counters, limit int, window time.Duration, opt rate.Options) *rate.Limiter {
+func limiterOn(t testing.TB, st driver.Counters, limit int, window time.Duration, opt rate.Options) *rate.Limiter {
 	t.Helper()
 	pool := porch.NewPool(porch.PoolOptions{})
 	t.Cleanup(func() {

@@ -23,7 +23,7 @@ import (
 // Count each user per route, and exempt health checks. The user id comes
 // from a header an authentication middleware has verified; a request
 // without one is counted by its client address.
-func ExampleKeys() {
+func ExampleOptions_keyFunc() {
 	dir, _ := os.MkdirTemp("", "porch-example")
 	defer os.RemoveAll(dir)
 	k := kit.Must(kit.Open(sqlite.Open(filepath.Join(dir, "app.db"), store.Options{})))

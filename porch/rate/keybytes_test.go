@@ -17,6 +17,7 @@ import (
 	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/rate"
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
 	"github.com/writeonce/porch-go/porch/store/postgres"
 	"github.com/writeonce/porch-go/porch/store/sqlite"
 )
@@ -58,7 +59,7 @@ func incompressible(n int) string {
 
 // openLimiter is a limiter of limit per hour over st, closed at cleanup
 // before st.
-func openLimiter(t *testing.T, st store.Counters, limit int) *rate.Limiter {
+func openLimiter(t *testing.T, st driver.Counters, limit int) *rate.Limiter {
 	t.Helper()
 	pool := porch.NewPool(porch.PoolOptions{})
 	t.Cleanup(func() {
@@ -230,7 +231,7 @@ func FuzzKeyBytes(f *testing.F) {
 
 // fuzzLimiter is a limiter of 1 per hour over st, closed with st when the
 // fuzz target ends.
-func fuzzLimiter(f *testing.F, st store.Counters) *rate.Limiter {
+func fuzzLimiter(f *testing.F, st driver.Counters) *rate.Limiter {
 	pool := porch.NewPool(porch.PoolOptions{})
 	f.Cleanup(func() {
 		pool.Close(context.Background())

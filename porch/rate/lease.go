@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/writeonce/porch-go/porch"
-	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
 )
 
 // LeaseIdle is how long a key may go without a hit on this process before
@@ -22,13 +22,13 @@ const LeaseIdle = 100 * time.Millisecond
 // answered. A hit that finds one answers from memory, without a round trip;
 // the store already counted it, durably, before the lease was handed out,
 // so no answer runs ahead of its write. The store also holds them
-// (store.Lease) until they are settled or given back, so that a reset on
+// (driver.Lease) until they are settled or given back, so that a reset on
 // any instance, which this one hears nothing of, keeps them counted: an
 // answer from memory after it is counted in its window too. Each shard's
 // map is touched only by its actor.
 type leases struct {
 	l        *Limiter
-	st       store.SharedCounters
+	st       driver.SharedCounters
 	refusals *refusals                // the limiter's refusal cache; may be nil
 	most     int64                    // Options.Lease, at most the limit
 	hit      func(shard int, c *call) // the limiter's counting.hit, for hits that waited
@@ -69,11 +69,11 @@ type lease struct {
 	tokens int64     // hits counted in that epoch and not yet answered
 	// answered is the tokens answered since the store last heard of
 	// them: it still holds them, until a trip or a give-back settles them
-	// (store.Lease.Settled).
+	// (driver.Lease.Settled).
 	answered int64
 	// adopted is hits counted in start outside the lease and given back
 	// into it (giveBack): not answered until the store holds them, which
-	// the key's next trip asks (store.Lease.Adopted), else a reset would
+	// the key's next trip asks (driver.Lease.Adopted), else a reset would
 	// not keep them counted.
 	adopted int64
 	// until is when, on the local clock, the tokens stop answering: the
@@ -105,7 +105,7 @@ type lease struct {
 }
 
 // newLeases makes the leases of l on st; the caller sets hit.
-func newLeases(l *Limiter, st store.SharedCounters, cache *refusals, most int64) *leases {
+func newLeases(l *Limiter, st driver.SharedCounters, cache *refusals, most int64) *leases {
 	c := &leases{l: l, st: st, refusals: cache, most: min(most, l.most), shards: make([]leaseShard, l.pool.Size()),
 		arrived: make(chan struct{}, 1), stop: make(chan struct{}), swept: make(chan struct{})}
 	for i := range c.shards {
@@ -203,16 +203,16 @@ func (c *leases) wait(shard int, cl *call) bool {
 // n: a weighted request is never refused for hits this process holds
 // itself; so are adopted hits then. Otherwise the trip settles the
 // answered tokens and asks the store to hold the adopted hits.
-func (c *leases) ask(shard int, key string, n int64, now time.Time) (store.Lease, uint64) {
+func (c *leases) ask(shard int, key string, n int64, now time.Time) (driver.Lease, uint64) {
 	s := &c.shards[shard]
 	if c.closing.Load() {
-		return store.Lease{}, 0
+		return driver.Lease{}, 0
 	}
 	e := s.m[key]
 	if e == nil {
 		s.nextGen++
 		s.m[key] = &lease{used: now, size: 1, gen: s.nextGen}
-		return store.Lease{}, s.nextGen
+		return driver.Lease{}, s.nextGen
 	}
 	e.used = now
 	live := now.Before(e.until)
@@ -222,7 +222,7 @@ func (c *leases) ask(shard int, key string, n int64, now time.Time) (store.Lease
 		}
 		c.giveAllToStore(shard, key, e)
 	}
-	ls := store.Lease{Settled: e.answered, Start: e.start}
+	ls := driver.Lease{Settled: e.answered, Start: e.start}
 	e.answered = 0 // the trip settles them
 	if !e.asking && e.v.Limit > 0 {
 		ls.Held = max(min(e.size, c.most, (e.room-n)/2), 0)
@@ -247,7 +247,7 @@ func (c *leases) ask(shard int, key string, n int64, now time.Time) (store.Lease
 // unask runs on shard's actor when a trip from ask (ls) could not be
 // queued: no trip is in flight, no hit waits for one, and the answered
 // hits it was to settle are still to settle.
-func (c *leases) unask(shard int, key string, ls store.Lease) {
+func (c *leases) unask(shard int, key string, ls driver.Lease) {
 	e := c.shards[shard].m[key]
 	if e != nil && e.start.Equal(ls.Start) {
 		e.answered += ls.Settled
@@ -268,7 +268,7 @@ func (c *leases) unask(shard int, key string, ls store.Lease) {
 // epoch had left then is no later than its end. retry, if not nil, is the
 // trip's own call, refused only because the lease did not fit: it is
 // decided again, first of the key's waiting hits, without a lease.
-func (c *leases) answered(shard int, key string, ls store.Lease, gen uint64, sent time.Time, h *store.Hit, v Verdict, retry *call) {
+func (c *leases) answered(shard int, key string, ls driver.Lease, gen uint64, sent time.Time, h *driver.Hit, v Verdict, retry *call) {
 	extra := ls.Held
 	var end time.Time
 	var room int64
@@ -291,10 +291,10 @@ func (c *leases) answered(shard int, key string, ls store.Lease, gen uint64, sen
 			// Forgotten, reset or closed meanwhile: the lease's hits go
 			// back, whether the store counts them in the window they
 			// were counted in, or in one a reset started since, which
-			// keeps them counted (store.SharedCounters.GiveBack);
+			// keeps them counted (driver.SharedCounters.GiveBack);
 			// otherwise they would stay counted and never be answered.
 			if allowed && extra > 0 {
-				c.giveToStore(shard, key, store.Lease{Held: extra, Start: start}, c.returned())
+				c.giveToStore(shard, key, driver.Lease{Held: extra, Start: start}, c.returned())
 			}
 			if retry != nil {
 				c.hit(shard, retry)
@@ -321,7 +321,7 @@ func (c *leases) answered(shard int, key string, ls store.Lease, gen uint64, sen
 			if !until.After(time.Now()) {
 				// Too late in its epoch to answer anything: back to the
 				// store while the epoch still counts them.
-				c.giveToStore(shard, key, store.Lease{Held: extra, Start: start}, c.l.takeBackDone)
+				c.giveToStore(shard, key, driver.Lease{Held: extra, Start: start}, c.l.takeBackDone)
 				e.room += extra
 				break
 			}
@@ -335,7 +335,7 @@ func (c *leases) answered(shard int, key string, ls store.Lease, gen uint64, sen
 			if over := e.tokens - c.most; over > 0 {
 				// Hits adopted while the trip was out filled the lease:
 				// never hold more than Lease.
-				c.giveToStore(shard, key, store.Lease{Held: over, Start: start}, c.l.takeBackDone)
+				c.giveToStore(shard, key, driver.Lease{Held: over, Start: start}, c.l.takeBackDone)
 				e.tokens -= over
 				e.room += over
 			}
@@ -353,7 +353,7 @@ func (c *leases) answered(shard int, key string, ls store.Lease, gen uint64, sen
 // them. Otherwise a reset or their window's end has cleared them, or, for
 // a failed trip, they go back as plain counted hits: if the store did
 // hold them, it keeps holding them, the safe side.
-func (c *leases) adopt(shard int, key string, e *lease, ls store.Lease, gen uint64, h *store.Hit) {
+func (c *leases) adopt(shard int, key string, e *lease, ls driver.Lease, gen uint64, h *driver.Hit) {
 	mine := e != nil && e.gen == gen
 	if mine {
 		e.adopted -= ls.Adopted
@@ -368,7 +368,7 @@ func (c *leases) adopt(shard int, key string, e *lease, ls store.Lease, gen uint
 	case mine && e.start.Equal(ls.Start):
 		e.tokens += ls.Adopted
 	default:
-		c.giveToStore(shard, key, store.Lease{Held: ls.Adopted, Start: ls.Start}, c.returned())
+		c.giveToStore(shard, key, driver.Lease{Held: ls.Adopted, Start: ls.Start}, c.returned())
 	}
 }
 
@@ -428,7 +428,7 @@ func (c *leases) held(shard int, key string, now time.Time) int64 {
 
 // drop runs on shard's actor when key is reset: its lease's hits go back
 // to the store, ahead of the reset, which would otherwise keep them
-// counted as held (store.SharedCounters.ResetHit), and no hit counted
+// counted as held (driver.SharedCounters.ResetHit), and no hit counted
 // before it is given back into the new lease; a lease still on its way is
 // given back to the store when it arrives. It returns the hits that
 // waited for that lease: the caller decides them once the reset is
@@ -497,7 +497,7 @@ func (c *leases) sweep(shard int, now time.Time) {
 // hold them (see adopt). Each write's outcome goes to returned's callback.
 func (c *leases) giveAllToStore(shard int, key string, e *lease) {
 	if e.tokens > 0 || e.answered > 0 {
-		c.giveToStore(shard, key, store.Lease{Held: e.tokens, Settled: e.answered, Start: e.start}, c.returned())
+		c.giveToStore(shard, key, driver.Lease{Held: e.tokens, Settled: e.answered, Start: e.start}, c.returned())
 	}
 	if e.adopted > 0 && !e.asking {
 		if c.refusals != nil {
@@ -513,9 +513,9 @@ func (c *leases) giveAllToStore(shard int, key string, e *lease) {
 }
 
 // giveToStore ends a lease's hold on key's hits in the store (see
-// store.SharedCounters.GiveBack), done getting the outcome: the key's
+// driver.SharedCounters.GiveBack), done getting the outcome: the key's
 // count may go down, so a refusal remembered for it no longer holds.
-func (c *leases) giveToStore(shard int, key string, ls store.Lease, done func(error)) {
+func (c *leases) giveToStore(shard int, key string, ls driver.Lease, done func(error)) {
 	if c.refusals != nil {
 		c.refusals.forget(shard, key)
 	}

@@ -16,7 +16,7 @@ import (
 	"github.com/writeonce/porch-go/porch/internal/algorithm"
 	"github.com/writeonce/porch-go/porch/internal/errlog"
 	"github.com/writeonce/porch-go/porch/internal/problemtype"
-	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
 )
 
 // Options configure a Limiter. The zero value keys on the connection's peer.
@@ -202,7 +202,7 @@ type Options struct {
 // value is not usable.
 type Limiter struct {
 	pool     *actor.Pool
-	store    store.Counters
+	store    driver.Counters
 	counting counting // local or shared, chosen by the store
 	rule     rule     // Options.Algorithm with the limit, window and burst
 	limit    int64
@@ -266,8 +266,8 @@ const MaxWindow = algorithm.MaxWindow
 // new window from now, whichever is sooner.
 //
 // New panics, with a "rate: " message, on a programming error: a nil pool
-// or store, a store that keeps no counters (neither store.ExclusiveCounters
-// nor store.SharedCounters), a limit outside 1 to MaxLimit, a window under
+// or store, a store that keeps no counters (neither driver.ExclusiveCounters
+// nor driver.SharedCounters), a limit outside 1 to MaxLimit, a window under
 // a millisecond or over MaxWindow, an Options.Name that is not a valid name
 // (see Options.Name), or an
 // Options.ProblemBase that is not a URI. It checks all of these before any
@@ -278,7 +278,7 @@ const MaxWindow = algorithm.MaxWindow
 // one the algorithm refuses (see Options.Burst) panics too, and so does an
 // Options.Lease that is negative, over MaxLimit or set with an algorithm
 // that counts every hit in the store (GCRA).
-func New(pool *porch.Pool, st store.Counters, limit int, window time.Duration, opt Options) (*Limiter, error) {
+func New(pool *porch.Pool, st driver.Counters, limit int, window time.Duration, opt Options) (*Limiter, error) {
 	l := newLimiter(pool, st, limit, window, opt)
 	if err := l.open(); err != nil {
 		return nil, err
@@ -288,7 +288,7 @@ func New(pool *porch.Pool, st store.Counters, limit int, window time.Duration, o
 
 // newLimiter is New's half that does no I/O: it checks the arguments,
 // panicking on a programming error, and builds the limiter.
-func newLimiter(pool *porch.Pool, st store.Counters, limit int, window time.Duration, opt Options) *Limiter {
+func newLimiter(pool *porch.Pool, st driver.Counters, limit int, window time.Duration, opt Options) *Limiter {
 	if pool == nil {
 		panic("rate: New expects a non-nil pool")
 	}
@@ -362,12 +362,12 @@ func newLimiter(pool *porch.Pool, st store.Counters, limit int, window time.Dura
 	l.rateLimitPrefix = `"` + opt.Name + `";r=`
 	l.calls.New = l.newCall
 	switch c := st.(type) {
-	case store.ExclusiveCounters:
+	case driver.ExclusiveCounters:
 		l.counting = newLocal(l, c)
-	case store.SharedCounters:
+	case driver.SharedCounters:
 		l.counting = newShared(l, c)
 	default:
-		panic(fmt.Sprintf("rate: New expects a store with counters (store.ExclusiveCounters or store.SharedCounters), got %T", st))
+		panic(fmt.Sprintf("rate: New expects a store with counters (driver.ExclusiveCounters or driver.SharedCounters), got %T", st))
 	}
 	return l
 }
@@ -385,7 +385,7 @@ func validName(name string) bool {
 
 // isNil reports whether st is nil, or a nil pointer in an interface (what
 // st, _ := sqlite.Open(...) leaves behind when the open failed).
-func isNil(st store.Counters) bool {
+func isNil(st driver.Counters) bool {
 	if st == nil {
 		return true
 	}
@@ -411,8 +411,8 @@ func (l *Limiter) open() error {
 }
 
 // storePolicy is the policy the store records for this limiter's Name.
-func (l *Limiter) storePolicy() store.Policy {
-	return store.Policy{Name: l.opt.Name, Limit: l.limit, Window: l.window, Algorithm: l.rule.Algorithm(), Burst: l.rule.Burst()}
+func (l *Limiter) storePolicy() driver.Policy {
+	return driver.Policy{Name: l.opt.Name, Limit: l.limit, Window: l.window, Algorithm: l.rule.Algorithm(), Burst: l.rule.Burst()}
 }
 
 // Close writes the exact count of every open window that was written ahead

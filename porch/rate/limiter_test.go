@@ -20,12 +20,13 @@ import (
 	"github.com/writeonce/porch-go/porch/porchtest"
 	"github.com/writeonce/porch-go/porch/rate"
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
 	"github.com/writeonce/porch-go/porch/store/sqlite"
 )
 
 // noCounters is a store that keeps no rate counters: it implements neither
-// store.ExclusiveCounters nor store.SharedCounters.
-type noCounters struct{ store.Counters }
+// driver.ExclusiveCounters nor driver.SharedCounters.
+type noCounters struct{ driver.Counters }
 
 // A programming error in New's arguments panics at construction, with a
 // message that names it, before any I/O; it is never found by a request.
@@ -41,7 +42,7 @@ func TestNewPanicsOnBadConfig(t *testing.T) {
 	tests := []struct {
 		name      string
 		pool      *porch.Pool
-		st        store.Counters
+		st        driver.Counters
 		limit     int
 		window    time.Duration
 		optName   string // Options.Name

@@ -10,7 +10,7 @@ import (
 
 	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/internal/actor"
-	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
 )
 
 // local counts in the memory of the keys' actors, for a store that is its
@@ -21,11 +21,11 @@ import (
 // counts behind.
 type local struct {
 	l     *Limiter
-	st    store.ExclusiveCounters
+	st    driver.ExclusiveCounters
 	views []*view // indexed by pool shard; views[i] is touched only by actor i
 }
 
-func newLocal(l *Limiter, st store.ExclusiveCounters) *local {
+func newLocal(l *Limiter, st driver.ExclusiveCounters) *local {
 	c := &local{l: l, st: st, views: make([]*view, l.pool.Size())}
 	for i := range c.views {
 		c.views[i] = newView(i)
@@ -95,7 +95,7 @@ func sendVerdict(reply actor.Reply[Verdict], v Verdict, err error) {
 // rule moves to a new epoch (a closed window, an idle bucket) gets a new
 // tally, which nothing written covers yet. It returns the tally and its
 // state.
-func (c *local) advance(v *view, key string, now time.Time) (tally, store.State) {
+func (c *local) advance(v *view, key string, now time.Time) (tally, driver.State) {
 	w, ok := v.counts[key]
 	s := c.l.rule.Advance(w.state(), now)
 	if !ok || !s.Start.Equal(w.start) {
@@ -181,7 +181,7 @@ func (c *local) reset(shard int, key string, answer func(error)) {
 	if !start.After(w.start) {
 		start = w.start.Add(time.Nanosecond)
 	}
-	w = v.open(key, store.State{Start: start})
+	w = v.open(key, driver.State{Start: start})
 	c.armForget(v, now)
 	bw := new(boundWrite)
 	bw.wait(answer)
@@ -209,7 +209,7 @@ func (c *local) takeBack(shard int, key string, start time.Time, n int64) {
 
 // counter is the row that makes count durable for key's tally w, in the
 // algorithm's form (see algorithm.Rule.Row).
-func (c *local) counter(key string, w tally, count int64) store.Counter {
+func (c *local) counter(key string, w tally, count int64) driver.Counter {
 	return c.l.rule.Row(key, w.state(), count)
 }
 
@@ -219,7 +219,7 @@ func (c *local) counter(key string, w tally, count int64) store.Counter {
 func (c *local) open(ctx context.Context) error {
 	l := c.l
 	now := c.st.Now()
-	err := c.st.LoadCounters(ctx, now, func(sc store.Counter) {
+	err := c.st.LoadCounters(ctx, now, func(sc driver.Counter) {
 		if !strings.HasPrefix(sc.Key, l.prefix) {
 			return // another limiter's row
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/writeonce/porch-go/porch/internal/actor"
 	"github.com/writeonce/porch-go/porch/internal/algorithm"
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
 )
 
 // onActor runs fn on shard's actor and waits for it.
@@ -34,32 +35,32 @@ type refusingStore struct {
 	trips atomic.Int64
 }
 
-var _ store.SharedCounters = (*refusingStore)(nil)
+var _ driver.SharedCounters = (*refusingStore)(nil)
 
 func (s *refusingStore) Wall() time.Time              { return t0 }
 func (s *refusingStore) Health(context.Context) error { return nil }
 func (s *refusingStore) Stats() store.Stats           { return store.Stats{} }
 func (s *refusingStore) Close(context.Context) error  { return nil }
 
-func (s *refusingStore) ClaimPolicy(context.Context, store.Policy) (func(), error) {
+func (s *refusingStore) ClaimPolicy(context.Context, driver.Policy) (func(), error) {
 	return func() {}, nil
 }
 
-func (s *refusingStore) AddHit(_ string, rule store.Rule, _ int64, done func(store.Hit, error)) error {
+func (s *refusingStore) AddHit(_ string, rule driver.Rule, _ int64, done func(driver.Hit, error)) error {
 	s.trips.Add(1)
-	full := store.State{Start: t0, Count: rule.(algorithm.Rule).Limit()}
-	done(store.Hit{State: full, Now: t0}, nil)
+	full := driver.State{Start: t0, Count: rule.(algorithm.Rule).Limit()}
+	done(driver.Hit{State: full, Now: t0}, nil)
 	return nil
 }
 
-func (s *refusingStore) AddLeased(key string, rule store.Rule, n int64, _ store.Lease, done func(store.Hit, error)) error {
+func (s *refusingStore) AddLeased(key string, rule driver.Rule, n int64, _ driver.Lease, done func(driver.Hit, error)) error {
 	return s.AddHit(key, rule, n, done)
 }
 
-func (s *refusingStore) GiveBack(string, store.Lease, func(error)) error          { return nil }
-func (s *refusingStore) PeekHit(string, store.Rule, func(store.Hit, error)) error { return nil }
-func (s *refusingStore) ResetHit(string, func(error)) error                       { return nil }
-func (s *refusingStore) TakeBack(string, time.Time, int64, func(error)) error     { return nil }
+func (s *refusingStore) GiveBack(string, driver.Lease, func(error)) error           { return nil }
+func (s *refusingStore) PeekHit(string, driver.Rule, func(driver.Hit, error)) error { return nil }
+func (s *refusingStore) ResetHit(string, func(error)) error                         { return nil }
+func (s *refusingStore) TakeBack(string, time.Time, int64, func(error)) error       { return nil }
 
 // refusingLimiter is a limiter of one request an hour on a refusingStore,
 // its refusals cached for life, counted by actors actors.

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/writeonce/porch-go/porch/internal/actor"
-	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
 )
 
 // shared counts in a store that other processes write too (PostgreSQL,
@@ -21,12 +21,12 @@ import (
 // memory (see leases).
 type shared struct {
 	l      *Limiter
-	st     store.SharedCounters
+	st     driver.SharedCounters
 	cache  *refusals // nil when Options.RefusalCacheFor is negative
 	leases *leases   // nil unless Options.Lease is positive
 }
 
-func newShared(l *Limiter, st store.SharedCounters) shared {
+func newShared(l *Limiter, st driver.SharedCounters) shared {
 	c := shared{l: l, st: st}
 	switch life := l.opt.RefusalCacheFor; {
 	case life == 0:
@@ -102,7 +102,7 @@ func (c shared) trip(shard int, call *call, now time.Time) {
 		gen = c.cache.gen(shard)
 	}
 	var (
-		ls   store.Lease
+		ls   driver.Lease
 		lgen uint64
 		sent time.Time // when the hit was sent, for the lease
 	)
@@ -111,7 +111,7 @@ func (c shared) trip(shard int, call *call, now time.Time) {
 		sent = time.Now()
 	}
 	extra := ls.Held
-	done := func(h store.Hit, err error) {
+	done := func(h driver.Hit, err error) {
 		if err != nil {
 			if c.leases != nil {
 				c.leases.answered(shard, key, ls, lgen, sent, nil, Verdict{}, nil)
@@ -164,7 +164,7 @@ func (c shared) peek(shard int, key string, reply actor.Reply[Verdict]) {
 		c.leases.apply(shard)
 		held = c.leases.held(shard, key, time.Now())
 	}
-	err := c.st.PeekHit(key, c.l.rule, func(h store.Hit, err error) {
+	err := c.st.PeekHit(key, c.l.rule, func(h driver.Hit, err error) {
 		if err != nil {
 			reply.Send(Verdict{}, err)
 			return

@@ -15,6 +15,7 @@ import (
 	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/rate"
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
 	"github.com/writeonce/porch-go/porch/store/postgres"
 	"github.com/writeonce/porch-go/porch/store/redis"
 	"github.com/writeonce/porch-go/porch/store/sqlite"
@@ -36,7 +37,7 @@ func TestLimiterOnStores(t *testing.T) {
 	t.Run("SQLite", func(t *testing.T) {
 		testLimiterOnStores(t, storeHarness{
 			DB: func(t *testing.T) string { return filepath.Join(t.TempDir(), "porch.db") },
-			Open: func(t *testing.T, db string) store.Counters {
+			Open: func(t *testing.T, db string) driver.Counters {
 				st, err := sqlite.Open(db, store.Options{})
 				if err != nil {
 					t.Fatalf("sqlite.Open: %v", err)
@@ -48,7 +49,7 @@ func TestLimiterOnStores(t *testing.T) {
 	t.Run("PostgreSQL", func(t *testing.T) {
 		testLimiterOnStores(t, storeHarness{
 			DB: func(t *testing.T) string { return pgtest.DSN(t) },
-			Open: func(t *testing.T, dsn string) store.Counters {
+			Open: func(t *testing.T, dsn string) driver.Counters {
 				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 				defer cancel()
 				st, err := postgres.Open(ctx, dsn, store.Options{})
@@ -63,7 +64,7 @@ func TestLimiterOnStores(t *testing.T) {
 		c := redistest.Client(t)
 		testLimiterOnStores(t, storeHarness{
 			DB: func(t *testing.T) string { return redistest.Prefix(t, c) },
-			Open: func(t *testing.T, prefix string) store.Counters {
+			Open: func(t *testing.T, prefix string) driver.Counters {
 				st, err := redis.Open(context.Background(), c, redis.Options{Prefix: prefix})
 				if err != nil {
 					t.Fatalf("redis.Open: %v", err)
@@ -86,8 +87,8 @@ type storeHarness struct {
 	DB func(t *testing.T) string
 	// Open opens a store on db, failing t if it cannot. The suite closes
 	// it. It is called again on a db whose store has closed, and, when the
-	// store is a store.SharedCounters, on a db another store has open.
-	Open func(t *testing.T, db string) store.Counters
+	// store is a driver.SharedCounters, on a db another store has open.
+	Open func(t *testing.T, db string) driver.Counters
 }
 
 // storeAlgorithms are the algorithms the suite runs, every one for every
@@ -111,7 +112,7 @@ func testLimiterOnStores(t *testing.T, h storeHarness) {
 			// once, clearly, rather than in every subtest.
 			n := h.storeNode(t)
 			if _, err := n.newLimiter(storePolicy{alg: alg, limit: 1, window: time.Hour}, "probe"); err != nil {
-				if errors.Is(err, store.ErrAlgorithm) {
+				if errors.Is(err, driver.ErrAlgorithm) {
 					t.Fatalf("the driver does not implement %s: rate.New: %v", alg, err)
 				}
 				t.Fatalf("rate.New: %v", err)
@@ -127,10 +128,10 @@ func testLimiterOnStores(t *testing.T, h storeHarness) {
 // testKind checks that the store offers exactly one way of counting.
 func testStoreKind(t *testing.T, h storeHarness) {
 	st := h.storeNode(t).st
-	_, excl := st.(store.ExclusiveCounters)
-	_, shared := st.(store.SharedCounters)
+	_, excl := st.(driver.ExclusiveCounters)
+	_, shared := st.(driver.SharedCounters)
 	if excl == shared {
-		t.Fatalf("%T: implements store.ExclusiveCounters %v and store.SharedCounters %v; want exactly one", st, excl, shared)
+		t.Fatalf("%T: implements driver.ExclusiveCounters %v and driver.SharedCounters %v; want exactly one", st, excl, shared)
 	}
 }
 
@@ -138,7 +139,7 @@ func testStoreKind(t *testing.T, h storeHarness) {
 // and the limiters built on them.
 type storeNode struct {
 	db      string
-	st      store.Counters
+	st      driver.Counters
 	pool    *porch.Pool
 	lims    []*rate.Limiter
 	stopped bool
@@ -646,7 +647,7 @@ func testPolicyConflict(t *testing.T, h storeHarness, alg rate.Algorithm) {
 			_, err := n.newLimiter(o, "policy")
 			switch {
 			case errors.Is(err, store.ErrPolicyConflict):
-			case errors.Is(err, store.ErrAlgorithm) && o.alg != alg:
+			case errors.Is(err, driver.ErrAlgorithm) && o.alg != alg:
 				// Refused all the same; the other algorithm's own subtest
 				// fails for the driver's lack of it.
 				t.Logf("%s: %s refused with %v rather than a conflict", where, o, err)
@@ -656,7 +657,7 @@ func testPolicyConflict(t *testing.T, h storeHarness, alg rate.Algorithm) {
 		}
 	}
 	refuse(n, "same store")
-	if _, ok := n.st.(store.SharedCounters); ok {
+	if _, ok := n.st.(driver.SharedCounters); ok {
 		refuse(h.nodeOn(t, n.db), "another instance")
 	}
 	if _, err := n.newLimiter(others[0], "other-name"); err != nil {
@@ -694,7 +695,7 @@ func testReopen(t *testing.T, h storeHarness, alg rate.Algorithm) {
 func testTwoInstances(t *testing.T, h storeHarness, alg rate.Algorithm) {
 	const limit, clients = 100, 400
 	a := h.storeNode(t)
-	if _, ok := a.st.(store.SharedCounters); !ok {
+	if _, ok := a.st.(driver.SharedCounters); !ok {
 		t.Skipf("%T is an exclusive store: one process per database", a.st)
 	}
 	b := h.nodeOn(t, a.db)

@@ -12,6 +12,7 @@ import (
 	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/internal/algorithm"
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
 	"github.com/writeonce/porch-go/porch/store/memory"
 	"github.com/writeonce/porch-go/porch/store/postgres"
 	"github.com/writeonce/porch-go/porch/store/redis"
@@ -41,37 +42,37 @@ type toyRule struct {
 	window time.Duration
 }
 
-func (toyRule) Algorithm() string                 { return "toy" }
-func (r toyRule) Limit() int64                    { return r.limit }
-func (r toyRule) Window() time.Duration           { return r.window }
-func (toyRule) Interval() time.Duration           { return 0 }
-func (r toyRule) Most() int64                     { return r.limit }
-func (toyRule) Burst() int64                      { return 0 }
-func (r toyRule) Life() time.Duration             { return r.window }
-func (r toyRule) Expires(s store.State) time.Time { return s.Start.Add(r.window) }
+func (toyRule) Algorithm() string                  { return "toy" }
+func (r toyRule) Limit() int64                     { return r.limit }
+func (r toyRule) Window() time.Duration            { return r.window }
+func (toyRule) Interval() time.Duration            { return 0 }
+func (r toyRule) Most() int64                      { return r.limit }
+func (toyRule) Burst() int64                       { return 0 }
+func (r toyRule) Life() time.Duration              { return r.window }
+func (r toyRule) Expires(s driver.State) time.Time { return s.Start.Add(r.window) }
 
-func (r toyRule) Advance(s store.State, now time.Time) store.State {
+func (r toyRule) Advance(s driver.State, now time.Time) driver.State {
 	if start := now.Truncate(r.window); !start.Equal(s.Start) {
-		return store.State{Start: start}
+		return driver.State{Start: start}
 	}
 	return s
 }
 
-func (r toyRule) Room(s store.State, _ time.Time) int64 { return r.limit - s.Count }
+func (r toyRule) Room(s driver.State, _ time.Time) int64 { return r.limit - s.Count }
 
-func (r toyRule) ResetIn(s store.State, now time.Time) time.Duration {
+func (r toyRule) ResetIn(s driver.State, now time.Time) time.Duration {
 	return max(r.Expires(s).Sub(now), 0)
 }
 
-func (r toyRule) RetryIn(s store.State, now time.Time, _ int64) time.Duration {
+func (r toyRule) RetryIn(s driver.State, now time.Time, _ int64) time.Duration {
 	return r.ResetIn(s, now)
 }
 
-func (r toyRule) Row(key string, s store.State, count int64) store.Counter {
-	return store.Counter{Key: key, WindowStart: s.Start, Window: r.window, Count: count, Expires: r.Expires(s)}
+func (r toyRule) Row(key string, s driver.State, count int64) driver.Counter {
+	return driver.Counter{Key: key, WindowStart: s.Start, Window: r.window, Count: count, Expires: r.Expires(s)}
 }
 
-func (toyRule) Resume(c store.Counter, _ time.Time) store.State { return c.State() }
+func (toyRule) Resume(c driver.Counter, _ time.Time) driver.State { return c.State() }
 
 func (toyRule) Carried(time.Time, int64, time.Time) (int64, bool) { return 0, false }
 
@@ -92,7 +93,7 @@ func registerToy(t *testing.T) Algorithm {
 // The drivers' suite runs the toy over each store that can count it
 // without statements of its own: an exclusive one decides in the
 // limiter's memory. A shared driver has no statements for it, and the
-// suite skips it there (store.ErrAlgorithm).
+// suite skips it there (driver.ErrAlgorithm).
 func TestToyAlgorithmCountersSuite(t *testing.T) {
 	registerToy(t)
 	for _, s := range []struct {
@@ -101,7 +102,7 @@ func TestToyAlgorithmCountersSuite(t *testing.T) {
 	}{
 		{"SQLite", storetest.Harness{
 			DB: func(t *testing.T) string { return filepath.Join(t.TempDir(), "porch.db") },
-			Open: func(t *testing.T, db string) store.Counters {
+			Open: func(t *testing.T, db string) driver.Counters {
 				st, err := sqlite.Open(db, store.Options{})
 				if err != nil {
 					t.Fatalf("sqlite.Open: %v", err)
@@ -111,7 +112,7 @@ func TestToyAlgorithmCountersSuite(t *testing.T) {
 		}},
 		{"memory", storetest.Harness{
 			DB: func(t *testing.T) string { return t.Name() },
-			Open: func(t *testing.T, _ string) store.Counters {
+			Open: func(t *testing.T, _ string) driver.Counters {
 				st, err := memory.Open()
 				if err != nil {
 					t.Fatalf("memory.Open: %v", err)
@@ -122,7 +123,7 @@ func TestToyAlgorithmCountersSuite(t *testing.T) {
 		}},
 		{"PostgreSQL", storetest.Harness{
 			DB: func(t *testing.T) string { return pgtest.DSN(t) },
-			Open: func(t *testing.T, dsn string) store.Counters {
+			Open: func(t *testing.T, dsn string) driver.Counters {
 				st, err := postgres.Open(context.Background(), dsn, store.Options{})
 				if err != nil {
 					t.Fatalf("postgres.Open: %v", err)
@@ -132,7 +133,7 @@ func TestToyAlgorithmCountersSuite(t *testing.T) {
 		}},
 		{"Redis", storetest.Harness{
 			DB: func(t *testing.T) string { return redistest.Prefix(t, redistest.Client(t)) },
-			Open: func(t *testing.T, prefix string) store.Counters {
+			Open: func(t *testing.T, prefix string) driver.Counters {
 				st, err := redis.Open(context.Background(), redistest.Client(t), redis.Options{Prefix: prefix})
 				if err != nil {
 					t.Fatalf("redis.Open: %v", err)

@@ -4,7 +4,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
 )
 
 // forgetPerHit bounds how many ended states one hit lets go of, so eviction
@@ -37,7 +37,7 @@ type view struct {
 }
 
 type tally struct {
-	start time.Time // the state's epoch (store.State.Start)
+	start time.Time // the state's epoch (driver.State.Start)
 	count int64
 	prev  int64 // the sliding window's previous count
 	// durable is the highest count known committed: hits up to it answer
@@ -57,7 +57,9 @@ type tally struct {
 }
 
 // state is the algorithm's part of t; a key never seen has the zero state.
-func (t tally) state() store.State { return store.State{Start: t.start, Count: t.count, Prev: t.prev} }
+func (t tally) state() driver.State {
+	return driver.State{Start: t.start, Count: t.count, Prev: t.prev}
+}
 
 // written is the highest count the store holds or will hold.
 func (t tally) written() int64 { return max(t.durable, t.pendingAt) }
@@ -70,7 +72,7 @@ type opened struct {
 func newView(shard int) *view { return &view{shard: shard, counts: make(map[string]tally)} }
 
 // open starts a new epoch for key in state s, of which nothing is written.
-func (v *view) open(key string, s store.State) tally {
+func (v *view) open(key string, s driver.State) tally {
 	w := tally{start: s.Start, count: s.Count, prev: s.Prev}
 	v.counts[key] = w
 	v.peak = max(v.peak, len(v.counts))

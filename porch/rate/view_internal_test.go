@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/writeonce/porch-go/porch/internal/actor"
-	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
 )
 
 var t0 = time.Date(2026, 8, 29, 12, 0, 0, 0, time.UTC)
@@ -39,10 +39,10 @@ func TestViewForget(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			v := newView(0)
-			v.open("a", store.State{Start: t0})
-			v.open("b", store.State{Start: t0})
-			v.open("c", store.State{Start: t0.Add(30 * time.Second)})
-			v.open("d", store.State{Start: t0.Add(45 * time.Second)})
+			v.open("a", driver.State{Start: t0})
+			v.open("b", driver.State{Start: t0})
+			v.open("c", driver.State{Start: t0.Add(30 * time.Second)})
+			v.open("d", driver.State{Start: t0.Add(45 * time.Second)})
 			v.forget(t0.Add(tt.at), window, tt.max)
 			if got := keys(v); !slices.Equal(got, tt.want) {
 				t.Errorf("got keys %q, want %q", got, tt.want)
@@ -54,8 +54,8 @@ func TestViewForget(t *testing.T) {
 func TestViewForgetKeepsAReopenedWindow(t *testing.T) {
 	const window = time.Minute
 	v := newView(0)
-	v.open("a", store.State{Start: t0})
-	v.open("a", store.State{Start: t0.Add(time.Minute)}) // the key came back after its window closed
+	v.open("a", driver.State{Start: t0})
+	v.open("a", driver.State{Start: t0.Add(time.Minute)}) // the key came back after its window closed
 	v.forget(t0.Add(90*time.Second), window, 10)
 	w, ok := v.counts["a"]
 	if !ok || !w.start.Equal(t0.Add(time.Minute)) {
@@ -71,13 +71,13 @@ func TestViewMemoryFollowsLiveKeys(t *testing.T) {
 	const window, n = time.Minute, 5000
 	v := newView(0)
 	for i := range n {
-		v.open(fmt.Sprintf("k%d", i), store.State{Start: t0.Add(time.Duration(i) * time.Millisecond)})
+		v.open(fmt.Sprintf("k%d", i), driver.State{Start: t0.Add(time.Duration(i) * time.Millisecond)})
 	}
 	now := t0.Add(window + n*time.Millisecond)
 	for range n / forgetPerHit {
 		v.forget(now, window, forgetPerHit)
 	}
-	v.open("live", store.State{Start: now})
+	v.open("live", driver.State{Start: now})
 	if len(v.counts) != 1 {
 		t.Errorf("got %d keys in the view, want only the live one", len(v.counts))
 	}
@@ -165,9 +165,9 @@ func TestIdleActorForgets(t *testing.T) {
 func TestForgetRebuildsAShrunkMap(t *testing.T) {
 	v := newView(0)
 	for i := range 4096 {
-		v.open(fmt.Sprintf("k-%d", i), store.State{Start: t0})
+		v.open(fmt.Sprintf("k-%d", i), driver.State{Start: t0})
 	}
-	v.open("late", store.State{Start: t0.Add(time.Hour)})
+	v.open("late", driver.State{Start: t0.Add(time.Hour)})
 	before := v.counts
 	v.forget(t0.Add(time.Minute), time.Minute, 5000)
 	if len(v.counts) != 1 {

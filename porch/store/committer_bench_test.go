@@ -11,6 +11,7 @@ import (
 	"github.com/writeonce/porch-go/internal/pgtest"
 	"github.com/writeonce/porch-go/porch/internal/algorithm"
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
 	"github.com/writeonce/porch-go/porch/store/postgres"
 	"github.com/writeonce/porch-go/porch/store/sqlite"
 )
@@ -78,7 +79,7 @@ func BenchmarkSaveCounter(b *testing.B) {
 				answer := func(err error) { done <- err }
 				for pb.Next() {
 					n := next.Add(1)
-					c := store.Counter{Key: bc.keys[int(n)%len(bc.keys)], WindowStart: start, Window: time.Hour, Count: n}
+					c := driver.Counter{Key: bc.keys[int(n)%len(bc.keys)], WindowStart: start, Window: time.Hour, Count: n}
 					if err := s.SaveCounter(c, answer); err != nil {
 						b.Error(err)
 						return
@@ -118,7 +119,7 @@ func BenchmarkAddHit(b *testing.B) {
 			b.SetParallelism(benchWriters)
 			b.RunParallel(func(pb *testing.PB) {
 				done := make(chan error, 1)
-				answer := func(_ store.Hit, err error) { done <- err }
+				answer := func(_ driver.Hit, err error) { done <- err }
 				rule := algorithm.MustRule(algorithm.Fixed, 1<<40, time.Hour, 0)
 				for pb.Next() {
 					key := bc.keys[int(next.Add(1))%len(bc.keys)]

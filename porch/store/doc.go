@@ -1,7 +1,10 @@
-// Package store is what porch's middlewares need from a database: the
-// [Store] interface and its two counter shapes ([ExclusiveCounters],
-// [SharedCounters]), the types they exchange, their errors and [Options].
-// It holds no driver. The drivers are leaves that import it:
+// Package store is what every porch store shares with the application that
+// opens one: the [Options] each driver takes, the errors a caller may meet
+// ([ErrClosed], [ErrWriteFailed], [ErrPolicyConflict], …), the commit
+// [Observer] and the [Stats] a store reports. The seam a driver implements
+// and the middlewares call is porch/store/driver; the conformance suites
+// are porch/store/storetest. It holds no driver. The drivers are leaves
+// that import it:
 //
 //   - porch/store/sqlite: one SQLite file written by one process (cgo);
 //     counters and idempotency keys.
@@ -14,7 +17,7 @@
 //     one process that can afford to forget.
 //
 // so a program links only the drivers it opens, and the middlewares
-// (porch/rate, porch/idem), which take a Store, link none.
+// (porch/rate, porch/idem), which take a driver's interfaces, link none.
 //
 // The SQL drivers keep two purpose-shaped tables: porch_rate_counters (one
 // integer counter per client key and window) and porch_idem_responses (a
@@ -33,7 +36,7 @@
 // (synchronous=FULL for SQLite; on Redis, once the pipeline has answered),
 // so one fsync or round trip serves a whole batch and no answer goes out
 // before its write is committed.
-// Store.Health reports whether commits succeed: from the last batch, or from
+// A store's Health reports whether commits succeed: from the last batch, or from
 // one shared probe write when the store is idle, so a health endpoint can
 // poll it without queueing a write per call.
 //

@@ -1,6 +1,6 @@
 package store_test
 
-// The tests of this package check the contract of store.Store against both
+// The tests of this package check the contract of driver.Store against both
 // drivers.
 
 import (
@@ -14,6 +14,8 @@ import (
 	"github.com/writeonce/porch-go/porch/internal/algorithm"
 	"github.com/writeonce/porch-go/porch/porchtest"
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
+	"github.com/writeonce/porch-go/porch/store/internal/commit"
 	"github.com/writeonce/porch-go/porch/store/postgres"
 	"github.com/writeonce/porch-go/porch/store/sqlite"
 )
@@ -24,7 +26,7 @@ var wall0 = time.Date(2026, 8, 29, 12, 0, 0, 0, time.UTC)
 // as a read-only file or a full disk would, by planting a trigger that
 // refuses every write to porch_rate_counters.
 type healthRig struct {
-	st    store.Store
+	st    driver.Store
 	clock *porchtest.FakeClock
 	write func() error // one ordinary counter write, waited for
 	fail  func()       // plant the trigger
@@ -54,7 +56,7 @@ var healthBackends = []healthBackend{
 			st: s, clock: clock,
 			write: func() error {
 				done := make(chan error, 1)
-				c := store.Counter{Key: "k", WindowStart: s.Now(), Window: time.Minute, Count: 1}
+				c := driver.Counter{Key: "k", WindowStart: s.Now(), Window: time.Minute, Count: 1}
 				if err := s.SaveCounter(c, func(err error) { done <- err }); err != nil {
 					return err
 				}
@@ -94,7 +96,7 @@ var healthBackends = []healthBackend{
 			st: p, clock: clock,
 			write: func() error {
 				done := make(chan error, 1)
-				if err := p.AddHit("k", algorithm.MustRule(algorithm.Fixed, 1<<40, time.Minute, 0), 1, func(_ store.Hit, err error) { done <- err }); err != nil {
+				if err := p.AddHit("k", algorithm.MustRule(algorithm.Fixed, 1<<40, time.Minute, 0), 1, func(_ driver.Hit, err error) { done <- err }); err != nil {
 					return err
 				}
 				return <-done
@@ -145,7 +147,7 @@ func TestHealthReportsWhetherWritesCommit(t *testing.T) {
 				name  string
 				after func(r healthRig) // between planting the trigger and asking
 			}{
-				{"idle store probes", func(r healthRig) { r.clock.Advance(store.HealthMaxAge) }},
+				{"idle store probes", func(r healthRig) { r.clock.Advance(commit.HealthMaxAge) }},
 				{"a failed write is reported at once", func(r healthRig) {
 					if err := r.write(); err == nil {
 						t.Fatal("a write under the trigger committed, want it refused")
@@ -160,7 +162,7 @@ func TestHealthReportsWhetherWritesCommit(t *testing.T) {
 					tt.after(r)
 					r.wantHealth(t, 3, false, "writes refused")
 					r.mend()
-					r.clock.Advance(store.HealthMaxAge)
+					r.clock.Advance(commit.HealthMaxAge)
 					r.wantHealth(t, 3, true, "writes committing again")
 					if err := r.write(); err != nil {
 						t.Fatalf("a write after the trigger went: %v", err)
@@ -195,7 +197,7 @@ func TestHealthPollingCommitsOneProbePerMaxAge(t *testing.T) {
 				if got := r.st.Stats().Commits; got != round {
 					t.Fatalf("round %d: got %d commits after 100 polls, want %d (one probe per round)", round, got, round)
 				}
-				r.clock.Advance(store.HealthMaxAge)
+				r.clock.Advance(commit.HealthMaxAge)
 			}
 		})
 	}

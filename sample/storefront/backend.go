@@ -11,6 +11,7 @@ import (
 	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/clock"
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
 	"github.com/writeonce/porch-go/porch/store/postgres"
 	"github.com/writeonce/porch-go/porch/store/redis"
 	"github.com/writeonce/porch-go/porch/store/sqlite"
@@ -20,8 +21,8 @@ import (
 // keys, whose responses commit with the shop's orders, and the limiter's
 // counters unless -redis or -redis-cluster moves them to Redis.
 type backend interface {
-	store.Keys
-	store.Counters
+	driver.KeyStore
+	driver.Counters
 }
 
 // openBackend opens porch's SQL store, SQLite by default or PostgreSQL
@@ -58,8 +59,8 @@ func openBackend(ctx context.Context, cfg config, opt store.Options) (backend, *
 type stores struct {
 	sql      backend
 	db       *sql.DB
-	counters store.Counters // the limiter's: sql, or the Redis store
-	redis    *redis.Store   // nil without -redis and -redis-cluster
+	counters driver.Counters // the limiter's: sql, or the Redis store
+	redis    *redis.Store    // nil without -redis and -redis-cluster
 }
 
 // openStores opens the SQL store and, with -redis or -redis-cluster, the

@@ -25,7 +25,7 @@ import (
 
 	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/rate"
-	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
 )
 
 // The demo account, the only one: documented in the README.
@@ -110,7 +110,7 @@ func loginUser(r *http.Request) (string, error) {
 // newLoginLimiter is the login limiter: a fixed window (the classic "5
 // failures per 15 minutes", whatever -rate-algorithm says) on the shop's
 // store, keyed by user and client address, counting failures only.
-func newLoginLimiter(cfg config, pool *porch.Pool, st store.Counters, obs rate.Observer) (*rate.Limiter, error) {
+func newLoginLimiter(cfg config, pool *porch.Pool, st driver.Counters, obs rate.Observer) (*rate.Limiter, error) {
 	addr := porch.KeyByIP
 	if cfg.trustProxy {
 		addr = porch.KeyByClientIP

@@ -22,6 +22,7 @@ import (
 	"github.com/writeonce/porch-go/porch/idem"
 	"github.com/writeonce/porch-go/porch/rate"
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
 	"github.com/writeonce/porch-go/porch/store/sqlite"
 )
 
@@ -103,8 +104,8 @@ func newLimiter(ctx context.Context, cfg config, app *porch.App, clk clock.Clock
 	pool := porch.NewPool(porch.PoolOptions{Size: cfg.pool, Mailbox: cfg.mailbox})
 	opt := store.Options{Clock: clk, QueueSize: pool.Size() * cfg.mailbox}
 	var st interface {
-		store.Keys
-		store.Counters
+		driver.KeyStore
+		driver.Counters
 	}
 	if cfg.mode == "porch-postgres" {
 		pg, err := openPostgres(ctx, cfg.postgres, opt, app)

@@ -5,13 +5,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
 )
 
 var t0 = time.Date(2026, 8, 29, 12, 0, 0, 0, time.UTC)
 
 // admit counts n at now under r as a limiter does, if it fits.
-func admit(r Rule, s store.State, now time.Time, n int64) (store.State, bool) {
+func admit(r Rule, s driver.State, now time.Time, n int64) (driver.State, bool) {
 	s = r.Advance(s, now)
 	if n > r.Room(s, now) {
 		return s, false
@@ -23,7 +23,7 @@ func admit(r Rule, s store.State, now time.Time, n int64) (store.State, bool) {
 // servedIn replays arrivals (offsets from t0, weight 1) under r and returns
 // how many were allowed.
 func servedIn(r Rule, at []time.Duration) int {
-	var s store.State
+	var s driver.State
 	served := 0
 	for _, d := range at {
 		var ok bool
@@ -90,7 +90,7 @@ func TestNoWindowHoldsMoreThanAllowed(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for name, tc := range rules {
 		for round := 0; round < 50; round++ {
-			var s store.State
+			var s driver.State
 			var served []time.Duration
 			now := time.Duration(0)
 			for i := 0; i < 400; i++ {
@@ -125,7 +125,7 @@ func TestRetryInIsWhenItFits(t *testing.T) {
 	} {
 		checked := 0
 		for round := 0; round < 200; round++ {
-			var s store.State
+			var s driver.State
 			now := t0
 			for i := 0; i < 60; i++ {
 				now = now.Add(time.Duration(rng.IntN(int(400 * time.Millisecond))))
@@ -158,7 +158,7 @@ func TestRetryInIsWhenItFits(t *testing.T) {
 // window: the complaint of go-chi/httprate#47.
 func TestGCRARetryIsOneInterval(t *testing.T) {
 	r := newGCRA(10, 10*time.Second, 0)
-	var s store.State
+	var s driver.State
 	for i := 0; i < 10; i++ {
 		var ok bool
 		if s, ok = admit(r, s, t0, 1); !ok {
@@ -182,12 +182,12 @@ func TestStoredStateHoldsBackNoLess(t *testing.T) {
 		"gcra":    newGCRA(5000, time.Second, 0), // a 200µs interval, below the store's resolution
 	} {
 		now := t0.Add(123456789)
-		s, _ := admit(r, store.State{}, now, 1)
+		s, _ := admit(r, driver.State{}, now, 1)
 		for i := 0; i < 40; i++ {
 			s, _ = admit(r, s, now, 1)
 		}
-		stored := store.State{Start: CeilMS(s.Start), Count: s.Count, Prev: s.Prev}
-		loaded := store.State{Start: time.UnixMilli(stored.Start.UnixMilli()), Count: stored.Count, Prev: stored.Prev}
+		stored := driver.State{Start: CeilMS(s.Start), Count: s.Count, Prev: s.Prev}
+		loaded := driver.State{Start: time.UnixMilli(stored.Start.UnixMilli()), Count: stored.Count, Prev: stored.Prev}
 		for d := time.Duration(0); d < 2*time.Second; d += 7 * time.Millisecond {
 			at := now.Add(d)
 			if got, want := r.Room(r.Advance(loaded, at), at), r.Room(r.Advance(s, at), at); got > want {

@@ -3,7 +3,7 @@ package memory_test
 import (
 	"testing"
 
-	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
 	"github.com/writeonce/porch-go/porch/store/memory"
 	"github.com/writeonce/porch-go/porch/store/storetest"
 )
@@ -25,7 +25,7 @@ func db(t *testing.T) string { return t.Name() }
 func TestConformance(t *testing.T) {
 	storetest.TestCounters(t, storetest.Harness{
 		DB:      db,
-		Open:    func(t *testing.T, name string) store.Counters { return open(t, name) },
+		Open:    func(t *testing.T, name string) driver.Counters { return open(t, name) },
 		Forgets: true,
 	})
 }
@@ -35,7 +35,7 @@ func TestConformance(t *testing.T) {
 func TestKeysConformance(t *testing.T) {
 	storetest.TestKeys(t, storetest.KeysHarness{
 		DB:      db,
-		Open:    func(t *testing.T, name string) store.Keys { return open(t, name) },
+		Open:    func(t *testing.T, name string) driver.KeyStore { return open(t, name) },
 		Forgets: true,
 	})
 }

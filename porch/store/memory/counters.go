@@ -6,12 +6,13 @@ import (
 	"time"
 
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
 )
 
 // counterEntry is a key's newest counter, and when the expiry queue will
 // look at it again.
 type counterEntry struct {
-	c      store.Counter
+	c      driver.Counter
 	queued time.Time
 }
 
@@ -20,7 +21,7 @@ type counterEntry struct {
 // the same name counts in this store, under any policy: as on SQLite, each
 // limiter keeps its counts in its own memory and writes them through, so
 // two of one name would count apart and overwrite each other's counters.
-func (s *Store) ClaimPolicy(_ context.Context, p store.Policy) (release func(), err error) {
+func (s *Store) ClaimPolicy(_ context.Context, p driver.Policy) (release func(), err error) {
 	if err := s.lock(); err != nil {
 		return nil, err
 	}
@@ -39,11 +40,11 @@ func (s *Store) ClaimPolicy(_ context.Context, p store.Policy) (release func(), 
 
 // LoadCounters calls fn for every counter whose window is still open at
 // now, after the store's lock is let go, so that fn may call the store.
-func (s *Store) LoadCounters(_ context.Context, now time.Time, fn func(store.Counter)) error {
+func (s *Store) LoadCounters(_ context.Context, now time.Time, fn func(driver.Counter)) error {
 	if err := s.lock(); err != nil {
 		return err
 	}
-	live := make([]store.Counter, 0, len(s.d.counters))
+	live := make([]driver.Counter, 0, len(s.d.counters))
 	for _, e := range s.d.counters {
 		if now.Before(e.c.End()) {
 			live = append(live, e.c)
@@ -58,7 +59,7 @@ func (s *Store) LoadCounters(_ context.Context, now time.Time, fn func(store.Cou
 
 // SaveCounter makes c its key's newest counter and calls done(nil) before
 // it returns: the write is done once it is in memory.
-func (s *Store) SaveCounter(c store.Counter, done func(error)) error {
+func (s *Store) SaveCounter(c driver.Counter, done func(error)) error {
 	if err := s.lock(); err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
 )
 
 // errNoSQL is why an owner's Exec fails on this store.
@@ -17,13 +18,13 @@ var errNoSQL = errors.New("memory: the memory store runs no SQL; a handler whose
 // responseEntry is a key's stored response, and when the expiry queue will
 // look at it again.
 type responseEntry struct {
-	r      store.Response
+	r      driver.Response
 	queued time.Time
 }
 
 // Reserve holds key for its owner, waiting under ctx while another owner
 // holds it. It fails with store.ErrClosed after Close.
-func (s *Store) Reserve(ctx context.Context, key string) (store.Reservation, error) {
+func (s *Store) Reserve(ctx context.Context, key string) (driver.Reservation, error) {
 	if err := s.lock(); err != nil {
 		return nil, fmt.Errorf("memory: reserve: %w", err)
 	}
@@ -37,13 +38,13 @@ func (s *Store) Reserve(ctx context.Context, key string) (store.Reservation, err
 // Inspect reads key's stored response unless an owner holds key
 // (store.ErrKeyHeld). It holds key while it reads, so that no owner
 // starts meanwhile.
-func (s *Store) Inspect(_ context.Context, key string) (store.Response, bool, error) {
+func (s *Store) Inspect(_ context.Context, key string) (driver.Response, bool, error) {
 	if !s.keys.TryLock(key) {
-		return store.Response{}, false, fmt.Errorf("memory: inspect: %w", store.ErrKeyHeld)
+		return driver.Response{}, false, fmt.Errorf("memory: inspect: %w", store.ErrKeyHeld)
 	}
 	defer s.keys.Unlock(key)
 	if err := s.lock(); err != nil {
-		return store.Response{}, false, fmt.Errorf("memory: inspect: %w", err)
+		return driver.Response{}, false, fmt.Errorf("memory: inspect: %w", err)
 	}
 	defer s.d.mu.Unlock()
 	r, ok := s.d.load(key, s.Now())
@@ -68,14 +69,14 @@ func (s *Store) Forget(_ context.Context, key string) error {
 
 // load returns a copy of key's response if it has not expired at now, and
 // drops it if it has. d.mu is held.
-func (d *data) load(key string, now time.Time) (store.Response, bool) {
+func (d *data) load(key string, now time.Time) (driver.Response, bool) {
 	e := d.responses[key]
 	if e == nil {
-		return store.Response{}, false
+		return driver.Response{}, false
 	}
 	if !now.Before(e.r.Expires) {
 		delete(d.responses, key)
-		return store.Response{}, false
+		return driver.Response{}, false
 	}
 	return clone(e.r), true
 }
@@ -83,7 +84,7 @@ func (d *data) load(key string, now time.Time) (store.Response, bool) {
 // clone copies r's slices and header, so that neither the caller who saved
 // r nor one who loaded it can change what another reads, as no row in a
 // database can be changed through a value read from it.
-func clone(r store.Response) store.Response {
+func clone(r driver.Response) driver.Response {
 	r.Digest = bytes.Clone(r.Digest)
 	r.Body = bytes.Clone(r.Body)
 	if r.Body == nil {
@@ -108,15 +109,15 @@ type reservation struct {
 	failed error // the owner's failed Exec; Save returns it
 }
 
-func (r *reservation) Load(context.Context) (store.Response, bool, error) {
+func (r *reservation) Load(context.Context) (driver.Response, bool, error) {
 	r.mu.Lock()
 	ended := r.ended
 	r.mu.Unlock()
 	if ended {
-		return store.Response{}, false, store.ErrReleased
+		return driver.Response{}, false, driver.ErrReleased
 	}
 	if err := r.s.lock(); err != nil {
-		return store.Response{}, false, fmt.Errorf("memory: load: %w", err)
+		return driver.Response{}, false, fmt.Errorf("memory: load: %w", err)
 	}
 	defer r.s.d.mu.Unlock()
 	res, ok := r.s.d.load(r.key, r.s.Now())
@@ -131,7 +132,7 @@ func (r *reservation) Exec(context.Context, string, ...any) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.ended {
-		return store.ErrReleased
+		return driver.ErrReleased
 	}
 	if r.failed == nil {
 		r.failed = fmt.Errorf("%w: %w", store.ErrWriteFailed, errNoSQL)
@@ -139,11 +140,11 @@ func (r *reservation) Exec(context.Context, string, ...any) error {
 	return r.failed
 }
 
-func (r *reservation) Save(_ context.Context, res store.Response, ttl time.Duration) error {
+func (r *reservation) Save(_ context.Context, res driver.Response, ttl time.Duration) error {
 	r.mu.Lock()
 	if r.ended {
 		r.mu.Unlock()
-		return store.ErrReleased
+		return driver.ErrReleased
 	}
 	r.ended = true
 	failed := r.failed

@@ -9,6 +9,7 @@ import (
 
 	"github.com/writeonce/porch-go/porch/clock"
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
 	"github.com/writeonce/porch-go/porch/store/internal/keylock"
 	"github.com/writeonce/porch-go/porch/store/internal/policy"
 )
@@ -38,8 +39,8 @@ type Store struct {
 }
 
 var (
-	_ store.ExclusiveCounters = (*Store)(nil)
-	_ store.Keys              = (*Store)(nil)
+	_ driver.ExclusiveCounters = (*Store)(nil)
+	_ driver.KeyStore          = (*Store)(nil)
 )
 
 // Open returns an empty store. It takes at most one Options; memory.Open()

@@ -9,6 +9,7 @@ import (
 
 	"github.com/writeonce/porch-go/porch/porchtest"
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
 )
 
 var start = time.Date(2026, 8, 29, 12, 0, 0, 0, time.UTC)
@@ -32,7 +33,7 @@ func saveResponse(t *testing.T, st *Store, key string, ttl time.Duration) {
 		t.Fatal(err)
 	}
 	defer r.Release()
-	if err := r.Save(ctx, store.Response{Status: 200, Body: []byte(key)}, ttl); err != nil {
+	if err := r.Save(ctx, driver.Response{Status: 200, Body: []byte(key)}, ttl); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -40,7 +41,7 @@ func saveResponse(t *testing.T, st *Store, key string, ttl time.Duration) {
 func saveCounter(t *testing.T, st *Store, key string, window time.Duration) {
 	t.Helper()
 	var got error = errors.New("done not called")
-	if err := st.SaveCounter(store.Counter{Key: key, WindowStart: st.Now(), Window: window, Count: 1}, func(err error) { got = err }); err != nil {
+	if err := st.SaveCounter(driver.Counter{Key: key, WindowStart: st.Now(), Window: window, Count: 1}, func(err error) { got = err }); err != nil {
 		t.Fatal(err)
 	}
 	if got != nil {
@@ -64,13 +65,13 @@ func TestOpenStartsEmptyAndCloseRefuses(t *testing.T) {
 	}
 	for name, err := range map[string]error{
 		"Health":       st.Health(ctx),
-		"SaveCounter":  st.SaveCounter(store.Counter{Key: "x", WindowStart: st.Now(), Window: time.Hour}, nil),
-		"LoadCounters": st.LoadCounters(ctx, st.Now(), func(store.Counter) {}),
+		"SaveCounter":  st.SaveCounter(driver.Counter{Key: "x", WindowStart: st.Now(), Window: time.Hour}, nil),
+		"LoadCounters": st.LoadCounters(ctx, st.Now(), func(driver.Counter) {}),
 		"Forget":       st.Forget(ctx, "k"),
 		"Reserve":      func() error { _, err := st.Reserve(ctx, "k"); return err }(),
 		"Inspect":      func() error { _, _, err := st.Inspect(ctx, "k"); return err }(),
 		"ClaimPolicy": func() error {
-			_, err := st.ClaimPolicy(ctx, store.Policy{Name: "x", Limit: 1, Window: time.Hour})
+			_, err := st.ClaimPolicy(ctx, driver.Policy{Name: "x", Limit: 1, Window: time.Hour})
 			return err
 		}(),
 	} {
@@ -88,7 +89,7 @@ func TestOpenStartsEmptyAndCloseRefuses(t *testing.T) {
 		t.Errorf("a new store: Inspect found %v (%v), want nothing kept from the closed one", ok, err)
 	}
 	n := 0
-	next.LoadCounters(ctx, next.Now(), func(store.Counter) { n++ })
+	next.LoadCounters(ctx, next.Now(), func(driver.Counter) { n++ })
 	if n != 0 {
 		t.Errorf("a new store: %d counters, want none kept from the closed one", n)
 	}
@@ -111,7 +112,7 @@ func TestExecRunsNoSQL(t *testing.T) {
 	if !errors.Is(err, store.ErrWriteFailed) || !errors.Is(err, errNoSQL) {
 		t.Errorf("Exec: %v, want store.ErrWriteFailed and errNoSQL", err)
 	}
-	if err := r.Save(ctx, store.Response{Status: 201}, time.Hour); !errors.Is(err, store.ErrWriteFailed) {
+	if err := r.Save(ctx, driver.Response{Status: 201}, time.Hour); !errors.Is(err, store.ErrWriteFailed) {
 		t.Errorf("Save after Exec: %v, want store.ErrWriteFailed", err)
 	}
 	if _, ok, _ := st.Inspect(ctx, "k"); ok {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/writeonce/porch-go/internal/pgtest"
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
 	"github.com/writeonce/porch-go/porch/store/postgres"
 	"github.com/writeonce/porch-go/porch/store/storetest"
 )
@@ -16,7 +17,7 @@ import (
 func TestConformance(t *testing.T) {
 	storetest.TestCounters(t, storetest.Harness{
 		DB: func(t *testing.T) string { return pgtest.DSN(t) },
-		Open: func(t *testing.T, dsn string) store.Counters {
+		Open: func(t *testing.T, dsn string) driver.Counters {
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
 			st, err := postgres.Open(ctx, dsn, store.Options{})
@@ -33,7 +34,7 @@ func TestConformance(t *testing.T) {
 func TestKeysConformance(t *testing.T) {
 	storetest.TestKeys(t, storetest.KeysHarness{
 		DB: func(t *testing.T) string { return pgtest.DSN(t) },
-		Open: func(t *testing.T, dsn string) store.Keys {
+		Open: func(t *testing.T, dsn string) driver.KeyStore {
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
 			st, err := postgres.Open(ctx, dsn, store.Options{})
@@ -42,7 +43,7 @@ func TestKeysConformance(t *testing.T) {
 			}
 			return st
 		},
-		Writes: func(t *testing.T, st store.Keys) func(string) int {
+		Writes: func(t *testing.T, st driver.KeyStore) func(string) int {
 			pool := st.(*postgres.Store).Pool()
 			ctx := context.Background()
 			if _, err := pool.Exec(ctx, `CREATE TABLE storetest_writes (note TEXT)`); err != nil {

@@ -1,7 +1,7 @@
 // Package postgres is porch's store for several instances sharing one
 // PostgreSQL database: counters are counted by the database, one atomic
 // upsert per batch of hits, and one update more when the batch refused some
-// ([store.SharedCounters]), and idempotency keys
+// ([driver.SharedCounters]), and idempotency keys
 // are held across instances by advisory locks. It is pure Go (pgx), so a
 // program that uses only this driver builds with CGO_ENABLED=0.
 //

@@ -13,6 +13,7 @@ import (
 	"github.com/writeonce/porch-go/internal/pgtest"
 	"github.com/writeonce/porch-go/porch/internal/algorithm"
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
 	"github.com/writeonce/porch-go/porch/store/internal/commit"
 )
 
@@ -33,14 +34,14 @@ type r19Tally struct {
 	allowed, errored, refused atomic.Int64 // weights
 }
 
-func r19Hit(t *testing.T, p *Store, key string, rule store.Rule, n int64, tl *r19Tally) bool {
+func r19Hit(t *testing.T, p *Store, key string, rule driver.Rule, n int64, tl *r19Tally) bool {
 	ch := make(chan struct {
-		h   store.Hit
+		h   driver.Hit
 		err error
 	}, 1)
-	if err := p.AddHit(key, rule, n, func(h store.Hit, err error) {
+	if err := p.AddHit(key, rule, n, func(h driver.Hit, err error) {
 		ch <- struct {
-			h   store.Hit
+			h   driver.Hit
 			err error
 		}{h, err}
 	}); err != nil {
@@ -249,7 +250,7 @@ func TestReviewReserveReadSeesCommittedResponse(t *testing.T) {
 					continue
 				}
 				_ = r.Exec(ctx, `INSERT INTO effects VALUES ($1, $2)`, key, g)
-				if err := r.Save(ctx, store.Response{Digest: []byte("d"), Status: 201, Body: []byte("done")}, time.Hour); err != nil {
+				if err := r.Save(ctx, driver.Response{Digest: []byte("d"), Status: 201, Body: []byte("done")}, time.Hour); err != nil {
 					t.Errorf("Save: %v", err)
 				}
 			}

@@ -12,14 +12,14 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
 	"github.com/writeonce/porch-go/porch/store/internal/commit"
 )
 
 // keyHits is one key's share of a batch.
 type keyHits struct {
-	key    string     // dbKey of the hits' key
-	rule   store.Rule // every hit of a key has its limiter's
+	key    string      // dbKey of the hits' key
+	rule   driver.Rule // every hit of a key has its limiter's
 	window time.Duration
 	ops    []*commit.Hit // in arrival order
 	sum    int64         // the weights of ops
@@ -67,7 +67,7 @@ type addGroup struct {
 	limits    []int64  // per key, for pgAddFittingHits (see fits)
 }
 
-// addStatements are the add statements by algorithm (store.Rule's
+// addStatements are the add statements by algorithm (driver.Rule's
 // Algorithm): a new algorithm is a statement here and its rule in
 // porch/rate. Each advances a key's state to the batch's clock as the
 // rule's Advance does, adds the hits, and returns key, count, prev,
@@ -148,15 +148,15 @@ func groupHits(ops []*commit.Op) batchHits {
 // refused heavy hit leaves room for a lighter one after it, as on SQLite.
 // It records in kh.refused the weight to take back out.
 func (kh *keyHits) settle(count, prev int64, windowStart, now time.Time) {
-	s := store.State{Start: windowStart, Count: count - kh.sum, Prev: prev} // the state before this batch
+	s := driver.State{Start: windowStart, Count: count - kh.sum, Prev: prev} // the state before this batch
 	kh.refused, kh.unheld = 0, 0
 	for _, h := range kh.ops {
 		if h.N <= h.Rule.Room(s, now) {
 			s.Count += h.N
-			h.Result = store.Hit{Allowed: true, State: s, Now: now}
+			h.Result = driver.Hit{Allowed: true, State: s, Now: now}
 			continue
 		}
-		h.Result = store.Hit{State: s, Now: now}
+		h.Result = driver.Hit{State: s, Now: now}
 		kh.refused += h.N
 		kh.unheld += h.Held
 	}
@@ -344,7 +344,7 @@ func (b *batchHits) fits() bool {
 		limit := int64(math.MaxInt64)
 		for _, h := range kh.ops {
 			// A fixed window's Room is its limit less its count.
-			limit = min(limit, h.Rule.Room(store.State{}, time.Time{}))
+			limit = min(limit, h.Rule.Room(driver.State{}, time.Time{}))
 		}
 		if kh.sum > limit {
 			return false

@@ -11,6 +11,7 @@ import (
 	"github.com/writeonce/porch-go/internal/pgtest"
 	"github.com/writeonce/porch-go/porch/internal/algorithm"
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
 	"github.com/writeonce/porch-go/porch/store/postgres"
 )
 
@@ -26,7 +27,7 @@ func BenchmarkReserveFreshKey(b *testing.B) {
 	}
 	b.Cleanup(func() { p.Close(context.Background()) })
 	var next atomic.Int64
-	res := store.Response{Digest: []byte("digest"), Status: 201, ContentType: "text/plain", Body: []byte("created")}
+	res := driver.Response{Digest: []byte("digest"), Status: 201, ContentType: "text/plain", Body: []byte("created")}
 	b.ReportAllocs()
 	b.SetParallelism(8)
 	b.ResetTimer()
@@ -79,7 +80,7 @@ func BenchmarkAddHitLowConcurrency(b *testing.B) {
 						defer func() { done <- struct{}{} }()
 						reply := make(chan error, 1)
 						for next.Add(1) <= int64(b.N) {
-							if err := p.AddHit(key, rule, 1, func(_ store.Hit, err error) { reply <- err }); err != nil {
+							if err := p.AddHit(key, rule, 1, func(_ driver.Hit, err error) { reply <- err }); err != nil {
 								b.Error(err)
 								return
 							}

@@ -8,6 +8,7 @@ import (
 	"github.com/writeonce/porch-go/internal/pgtest"
 	"github.com/writeonce/porch-go/porch/internal/algorithm"
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
 	"github.com/writeonce/porch-go/porch/store/internal/commit"
 )
 
@@ -103,7 +104,7 @@ func TestWriteBatchSettlesResetsApartFromHits(t *testing.T) {
 
 // fixed is the fixed-window rule of limit per window, as a limiter hands it
 // to the store.
-func fixed(limit int64, window time.Duration) store.Rule {
+func fixed(limit int64, window time.Duration) driver.Rule {
 	return algorithm.MustRule(algorithm.Fixed, limit, window, 0)
 }
 

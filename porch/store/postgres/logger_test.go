@@ -10,6 +10,7 @@ import (
 
 	"github.com/writeonce/porch-go/internal/pgtest"
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
 	"github.com/writeonce/porch-go/porch/store/postgres"
 )
 
@@ -23,12 +24,12 @@ func TestPostgresWarnsThroughOptionsLogger(t *testing.T) {
 		t.Fatalf("postgres.Open: %v", err)
 	}
 	defer s.Close(context.Background())
-	release, err := s.ClaimPolicy(ctx, store.Policy{Name: "logged", Limit: 2, Window: time.Hour})
+	release, err := s.ClaimPolicy(ctx, driver.Policy{Name: "logged", Limit: 2, Window: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
 	release()
-	release, err = s.ClaimPolicy(ctx, store.Policy{Name: "logged", Limit: 3, Window: time.Hour})
+	release, err = s.ClaimPolicy(ctx, driver.Policy{Name: "logged", Limit: 3, Window: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}

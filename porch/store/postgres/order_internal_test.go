@@ -8,11 +8,12 @@ import (
 
 	"github.com/writeonce/porch-go/internal/pgtest"
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
 )
 
 // A reset queued before a hit of the same key, neither waited for, is
 // committed before it, and so is a take-back, while other goroutines do
-// the same to other keys: per-key order (store.SharedCounters). It guards
+// the same to other keys: per-key order (driver.SharedCounters). It guards
 // any change that spreads keys over more than one committer: with one
 // key's ops on two committers (tried in 54cb390 with resets and take-backs
 // routed to the wrong one), the hit's batch now and then commits first and
@@ -21,12 +22,12 @@ func TestResetAndTakeBackThenHitKeepTheirOrder(t *testing.T) {
 	p := openInternal(t, pgtest.DSN(t), store.Options{})
 	rule := fixed(1<<40, time.Hour)
 	type res struct {
-		h   store.Hit
+		h   driver.Hit
 		err error
 	}
 	hit := func(key string) chan res {
 		ch := make(chan res, 1)
-		if err := p.AddHit(key, rule, 1, func(h store.Hit, err error) { ch <- res{h, err} }); err != nil {
+		if err := p.AddHit(key, rule, 1, func(h driver.Hit, err error) { ch <- res{h, err} }); err != nil {
 			ch <- res{err: err}
 		}
 		return ch

@@ -13,6 +13,7 @@ import (
 
 	"github.com/writeonce/porch-go/internal/pgtest"
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
 	"github.com/writeonce/porch-go/porch/store/internal/commit"
 )
 
@@ -85,7 +86,7 @@ func TestReviewSaveStatementFails(t *testing.T) {
 	if err := r.Exec(ctx, `INSERT INTO effects VALUES (1)`); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.Save(ctx, store.Response{Digest: []byte("d"), Status: 999, Body: []byte("x")}, time.Hour); err == nil {
+	if err := r.Save(ctx, driver.Response{Digest: []byte("d"), Status: 999, Body: []byte("x")}, time.Hour); err == nil {
 		t.Fatal("Save of a response the table refuses: got nil")
 	}
 	if n := count(t, p, `SELECT count(*) FROM effects`); n != 0 {
@@ -99,7 +100,7 @@ func TestReviewSaveStatementFails(t *testing.T) {
 	if err := r.Exec(ctx, `INSERT INTO effects VALUES (2)`); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.Save(ctx, store.Response{Digest: []byte("d"), Status: 201, Body: []byte("x")}, time.Hour); err != nil {
+	if err := r.Save(ctx, driver.Response{Digest: []byte("d"), Status: 201, Body: []byte("x")}, time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	if n := count(t, p, `SELECT count(*) FROM effects`); n != 1 {
@@ -132,7 +133,7 @@ func TestReviewPruneAfterCommitFails(t *testing.T) {
 			if err := r.Exec(ctx, `INSERT INTO effects VALUES (1)`); err != nil {
 				t.Fatal(err)
 			}
-			if err := r.Save(ctx, store.Response{Digest: []byte("d"), Status: 201, Body: []byte("x")}, time.Hour); err != nil {
+			if err := r.Save(ctx, driver.Response{Digest: []byte("d"), Status: 201, Body: []byte("x")}, time.Hour); err != nil {
 				t.Fatalf("Save whose prune failed after COMMIT: %v", err)
 			}
 			if n := count(t, p, `SELECT count(*) FROM effects`); n != 1 {
@@ -151,7 +152,7 @@ func TestReviewPruneAfterCommitFails(t *testing.T) {
 			if err := r.Exec(ctx, `INSERT INTO effects VALUES (2)`); err != nil {
 				t.Fatal(err)
 			}
-			if err := r.Save(ctx, store.Response{Digest: []byte("d"), Status: 999, Body: []byte("x")}, time.Hour); err == nil {
+			if err := r.Save(ctx, driver.Response{Digest: []byte("d"), Status: 999, Body: []byte("x")}, time.Hour); err == nil {
 				t.Fatal("Save of a refused response: nil")
 			}
 			if n := count(t, p, `SELECT count(*) FROM effects`); n != 1 {
@@ -167,7 +168,7 @@ func TestReviewPruneAfterCommitFails(t *testing.T) {
 			if err := r.Exec(ctx, `INSERT INTO orders VALUES (1, 2)`); err != nil {
 				t.Fatal(err)
 			}
-			if err := r.Save(ctx, store.Response{Digest: []byte("d"), Status: 201, Body: []byte("x")}, time.Hour); !errors.Is(err, store.ErrWriteFailed) {
+			if err := r.Save(ctx, driver.Response{Digest: []byte("d"), Status: 201, Body: []byte("x")}, time.Hour); !errors.Is(err, store.ErrWriteFailed) {
 				t.Fatalf("Save with a deferred violation: %v, want ErrWriteFailed", err)
 			}
 			if n := count(t, p, `SELECT count(*) FROM porch_idem_responses WHERE key = 'idem:d'`); n != 0 {
@@ -197,7 +198,7 @@ func TestReviewOwnerTerminatedBeforeSave(t *testing.T) {
 		t.Fatalf("terminated %d backends, want 1", n)
 	}
 	time.Sleep(50 * time.Millisecond)
-	err = r.Save(ctx, store.Response{Digest: []byte("d"), Status: 201, Body: []byte("x")}, time.Hour)
+	err = r.Save(ctx, driver.Response{Digest: []byte("d"), Status: 201, Body: []byte("x")}, time.Hour)
 	if err == nil {
 		t.Fatal("Save on a terminated session: nil")
 	}
@@ -246,7 +247,7 @@ func TestReviewReserveGivesUpWaiting(t *testing.T) {
 				}
 				poolIsClean(t, "b keys", b.keys)
 			}
-			if err := held.Save(ctx, store.Response{Digest: []byte("d"), Status: 201, Body: []byte("a")}, time.Hour); err != nil {
+			if err := held.Save(ctx, driver.Response{Digest: []byte("d"), Status: 201, Body: []byte("a")}, time.Hour); err != nil {
 				t.Fatal(err)
 			}
 			r, err := b.Reserve(ctx, "idem:w")
@@ -360,7 +361,7 @@ func TestReviewOwnersExcludeAcrossInstances(t *testing.T) {
 					// an owner whose side effect aborts
 					_ = r.Exec(context.Background(), `SELECT 1/0`)
 				}
-				if err := r.Save(context.Background(), store.Response{Digest: []byte("d"), Status: 201, Body: []byte{byte(g)}}, time.Hour); err == nil {
+				if err := r.Save(context.Background(), driver.Response{Digest: []byte("d"), Status: 201, Body: []byte{byte(g)}}, time.Hour); err == nil {
 					saved.Add(1)
 				}
 			}(g)
@@ -439,7 +440,7 @@ func TestReviewOwnerStatementEndsTransaction(t *testing.T) {
 			_ = r.Exec(ctx, `INSERT INTO effects VALUES (1)`)
 			_ = r.Exec(ctx, stmt)
 			_ = r.Exec(ctx, `INSERT INTO effects VALUES (2)`)
-			err = r.Save(ctx, store.Response{Digest: []byte("d"), Status: 201, Body: []byte("x")}, time.Hour)
+			err = r.Save(ctx, driver.Response{Digest: []byte("d"), Status: 201, Body: []byte("x")}, time.Hour)
 			if err == nil {
 				t.Errorf("Save after the owner's %s ended its transaction: nil (effects: %d rows, not the 2 the handler wrote in one transaction)",
 					stmt, count(t, p, `SELECT count(*) FROM effects`))

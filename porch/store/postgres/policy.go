@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
 	"github.com/writeonce/porch-go/porch/store/internal/commit"
 )
 
@@ -49,7 +50,7 @@ const (
 // committer's pool for as long as a limiter holds it. If that connection is
 // lost (a database restart), the lock goes with it and a later instance
 // with another policy is no longer refused.
-func (p *Store) ClaimPolicy(ctx context.Context, pol store.Policy) (release func(), err error) {
+func (p *Store) ClaimPolicy(ctx context.Context, pol driver.Policy) (release func(), err error) {
 	if err := supportedAlgorithm(pol.Algorithm); err != nil {
 		return nil, err
 	}
@@ -70,7 +71,7 @@ func (p *Store) ClaimPolicy(ctx context.Context, pol store.Policy) (release func
 // claimShared takes pol.Name's shared lock on the policy connection,
 // recording pol when the name is new, or changing it when no instance holds
 // the name. p.policyMu is held.
-func (p *Store) claimShared(ctx context.Context, pol store.Policy) error {
+func (p *Store) claimShared(ctx context.Context, pol driver.Policy) error {
 	ctx, cancel := context.WithTimeout(ctx, pgPolicyClaimTime)
 	defer cancel()
 	if p.policyConn == nil {
@@ -81,7 +82,7 @@ func (p *Store) claimShared(ctx context.Context, pol store.Policy) error {
 		p.policyConn = conn
 	}
 	var (
-		old          store.Policy
+		old          driver.Policy
 		found, owned bool
 	)
 	err := pgx.BeginFunc(ctx, p.policyConn, func(tx pgx.Tx) error {
@@ -97,7 +98,7 @@ func (p *Store) claimShared(ctx context.Context, pol store.Policy) error {
 			return err
 		default:
 			found = true
-			old = store.Policy{Name: pol.Name, Limit: quota, Window: time.Duration(windowMS) * time.Millisecond,
+			old = driver.Policy{Name: pol.Name, Limit: quota, Window: time.Duration(windowMS) * time.Millisecond,
 				Algorithm: algorithm, Burst: burst}
 		}
 		if found && !old.Equal(pol) {

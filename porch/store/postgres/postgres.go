@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
 	"github.com/writeonce/porch-go/porch/store/internal/commit"
 	"github.com/writeonce/porch-go/porch/store/internal/header"
 	"github.com/writeonce/porch-go/porch/store/internal/policy"
@@ -50,8 +51,8 @@ type Store struct {
 }
 
 var (
-	_ store.Store          = (*Store)(nil)
-	_ store.SharedCounters = (*Store)(nil)
+	_ driver.Store          = (*Store)(nil)
+	_ driver.SharedCounters = (*Store)(nil)
 )
 
 // Open connects to dsn, migrates the schema and starts the committer.
@@ -155,13 +156,13 @@ func (p *Store) Wall() time.Time { return p.opt.Clock.Wall() }
 
 // AddHit queues one hit of weight n for key, counted if it fits rule's
 // Room; done runs once the batch carrying it has committed.
-func (p *Store) AddHit(key string, rule store.Rule, n int64, done func(store.Hit, error)) error {
-	return p.AddLeased(key, rule, n, store.Lease{}, done)
+func (p *Store) AddHit(key string, rule driver.Rule, n int64, done func(driver.Hit, error)) error {
+	return p.AddLeased(key, rule, n, driver.Lease{}, done)
 }
 
 // AddLeased is AddHit with a lease's hold and settlement (see
-// store.SharedCounters.AddLeased).
-func (p *Store) AddLeased(key string, rule store.Rule, n int64, lease store.Lease, done func(store.Hit, error)) error {
+// driver.SharedCounters.AddLeased).
+func (p *Store) AddLeased(key string, rule driver.Rule, n int64, lease driver.Lease, done func(driver.Hit, error)) error {
 	if err := supported(rule); err != nil {
 		return err
 	}
@@ -174,7 +175,7 @@ func (p *Store) AddLeased(key string, rule store.Rule, n int64, lease store.Leas
 
 // PeekHit queues a read of key's counter; done runs once the batch
 // carrying it has committed, with the state it read.
-func (p *Store) PeekHit(key string, rule store.Rule, done func(store.Hit, error)) error {
+func (p *Store) PeekHit(key string, rule driver.Rule, done func(driver.Hit, error)) error {
 	if err := supported(rule); err != nil {
 		return err
 	}
@@ -183,7 +184,7 @@ func (p *Store) PeekHit(key string, rule store.Rule, done func(store.Hit, error)
 
 // supported fails for a rule whose algorithm this driver has no
 // statements for.
-func supported(rule store.Rule) error { return supportedAlgorithm(rule.Algorithm()) }
+func supported(rule driver.Rule) error { return supportedAlgorithm(rule.Algorithm()) }
 
 // supportedAlgorithm fails for an algorithm this driver has no statements
 // for; "" is a policy stored before there were others, "fixed".
@@ -191,7 +192,7 @@ func supportedAlgorithm(name string) error {
 	if _, ok := addStatements[name]; ok || name == "" {
 		return nil
 	}
-	return fmt.Errorf("postgres: %w: %q", store.ErrAlgorithm, name)
+	return fmt.Errorf("postgres: %w: %q", driver.ErrAlgorithm, name)
 }
 
 // ResetHit queues the clearing of key's counter; done runs once it has
@@ -202,14 +203,14 @@ func (p *Store) ResetHit(key string, done func(error)) error {
 
 // TakeBack queues the removal of n hits from key's window that opened at
 // windowStart; done runs once it has committed (see
-// store.SharedCounters.TakeBack).
+// driver.SharedCounters.TakeBack).
 func (p *Store) TakeBack(key string, windowStart time.Time, n int64, done func(error)) error {
 	return p.c.Enqueue(commit.Op{TakeBack: &commit.TakeBack{Key: key, WindowStart: windowStart.UnixMilli(), N: n}, Done: done})
 }
 
 // GiveBack queues the end of a lease's hold on key's hits; done runs once
-// it has committed (see store.SharedCounters.GiveBack).
-func (p *Store) GiveBack(key string, lease store.Lease, done func(error)) error {
+// it has committed (see driver.SharedCounters.GiveBack).
+func (p *Store) GiveBack(key string, lease driver.Lease, done func(error)) error {
 	tb := &commit.TakeBack{Key: key, WindowStart: lease.Start.UnixMilli(), N: lease.Held, Lease: true, Settled: lease.Settled}
 	return p.c.Enqueue(commit.Op{TakeBack: tb, Done: done})
 }
@@ -249,11 +250,11 @@ func (p *Store) Close(ctx context.Context) error {
 // is lost (the process died, the session was terminated, a proxy cut it),
 // PostgreSQL rolls all of it back and lets the next owner in on a clean
 // slate. No lease and no timeout guess is involved.
-func (p *Store) Reserve(ctx context.Context, key string) (store.Reservation, error) {
+func (p *Store) Reserve(ctx context.Context, key string) (driver.Reservation, error) {
 	select {
 	case p.slots <- struct{}{}:
 	default:
-		return nil, store.ErrNoKeyConn
+		return nil, driver.ErrNoKeyConn
 	}
 	conn, err := p.keys.Acquire(ctx)
 	if err != nil {
@@ -276,7 +277,7 @@ func (p *Store) Reserve(ctx context.Context, key string) (store.Reservation, err
 // Inspect reads key's stored response in a transaction that takes key's
 // lock without waiting: store.ErrKeyHeld while an owner on any instance
 // holds it.
-func (p *Store) Inspect(ctx context.Context, key string) (res store.Response, ok bool, err error) {
+func (p *Store) Inspect(ctx context.Context, key string) (res driver.Response, ok bool, err error) {
 	err = p.freeKeyTx(ctx, key, func(tx pgx.Tx) error {
 		var created, expires int64
 		var headers []byte
@@ -294,7 +295,7 @@ func (p *Store) Inspect(ctx context.Context, key string) (res store.Response, ok
 		return nil
 	})
 	if err != nil {
-		return store.Response{}, false, fmt.Errorf("postgres: inspect: %w", err)
+		return driver.Response{}, false, fmt.Errorf("postgres: inspect: %w", err)
 	}
 	return res, ok, nil
 }
@@ -316,12 +317,12 @@ func (p *Store) Forget(ctx context.Context, key string) error {
 // freeKeyTx runs fn in a transaction on a key connection that holds key's
 // lock, taken without waiting, and commits it; store.ErrKeyHeld if an
 // owner holds the lock. A support tool's call fails fast like an owner's
-// (store.ErrNoKeyConn) rather than queue behind the owners.
+// (driver.ErrNoKeyConn) rather than queue behind the owners.
 func (p *Store) freeKeyTx(ctx context.Context, key string, fn func(pgx.Tx) error) error {
 	select {
 	case p.slots <- struct{}{}:
 	default:
-		return store.ErrNoKeyConn
+		return driver.ErrNoKeyConn
 	}
 	defer func() { <-p.slots }()
 	conn, err := p.keys.Acquire(ctx)
@@ -386,7 +387,7 @@ type reservation struct {
 	// loaded is what Reserve read with the lock, for the first Load: the
 	// owner's first statement, one round trip fewer. Later Loads read again.
 	loaded    bool
-	loadedRes store.Response
+	loadedRes driver.Response
 	loadedOK  bool
 }
 
@@ -400,32 +401,32 @@ func (r *reservation) scanLoad(row pgx.Row) error {
 	return nil
 }
 
-func scanResponse(key string, row pgx.Row) (store.Response, bool, error) {
-	res := store.Response{Key: key}
+func scanResponse(key string, row pgx.Row) (driver.Response, bool, error) {
+	res := driver.Response{Key: key}
 	var created, expires int64
 	var headers []byte
 	err := row.Scan(&res.Digest, &res.Status, &res.ContentType, &res.Body, &created, &expires, &headers)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return store.Response{}, false, nil
+		return driver.Response{}, false, nil
 	}
 	if err != nil {
-		return store.Response{}, false, fmt.Errorf("postgres: load response: %w", err)
+		return driver.Response{}, false, fmt.Errorf("postgres: load response: %w", err)
 	}
 	res.Created, res.Expires = time.UnixMilli(created), time.UnixMilli(expires)
 	res.Header = header.Decode(headers)
 	return res, true, nil
 }
 
-func (r *reservation) Load(ctx context.Context) (store.Response, bool, error) {
+func (r *reservation) Load(ctx context.Context) (driver.Response, bool, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.conn == nil {
-		return store.Response{}, false, store.ErrReleased
+		return driver.Response{}, false, driver.ErrReleased
 	}
 	if r.loaded {
 		r.loaded = false
 		res, ok := r.loadedRes, r.loadedOK
-		r.loadedRes = store.Response{}
+		r.loadedRes = driver.Response{}
 		return res, ok, nil
 	}
 	return scanResponse(r.key, r.tx.QueryRow(ctx, pgLoadResponse, dbKey(r.key)))
@@ -439,7 +440,7 @@ func (r *reservation) Exec(ctx context.Context, query string, args ...any) error
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.conn == nil {
-		return store.ErrReleased
+		return driver.ErrReleased
 	}
 	if r.failed != nil {
 		return r.failed
@@ -495,11 +496,11 @@ func ownersFault(ctx context.Context, err error) bool {
 // application that uses idempotency without the limiter still keeps its
 // table in check. The prune runs after the commit: its failure must not
 // take the stored response with it.
-func (r *reservation) Save(ctx context.Context, res store.Response, ttl time.Duration) error {
+func (r *reservation) Save(ctx context.Context, res driver.Response, ttl time.Duration) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.conn == nil {
-		return store.ErrReleased
+		return driver.ErrReleased
 	}
 	if r.failed != nil {
 		r.end(false)

@@ -15,6 +15,7 @@ import (
 	"github.com/writeonce/porch-go/internal/pgtest"
 	"github.com/writeonce/porch-go/porch/internal/algorithm"
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
 	"github.com/writeonce/porch-go/porch/store/postgres"
 )
 
@@ -38,11 +39,11 @@ func openPostgres(t *testing.T, dsn string) *postgres.Store {
 func addHit(t *testing.T, s *postgres.Store, key string, window time.Duration) hitResult {
 	t.Helper()
 	type res struct {
-		h   store.Hit
+		h   driver.Hit
 		err error
 	}
 	ch := make(chan res, 1)
-	if err := s.AddHit(key, unlimited(window), 1, func(h store.Hit, err error) { ch <- res{h, err} }); err != nil {
+	if err := s.AddHit(key, unlimited(window), 1, func(h driver.Hit, err error) { ch <- res{h, err} }); err != nil {
 		t.Fatalf("AddHit: %v", err)
 	}
 	r := <-ch
@@ -61,7 +62,7 @@ type hitResult struct {
 }
 
 // unlimited is a fixed-window rule whose limit no test reaches.
-func unlimited(window time.Duration) store.Rule {
+func unlimited(window time.Duration) driver.Rule {
 	return algorithm.MustRule(algorithm.Fixed, 1<<40, window, 0)
 }
 
@@ -84,7 +85,7 @@ func TestPostgresAddHitIsExactAcrossInstances(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				<-start
-				err := s.AddHit("rate:k", unlimited(time.Hour), 1, func(h store.Hit, err error) {
+				err := s.AddHit("rate:k", unlimited(time.Hour), 1, func(h driver.Hit, err error) {
 					if err != nil {
 						t.Errorf("AddHit: %v", err)
 						return
@@ -159,7 +160,7 @@ func TestPostgresReserveExcludesOtherInstances(t *testing.T) {
 		}
 		got <- err
 	}()
-	want := store.Response{Digest: []byte("d"), Status: 201, ContentType: "application/json", Body: []byte(`{"ok":true}`),
+	want := driver.Response{Digest: []byte("d"), Status: 201, ContentType: "application/json", Body: []byte(`{"ok":true}`),
 		Header: http.Header{"Location": {"/orders/1"}, "X-Latin1": {"caf\xe9"}}}
 	if err := held.Save(ctx, want, time.Hour); err != nil {
 		t.Fatalf("Save: %v", err)
@@ -228,7 +229,7 @@ func TestPostgresExpiredResponseIsReplaced(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := r.Save(ctx, store.Response{Digest: []byte("old"), Status: 200, Body: []byte("x")}, time.Millisecond); err != nil {
+	if err := r.Save(ctx, driver.Response{Digest: []byte("old"), Status: 200, Body: []byte("x")}, time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(5 * time.Second)
@@ -250,7 +251,7 @@ func TestPostgresExpiredResponseIsReplaced(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond) // real time must pass on the database's clock
 	}
-	if err := r.Save(ctx, store.Response{Digest: []byte("new"), Status: 201, Body: []byte("y")}, time.Hour); err != nil {
+	if err := r.Save(ctx, driver.Response{Digest: []byte("new"), Status: 201, Body: []byte("y")}, time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	var n int
@@ -283,7 +284,7 @@ func TestPostgresReserveFailsFastBeyondKeyConns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Reserve(ctx, "idem:3"); !errors.Is(err, store.ErrNoKeyConn) {
+	if _, err := s.Reserve(ctx, "idem:3"); !errors.Is(err, driver.ErrNoKeyConn) {
 		t.Fatalf("third Reserve with KeyConns 2: err = %v, want ErrNoKeyConn", err)
 	}
 	var one int
@@ -388,7 +389,7 @@ func TestPostgresDeferredViolationFailsSave(t *testing.T) {
 	if err := hold.Exec(ctx, `INSERT INTO orders (id, parent) VALUES (1, 2)`); err != nil {
 		t.Fatalf("Exec: %v (the reference is only checked at COMMIT)", err)
 	}
-	err = hold.Save(ctx, store.Response{Digest: []byte("d"), Status: 201, Body: []byte("x")}, time.Hour)
+	err = hold.Save(ctx, driver.Response{Digest: []byte("d"), Status: 201, Body: []byte("x")}, time.Hour)
 	if !errors.Is(err, store.ErrWriteFailed) {
 		t.Fatalf("Save: got %v, want store.ErrWriteFailed", err)
 	}
@@ -427,7 +428,7 @@ func TestPostgresInspectAndForgetAcrossInstances(t *testing.T) {
 	if err := b.Forget(ctx, "k"); !errors.Is(err, store.ErrKeyHeld) {
 		t.Errorf("forget a key held elsewhere: got %v, want ErrKeyHeld", err)
 	}
-	if err := hold.Save(ctx, store.Response{Digest: []byte("d"), Status: 201, Body: []byte("ok")}, time.Hour); err != nil {
+	if err := hold.Save(ctx, driver.Response{Digest: []byte("d"), Status: 201, Body: []byte("ok")}, time.Hour); err != nil {
 		t.Fatalf("save: %v", err)
 	}
 	res, ok, err := b.Inspect(ctx, "k")

@@ -8,6 +8,7 @@ import (
 	"github.com/writeonce/porch-go/internal/pgtest"
 	"github.com/writeonce/porch-go/porch/internal/algorithm"
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
 )
 
 // Without a backlog the prunes ride in one batch per pruneEvery; while
@@ -52,7 +53,7 @@ func TestBatchesPruneABacklog(t *testing.T) {
 	hit := func() {
 		t.Helper()
 		done := make(chan error, 1)
-		if err := p.AddHit("rate:live", rule, 1, func(_ store.Hit, err error) { done <- err }); err != nil {
+		if err := p.AddHit("rate:live", rule, 1, func(_ driver.Hit, err error) { done <- err }); err != nil {
 			t.Fatal(err)
 		}
 		if err := <-done; err != nil {

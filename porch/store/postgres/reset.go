@@ -8,7 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
 	"github.com/writeonce/porch-go/porch/store/internal/commit"
 )
 
@@ -63,7 +63,7 @@ func peekHits(ctx context.Context, tx interface {
 	// A key without a live row is read as the zero state, at the batch's
 	// clock, which the last row carries.
 	var now time.Time
-	found := make(map[string]store.State, len(keys))
+	found := make(map[string]driver.State, len(keys))
 	for rows.Next() {
 		var key []byte
 		var live bool
@@ -73,14 +73,14 @@ func peekHits(ctx context.Context, tx interface {
 		}
 		now = time.UnixMilli(nowMS)
 		if live {
-			found[string(key)] = store.State{Start: time.UnixMilli(startMS), Count: count, Prev: prev}
+			found[string(key)] = driver.State{Start: time.UnixMilli(startMS), Count: count, Prev: prev}
 		}
 	}
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("postgres: peek counters: %w", err)
 	}
 	for _, h := range peeks {
-		h.Result = store.Hit{State: h.Rule.Advance(found[string(dbKey(h.Key))], now), Now: now}
+		h.Result = driver.Hit{State: h.Rule.Advance(found[string(dbKey(h.Key))], now), Now: now}
 	}
 	return nil
 }
@@ -88,7 +88,7 @@ func peekHits(ctx context.Context, tx interface {
 const (
 	// pgResetHits locks the rows in key order, as every porch statement
 	// does, and starts their open windows over, each under its own
-	// length, counting only what leases hold (store.Lease): their holders
+	// length, counting only what leases hold (driver.Lease): their holders
 	// may answer those hits without asking, so they stay counted, and
 	// held, and a give-back from before the reset still applies to the
 	// new window (lease_start is kept). Without held hits the new window

@@ -48,15 +48,15 @@ var postgresMigrations = []string{
 	// key longer than maxRawKey keeps its row under its new encoding.
 	`ALTER TABLE porch_rate_counters ALTER COLUMN key TYPE bytea USING ` + pgDBKey + `;
 	ALTER TABLE porch_idem_responses ALTER COLUMN key TYPE bytea USING ` + pgDBKey + `;`,
-	// The policy's algorithm and GCRA's burst (store.Policy), so that an
+	// The policy's algorithm and GCRA's burst (driver.Policy), so that an
 	// instance counting another algorithm under a name is refused as one
 	// with another limit is; every policy stored before was "fixed". The
-	// sliding window's previous count (store.State.Prev) beside the count.
+	// sliding window's previous count (driver.State.Prev) beside the count.
 	`ALTER TABLE porch_rate_policies ADD COLUMN algorithm text NOT NULL DEFAULT 'fixed';
 	ALTER TABLE porch_rate_policies ADD COLUMN burst bigint NOT NULL DEFAULT 0;
 	ALTER TABLE porch_rate_counters ADD COLUMN prev bigint NOT NULL DEFAULT 0;
 	ALTER TABLE porch_rate_counters ADD COLUMN interval_ns bigint NOT NULL DEFAULT 0;`,
-	// What leases hold (store.Lease): leased is the hits they counted
+	// What leases hold (driver.Lease): leased is the hits they counted
 	// ahead and have neither settled nor given back, which a reset keeps
 	// counted; lease_start is the first window start of the epochs
 	// resets have replaced since a window last closed, the oldest a
@@ -114,7 +114,7 @@ const (
 				ELSE least(c.expires_at, excluded.expires_at) END
 		RETURNING c.key, c.count, c.prev, c.window_start, ` + pgNowMS
 	// pgAddSlidingHits counts a batch of sliding-window hits: each key's
-	// windows roll over to the batch's clock as store.Rule.Advance rolls
+	// windows roll over to the batch's clock as driver.Rule.Advance rolls
 	// them (one window on: the count becomes the previous count; two or
 	// more: nothing is left), under the limiter's window, then the hits are
 	// added. The rule decides from what it returns (see settle). Windows
@@ -148,7 +148,7 @@ const (
 	// start (ms) and the emission intervals counted since: its theoretical
 	// arrival time is window_start ms + count × interval_ns. A bucket idle
 	// at the batch's clock (TAT not after it) starts a new epoch there, as
-	// store.Rule.Advance does; then the hits are added. The rule decides
+	// driver.Rule.Advance does; then the hits are added. The rule decides
 	// from what it returns (see settle). The TAT is compared in
 	// nanoseconds, so an interval below the clock's millisecond counts
 	// exactly; expires_at is the TAT rounded up to the millisecond.
@@ -172,7 +172,7 @@ const (
 	// pgAddHits added them to, and their lease's hits (unheld) out of what
 	// it held, in the same transaction, which still holds the rows' locks.
 	// It also settles the leases' answered hits the batch's hits report
-	// (store.Lease.Settled), if their epoch is one a give-back still
+	// (driver.Lease.Settled), if their epoch is one a give-back still
 	// applies to, and holds their adopted ones if it is the row's own:
 	// the add statement has rolled the window over first, so a closed
 	// one's changes nothing.

@@ -7,7 +7,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/writeonce/porch-go/internal/redistest"
-	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
 	"github.com/writeonce/porch-go/porch/store/redis"
 	"github.com/writeonce/porch-go/porch/store/storetest"
 )
@@ -17,7 +17,7 @@ import (
 func harness(c goredis.UniversalClient) storetest.Harness {
 	return storetest.Harness{
 		DB: func(t *testing.T) string { return redistest.Prefix(t, c) },
-		Open: func(t *testing.T, prefix string) store.Counters {
+		Open: func(t *testing.T, prefix string) driver.Counters {
 			st, err := redis.Open(context.Background(), c, redis.Options{Prefix: prefix})
 			if err != nil {
 				t.Fatal(err)

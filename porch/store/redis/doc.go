@@ -1,11 +1,11 @@
 // Package redis is a rate-limit store on Redis: a single server, a
 // Sentinel-managed primary, or a Redis Cluster, shared by every instance
-// that opens it (store.SharedCounters).
+// that opens it (driver.SharedCounters).
 //
 // Each hit is decided by one Lua script per algorithm (fixed, sliding,
 // GCRA), atomically for its key: the script reads the key's state,
 // advances it to the server's clock (TIME) exactly as the limiter's
-// store.Rule would, counts the hit's weight only if it fits the rule's
+// driver.Rule would, counts the hit's weight only if it fits the rule's
 // Room, and sets the key's expiry where the rule lets the state go. Hits
 // are batched by porch's group committer, one pipeline of EVALSHA calls per
 // batch, each key's hits in arrival order. A batch whose round trip fails
@@ -23,7 +23,7 @@
 // hits given back (TakeBack), as on the SQL stores.
 //
 // Idempotency keys never live in Redis: *Store does not implement
-// store.Keys, so idem.New(redisStore) does not compile. An idempotent
+// driver.KeyStore, so idem.New(redisStore) does not compile. An idempotent
 // handler's writes must commit together with its stored response, and
 // Redis cannot commit the application's database writes; a response kept
 // beside them could be lost (or kept) apart from the side effect it

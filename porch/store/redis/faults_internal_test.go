@@ -25,6 +25,7 @@ import (
 	"github.com/writeonce/porch-go/internal/redistest"
 	"github.com/writeonce/porch-go/porch/internal/algorithm"
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
 )
 
 // tally is what the clients were told, in weight.
@@ -37,8 +38,8 @@ func (t *tally) String() string {
 // attackRules are one key per algorithm, all long enough that no window
 // turns over during a test, so that the stored count "c" is the sum of
 // what was counted.
-func attackRules(limit int64) []store.Rule {
-	return []store.Rule{
+func attackRules(limit int64) []driver.Rule {
+	return []driver.Rule{
 		algorithm.MustRule(algorithm.Fixed, limit, time.Hour, 0),
 		algorithm.MustRule(algorithm.Sliding, limit, time.Hour, 0),
 		algorithm.MustRule(algorithm.GCRA, limit, 100*time.Hour, 0),
@@ -48,7 +49,7 @@ func attackRules(limit int64) []store.Rule {
 // hammer sends hits of weight 1 to 3 from g goroutines, each waiting for
 // its answer (at most wait) before the next, on the rules' keys (key i for
 // rule i), until stop closes.
-func hammer(s *Store, keys []string, rules []store.Rule, g int, stop <-chan struct{}, tallies []*tally) *sync.WaitGroup {
+func hammer(s *Store, keys []string, rules []driver.Rule, g int, stop <-chan struct{}, tallies []*tally) *sync.WaitGroup {
 	var wg sync.WaitGroup
 	for w := range g {
 		wg.Add(1)
@@ -65,7 +66,7 @@ func hammer(s *Store, keys []string, rules []store.Rule, g int, stop <-chan stru
 				n := rng.Int64N(3) + 1
 				ch := make(chan error, 1)
 				var allowed bool
-				err := s.AddHit(keys[i], rules[i], n, func(h store.Hit, err error) { allowed = h.Allowed; ch <- err })
+				err := s.AddHit(keys[i], rules[i], n, func(h driver.Hit, err error) { allowed = h.Allowed; ch <- err })
 				if err == nil {
 					err = <-ch
 				}
@@ -104,7 +105,7 @@ func stored(t *testing.T, s *Store, key string) int64 {
 }
 
 // checkCounts asserts the invariant for every key and logs the figures.
-func checkCounts(t *testing.T, s *Store, keys []string, rules []store.Rule, limit int64, tallies []*tally) {
+func checkCounts(t *testing.T, s *Store, keys []string, rules []driver.Rule, limit int64, tallies []*tally) {
 	t.Helper()
 	for i, k := range keys {
 		c := stored(t, s, k)
@@ -293,9 +294,9 @@ func TestRandomRulesAgainstGo(t *testing.T) {
 			continue
 		}
 		now := time.Now()
-		most := rule.Room(rule.Advance(store.State{}, now), now)
+		most := rule.Room(rule.Advance(driver.State{}, now), now)
 		key := fmt.Sprintf("rate:rnd%d:p:x", i)
-		var st store.State
+		var st driver.State
 		w := rule.Window()
 		switch alg {
 		case algorithm.GCRA:
@@ -305,10 +306,10 @@ func TestRandomRulesAgainstGo(t *testing.T) {
 				span = algorithm.MaxWindow
 			}
 			lag := time.Duration(rng.Int64N(int64(span)))
-			st = store.State{Start: now.Add(-lag).Truncate(time.Millisecond), Count: c}
+			st = driver.State{Start: now.Add(-lag).Truncate(time.Millisecond), Count: c}
 		default:
 			e := time.Duration(rng.Int64N(int64(w/time.Millisecond)+1)) * time.Millisecond
-			st = store.State{Start: now.Add(-e).Truncate(time.Millisecond), Count: rng.Int64N(most + 1)}
+			st = driver.State{Start: now.Add(-e).Truncate(time.Millisecond), Count: rng.Int64N(most + 1)}
 			if alg == algorithm.Sliding {
 				st.Prev = rng.Int64N(most + 1)
 			}
@@ -364,7 +365,7 @@ func clz(x uint64) int {
 }
 
 // tryRule is alg's rule, or false where rate.New would refuse it.
-func tryRule(alg algorithm.Algorithm, limit int64, window time.Duration, burst int64) (r store.Rule, ok bool) {
+func tryRule(alg algorithm.Algorithm, limit int64, window time.Duration, burst int64) (r driver.Rule, ok bool) {
 	defer func() {
 		if recover() != nil {
 			ok = false
@@ -373,7 +374,7 @@ func tryRule(alg algorithm.Algorithm, limit int64, window time.Duration, burst i
 	r = algorithm.MustRule(alg, limit, window, burst)
 	if alg == algorithm.GCRA {
 		now := time.Now()
-		most := r.Room(r.Advance(store.State{}, now), now)
+		most := r.Room(r.Advance(driver.State{}, now), now)
 		if most > int64(algorithm.MaxWindow/r.Interval()) {
 			return nil, false
 		}
@@ -445,7 +446,7 @@ func TestClusterReshard(t *testing.T) {
 	t.Cleanup(func() { s.Close(context.Background()) })
 	const limit = 100000
 	var keys []string
-	var rules []store.Rule
+	var rules []driver.Rule
 	for i := range 60 {
 		keys = append(keys, fmt.Sprintf("rate:r%d:p:user%d", i%3, i))
 		rules = append(rules, attackRules(limit)[i%3])
@@ -499,8 +500,8 @@ func TestPolicyHolderDies(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { b.Close(context.Background()) })
-	p1 := store.Policy{Name: "api", Limit: 5, Window: time.Minute}
-	p2 := store.Policy{Name: "api", Limit: 6, Window: time.Minute}
+	p1 := driver.Policy{Name: "api", Limit: 5, Window: time.Minute}
+	p2 := driver.Policy{Name: "api", Limit: 6, Window: time.Minute}
 	if _, err := a.ClaimPolicy(context.Background(), p1); err != nil {
 		t.Fatal(err)
 	}
@@ -541,7 +542,7 @@ func TestCloseWhileQueued(t *testing.T) {
 	var wg sync.WaitGroup
 	for range 200 {
 		wg.Add(1)
-		if err := s.AddHit("rate:c:p:a", rule, 1, func(h store.Hit, err error) {
+		if err := s.AddHit("rate:c:p:a", rule, 1, func(h driver.Hit, err error) {
 			answered.Add(1)
 			if err == nil && h.Allowed {
 				allowed.Add(1)
@@ -560,7 +561,7 @@ func TestCloseWhileQueued(t *testing.T) {
 		t.Fatal(err)
 	}
 	wg.Wait()
-	if err := s.AddHit("rate:c:p:a", rule, 1, func(store.Hit, error) {}); !errors.Is(err, store.ErrClosed) {
+	if err := s.AddHit("rate:c:p:a", rule, 1, func(driver.Hit, error) {}); !errors.Is(err, store.ErrClosed) {
 		t.Errorf("AddHit after Close: %v, want store.ErrClosed", err)
 	}
 	time.Sleep(1500 * time.Millisecond)
@@ -586,9 +587,9 @@ func TestRandomReplay(t *testing.T) {
 			burst = rng.Int64N(15) + 1
 		}
 		rule := algorithm.MustRule(alg, limit, window, burst)
-		most := rule.Room(rule.Advance(store.State{}, time.Now()), time.Now())
+		most := rule.Room(rule.Advance(driver.State{}, time.Now()), time.Now())
 		key := fmt.Sprintf("rate:rr%d:p:x", i)
-		var model store.State
+		var model driver.State
 		for op := range 150 {
 			n := rng.Int64N(most) + 1
 			if rng.IntN(6) == 0 {
@@ -666,8 +667,8 @@ func TestOOMFailsClosed(t *testing.T) {
 		}
 	}
 	ch := make(chan error, 1)
-	var h store.Hit
-	if err := s.AddHit("rate:api:p:new", rule, 1, func(x store.Hit, err error) { h = x; ch <- err }); err != nil {
+	var h driver.Hit
+	if err := s.AddHit("rate:api:p:new", rule, 1, func(x driver.Hit, err error) { h = x; ch <- err }); err != nil {
 		t.Fatal(err)
 	}
 	err = <-ch
@@ -700,7 +701,7 @@ func TestNoscriptReordersResetAndHit(t *testing.T) {
 	hit(t, s, key, rule, 1)
 	// Batch 1 (a peek elsewhere) holds the committer while the next ops queue.
 	first := make(chan error, 1)
-	if err := s.PeekHit("rate:api:p:bob", rule, func(_ store.Hit, err error) { first <- err }); err != nil {
+	if err := s.PeekHit("rate:api:p:bob", rule, func(_ driver.Hit, err error) { first <- err }); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(50 * time.Millisecond)
@@ -708,9 +709,9 @@ func TestNoscriptReordersResetAndHit(t *testing.T) {
 	if err := s.ResetHit(key, func(err error) { resetDone <- err }); err != nil {
 		t.Fatal(err)
 	}
-	var h store.Hit
+	var h driver.Hit
 	hitDone := make(chan error, 1)
-	if err := s.AddHit(key, rule, 1, func(x store.Hit, err error) { h = x; hitDone <- err }); err != nil {
+	if err := s.AddHit(key, rule, 1, func(x driver.Hit, err error) { h = x; hitDone <- err }); err != nil {
 		t.Fatal(err)
 	}
 	// Another instance, after a restart of Redis, has reloaded the first

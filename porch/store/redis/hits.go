@@ -11,7 +11,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
 	"github.com/writeonce/porch-go/porch/store/internal/commit"
 )
 
@@ -57,15 +57,15 @@ type hitArgs struct {
 
 // ruleArgs returns rule's script and arguments, or an error for a rule the
 // scripts do not compute (exactly).
-func ruleArgs(rule store.Rule) (hitArgs, error) {
+func ruleArgs(rule driver.Rule) (hitArgs, error) {
 	alg := rule.Algorithm()
 	sc := hitScripts[alg]
 	if sc == nil {
-		return hitArgs{}, fmt.Errorf("redis: %w: %q", store.ErrAlgorithm, alg)
+		return hitArgs{}, fmt.Errorf("redis: %w: %q", driver.ErrAlgorithm, alg)
 	}
 	// The limit (GCRA's burst): what a state never seen admits.
 	t := time.Unix(1<<31, 0)
-	most := rule.Room(rule.Advance(store.State{}, t), t)
+	most := rule.Room(rule.Advance(driver.State{}, t), t)
 	w := rule.Window()
 	wc := ceilMS(w)
 	if most < 1 || most > maxLimit || w <= 0 || wc > maxWindowMS {
@@ -103,13 +103,13 @@ func ceilMS(d time.Duration) int64 {
 // AddHit queues one hit of weight n for key, counted if it fits rule's
 // Room; done runs once the batch carrying it has been answered (and, with
 // WAITAOF, fsynced).
-func (s *Store) AddHit(key string, rule store.Rule, n int64, done func(store.Hit, error)) error {
-	return s.AddLeased(key, rule, n, store.Lease{}, done)
+func (s *Store) AddHit(key string, rule driver.Rule, n int64, done func(driver.Hit, error)) error {
+	return s.AddLeased(key, rule, n, driver.Lease{}, done)
 }
 
 // AddLeased is AddHit with a lease's hold and settlement (see
-// store.SharedCounters.AddLeased).
-func (s *Store) AddLeased(key string, rule store.Rule, n int64, lease store.Lease, done func(store.Hit, error)) error {
+// driver.SharedCounters.AddLeased).
+func (s *Store) AddLeased(key string, rule driver.Rule, n int64, lease driver.Lease, done func(driver.Hit, error)) error {
 	if _, err := ruleArgs(rule); err != nil {
 		return err
 	}
@@ -124,7 +124,7 @@ func (s *Store) AddLeased(key string, rule store.Rule, n int64, lease store.Leas
 }
 
 // PeekHit queues a read of key's state, advanced to the server's clock.
-func (s *Store) PeekHit(key string, rule store.Rule, done func(store.Hit, error)) error {
+func (s *Store) PeekHit(key string, rule driver.Rule, done func(driver.Hit, error)) error {
 	if _, err := ruleArgs(rule); err != nil {
 		return err
 	}
@@ -132,7 +132,7 @@ func (s *Store) PeekHit(key string, rule store.Rule, done func(store.Hit, error)
 }
 
 // ResetHit queues the reset of key's live state (see
-// store.SharedCounters.ResetHit): it starts over at the server's now, or a
+// driver.SharedCounters.ResetHit): it starts over at the server's now, or a
 // millisecond after its old start if that is later.
 func (s *Store) ResetHit(key string, done func(error)) error {
 	return s.commit.Enqueue(commit.Op{Reset: &commit.Reset{Key: key}, Done: done})
@@ -145,8 +145,8 @@ func (s *Store) TakeBack(key string, start time.Time, n int64, done func(error))
 }
 
 // GiveBack queues the end of a lease's hold on key's hits (see
-// store.SharedCounters.GiveBack).
-func (s *Store) GiveBack(key string, lease store.Lease, done func(error)) error {
+// driver.SharedCounters.GiveBack).
+func (s *Store) GiveBack(key string, lease driver.Lease, done func(error)) error {
 	tb := &commit.TakeBack{Key: key, WindowStart: lease.Start.UnixMilli(), N: lease.Held, Lease: true, Settled: lease.Settled}
 	return s.commit.Enqueue(commit.Op{TakeBack: tb, Done: done})
 }
@@ -333,9 +333,9 @@ func (s *Store) settle(c *call) error {
 		o.Failed = fmt.Errorf("redis: script reply: %w", err)
 		return o.Failed
 	}
-	h.Result = store.Hit{
+	h.Result = driver.Hit{
 		Allowed: v[0] == 1,
-		State:   store.State{Start: time.UnixMilli(v[1]), Count: v[2], Prev: v[3]},
+		State:   driver.State{Start: time.UnixMilli(v[1]), Count: v[2], Prev: v[3]},
 		Now:     time.UnixMilli(v[4]),
 	}
 	return nil

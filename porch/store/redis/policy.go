@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
 	"github.com/writeonce/porch-go/porch/store/internal/commit"
 )
 
@@ -30,7 +31,7 @@ func (s *Store) policyKey(name string) string {
 }
 
 // encodePolicy is p as a claim field stores it.
-func encodePolicy(p store.Policy) string {
+func encodePolicy(p driver.Policy) string {
 	alg := p.Algorithm
 	if alg == "" {
 		alg = "fixed"
@@ -47,17 +48,17 @@ func decodePolicy(name, v string) string {
 	limit, _ := strconv.ParseInt(f[1], 10, 64)
 	window, _ := strconv.ParseInt(f[2], 10, 64)
 	burst, _ := strconv.ParseInt(f[3], 10, 64)
-	return store.Policy{Name: name, Limit: limit, Window: time.Duration(window), Algorithm: f[0], Burst: burst}.String()
+	return driver.Policy{Name: name, Limit: limit, Window: time.Duration(window), Algorithm: f[0], Burst: burst}.String()
 }
 
 // checkPolicy fails for a policy the scripts cannot count.
-func checkPolicy(p store.Policy) error {
+func checkPolicy(p driver.Policy) error {
 	alg := p.Algorithm
 	if alg == "" {
 		alg = "fixed"
 	}
 	if hitScripts[alg] == nil {
-		return fmt.Errorf("redis: %w: %q", store.ErrAlgorithm, alg)
+		return fmt.Errorf("redis: %w: %q", driver.ErrAlgorithm, alg)
 	}
 	most := p.Limit
 	if p.Burst > 0 {
@@ -78,7 +79,7 @@ func checkPolicy(p store.Policy) error {
 // policy, in this process or in an instance whose heartbeat is live (see
 // claimTTL). When every instance of the old policy has gone, the first
 // with a new one records it, and that change is logged.
-func (s *Store) ClaimPolicy(ctx context.Context, pol store.Policy) (release func(), err error) {
+func (s *Store) ClaimPolicy(ctx context.Context, pol driver.Policy) (release func(), err error) {
 	if err := checkPolicy(pol); err != nil {
 		return nil, err
 	}
@@ -99,7 +100,7 @@ func (s *Store) ClaimPolicy(ctx context.Context, pol store.Policy) (release func
 
 // claimShared runs luaClaim for pol (a first claim, or a heartbeat's
 // renewal). s.policyMu is held.
-func (s *Store) claimShared(ctx context.Context, pol store.Policy, first bool) error {
+func (s *Store) claimShared(ctx context.Context, pol driver.Policy, first bool) error {
 	var res []any
 	err := s.roundTrip(ctx, func(ctx context.Context) error {
 		r, err := scriptClaim.Run(ctx, s.c, []string{s.policyKey(pol.Name)},

@@ -14,6 +14,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
 	"github.com/writeonce/porch-go/porch/store/internal/commit"
 	"github.com/writeonce/porch-go/porch/store/internal/policy"
 )
@@ -56,7 +57,7 @@ type Options struct {
 // Store counts rate limits in Redis (a single server, Sentinel's primary,
 // or a Redis Cluster), shared by every instance that opens it: each hit is
 // decided by one Lua script on the server, atomically for its key, on the
-// server's clock. It implements store.SharedCounters and not store.Keys:
+// server's clock. It implements driver.SharedCounters and not driver.KeyStore:
 // idempotency keys never live in Redis (see the package doc). Create it
 // with Open; it is safe for concurrent use.
 type Store struct {
@@ -68,8 +69,8 @@ type Store struct {
 	commit  *commit.Committer
 
 	claims   policy.Claims
-	policyMu sync.Mutex              // serializes claims, releases and heartbeats; protects held
-	held     map[string]store.Policy // names claimed in Redis, by name
+	policyMu sync.Mutex               // serializes claims, releases and heartbeats; protects held
+	held     map[string]driver.Policy // names claimed in Redis, by name
 
 	stop      chan struct{}
 	stopped   chan struct{}
@@ -77,8 +78,8 @@ type Store struct {
 }
 
 var (
-	_ store.Store          = (*Store)(nil)
-	_ store.SharedCounters = (*Store)(nil)
+	_ driver.Store          = (*Store)(nil)
+	_ driver.SharedCounters = (*Store)(nil)
 )
 
 // Open returns a store that counts in c's server(s). It pings the server,
@@ -122,7 +123,7 @@ func Open(ctx context.Context, c goredis.UniversalClient, opt Options) (*Store, 
 	rand.Read(b[:])
 	_, cluster := c.(*goredis.ClusterClient)
 	s := &Store{c: c, cluster: cluster, opt: opt, id: hex.EncodeToString(b[:]),
-		held: make(map[string]store.Policy), stop: make(chan struct{}), stopped: make(chan struct{})}
+		held: make(map[string]driver.Policy), stop: make(chan struct{}), stopped: make(chan struct{})}
 	if err := s.roundTrip(ctx, func(ctx context.Context) error { return c.Ping(ctx).Err() }); err != nil {
 		return nil, fmt.Errorf("redis: ping: %w", err)
 	}
@@ -313,7 +314,7 @@ func versionAtLeast(v string, major, minor int) bool {
 func (s *Store) Wall() time.Time { return s.opt.Clock.Wall() }
 
 // Health reports whether the store can count: the committer's last batch,
-// when it ended within store.HealthMaxAge, else a probe write through it
+// when it ended within a second, else a probe write through it
 // (a SET with a short expiry, in a batch of its own or with others' hits).
 // An unreachable or refusing server is store.ErrUnhealthy.
 func (s *Store) Health(ctx context.Context) error { return s.commit.Check(ctx) }

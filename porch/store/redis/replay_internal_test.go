@@ -10,7 +10,7 @@ import (
 
 	"github.com/writeonce/porch-go/internal/redistest"
 	"github.com/writeonce/porch-go/porch/internal/algorithm"
-	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
 )
 
 // openTest opens a store on the shared server under a fresh prefix.
@@ -26,14 +26,14 @@ func openTest(t *testing.T) *Store {
 }
 
 // hit runs one AddHit (n > 0) or PeekHit (n == 0) and waits for it.
-func hit(t *testing.T, s *Store, key string, rule store.Rule, n int64) store.Hit {
+func hit(t *testing.T, s *Store, key string, rule driver.Rule, n int64) driver.Hit {
 	t.Helper()
 	type answer struct {
-		h   store.Hit
+		h   driver.Hit
 		err error
 	}
 	ch := make(chan answer, 1)
-	done := func(h store.Hit, err error) { ch <- answer{h, err} }
+	done := func(h driver.Hit, err error) { ch <- answer{h, err} }
 	var err error
 	if n == 0 {
 		err = s.PeekHit(key, rule, done)
@@ -52,7 +52,7 @@ func hit(t *testing.T, s *Store, key string, rule store.Rule, n int64) store.Hit
 	case <-time.After(10 * time.Second):
 		t.Fatal("no answer within 10s")
 	}
-	return store.Hit{}
+	return driver.Hit{}
 }
 
 type replayRule struct {
@@ -68,9 +68,9 @@ func (r replayRule) String() string {
 // same reports whether the script's state and the rule's are one: equal,
 // or for GCRA, whose busy epochs the scripts do not re-anchor, the same
 // theoretical arrival time.
-func same(rule store.Rule, a, b store.State) bool {
+func same(rule driver.Rule, a, b driver.State) bool {
 	if rule.Algorithm() == "gcra" {
-		tat := func(s store.State) time.Time { return s.Start.Add(time.Duration(s.Count) * rule.Interval()) }
+		tat := func(s driver.State) time.Time { return s.Start.Add(time.Duration(s.Count) * rule.Interval()) }
 		return tat(a).Equal(tat(b)) || (a.Count == 0 && b.Count == 0)
 	}
 	return a.Start.Equal(b.Start) && a.Count == b.Count && a.Prev == b.Prev
@@ -94,9 +94,9 @@ func TestScriptsDecideAsTheRule(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, uint64(time.Now().UnixNano())))
 	for i, rr := range rules {
 		rule := algorithm.MustRule(rr.alg, rr.limit, rr.window, rr.burst)
-		most := rule.Room(rule.Advance(store.State{}, time.Now()), time.Now())
+		most := rule.Room(rule.Advance(driver.State{}, time.Now()), time.Now())
 		key := fmt.Sprintf("rate:replay%d:p:x", i)
-		var model store.State
+		var model driver.State
 		allowed, refused := 0, 0
 		for op := range 400 {
 			n := rng.Int64N(most) + 1
@@ -163,19 +163,19 @@ func TestScriptsExactAtExtremes(t *testing.T) {
 	for i, rr := range rules {
 		rule := algorithm.MustRule(rr.alg, rr.limit, rr.window, rr.burst)
 		now := time.Now()
-		most := rule.Room(rule.Advance(store.State{}, now), now)
+		most := rule.Room(rule.Advance(driver.State{}, now), now)
 		for j := range 40 {
 			key := fmt.Sprintf("rate:extreme%d:p:%d", i, j)
 			// A state some way into its epoch, with counts near the limit.
-			var st store.State
+			var st driver.State
 			switch rr.alg {
 			case algorithm.GCRA:
 				c := rng.Int64N(most) + 1
 				lag := time.Duration(rng.Int64N(int64(time.Duration(c) * rule.Interval())))
-				st = store.State{Start: now.Add(-lag).Truncate(time.Millisecond), Count: c}
+				st = driver.State{Start: now.Add(-lag).Truncate(time.Millisecond), Count: c}
 			default:
 				e := time.Duration(rng.Int64N(int64(rr.window/time.Millisecond))) * time.Millisecond
-				st = store.State{Start: now.Add(-e).Truncate(time.Millisecond), Count: rng.Int64N(most/2 + 1)}
+				st = driver.State{Start: now.Add(-e).Truncate(time.Millisecond), Count: rng.Int64N(most/2 + 1)}
 				if rr.alg == algorithm.Sliding {
 					st.Prev = most - rng.Int64N(most/4+1)
 				}

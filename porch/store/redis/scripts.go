@@ -7,7 +7,7 @@ import (
 // A key's state is a hash: s (the epoch's start, Unix ms on the server's
 // clock), c (the count), p (the previous window's count, sliding only),
 // w (how long a reset state is kept, ms), and what leases hold
-// (store.Lease): l, the hits they counted ahead and have neither settled
+// (driver.Lease): l, the hits they counted ahead and have neither settled
 // nor given back, which a reset keeps counted, and ls, the first start of
 // the epochs resets have replaced since a window last closed, the oldest
 // a give-back still applies to (s when absent). One hash: one key, one
@@ -254,6 +254,6 @@ var (
 
 	allScripts = []*goredis.Script{scriptFixed, scriptSliding, scriptGCRA, scriptReset, scriptTakeBack, scriptClaim}
 
-	// hitScripts are the add (and peek) scripts by store.Rule's Algorithm.
+	// hitScripts are the add (and peek) scripts by driver.Rule's Algorithm.
 	hitScripts = map[string]*goredis.Script{"fixed": scriptFixed, "sliding": scriptSliding, "gcra": scriptGCRA}
 )

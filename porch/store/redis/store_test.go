@@ -14,16 +14,17 @@ import (
 	"github.com/writeonce/porch-go/porch/internal/algorithm"
 	"github.com/writeonce/porch-go/porch/rate"
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
 	"github.com/writeonce/porch-go/porch/store/redis"
 )
 
 // Idempotency keys never live in Redis: the store must not offer them.
 func TestNotKeys(t *testing.T) {
-	if _, ok := any((*redis.Store)(nil)).(store.Keys); ok {
-		t.Fatal("*redis.Store implements store.Keys; idempotency keys must never live in Redis")
+	if _, ok := any((*redis.Store)(nil)).(driver.KeyStore); ok {
+		t.Fatal("*redis.Store implements driver.KeyStore; idempotency keys must never live in Redis")
 	}
-	if _, ok := any((*redis.Store)(nil)).(store.SharedCounters); !ok {
-		t.Fatal("*redis.Store does not implement store.SharedCounters")
+	if _, ok := any((*redis.Store)(nil)).(driver.SharedCounters); !ok {
+		t.Fatal("*redis.Store does not implement driver.SharedCounters")
 	}
 }
 
@@ -108,14 +109,14 @@ func TestDurableAcrossKill9(t *testing.T) {
 }
 
 // addHit waits for one AddHit's outcome.
-func addHit(st *redis.Store, key string, rule store.Rule) (store.Hit, error) {
+func addHit(st *redis.Store, key string, rule driver.Rule) (driver.Hit, error) {
 	type answer struct {
-		h   store.Hit
+		h   driver.Hit
 		err error
 	}
 	ch := make(chan answer, 1)
-	if err := st.AddHit(key, rule, 1, func(h store.Hit, err error) { ch <- answer{h, err} }); err != nil {
-		return store.Hit{}, err
+	if err := st.AddHit(key, rule, 1, func(h driver.Hit, err error) { ch <- answer{h, err} }); err != nil {
+		return driver.Hit{}, err
 	}
 	a := <-ch
 	return a.h, a.err

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
 	"github.com/writeonce/porch-go/porch/store/internal/commit"
 )
 
@@ -24,7 +25,7 @@ func TestFailingOwnersLeaveNothingBehind(t *testing.T) {
 		return commit.Statement{Query: `INSERT INTO ledger (id) VALUES (?)`, Args: []any{id}}
 	}
 	owner := func(key string, stmts ...commit.Statement) commit.Op {
-		return commit.Op{Response: &store.Response{Key: key}, Owner: stmts}
+		return commit.Op{Response: &driver.Response{Key: key}, Owner: stmts}
 	}
 	tests := []struct {
 		name    string
@@ -36,11 +37,11 @@ func TestFailingOwnersLeaveNothingBehind(t *testing.T) {
 			name: "one failing owner",
 			batch: []commit.Op{
 				owner("good-1", insert("good-1a"), insert("good-1b")),
-				{Counter: &store.Counter{Key: "k", Count: 2}},
+				{Counter: &driver.Counter{Key: "k", Count: 2}},
 				owner("bad-1", insert("bad-1a"), insert("taken")),
 				{Exec: &commit.Statement{Query: `INSERT INTO ledger (id) VALUES ('exec-1')`}},
 				owner("good-2", insert("good-2a")),
-				{Response: &store.Response{Key: "plain"}},
+				{Response: &driver.Response{Key: "plain"}},
 			},
 			failing: []int{2},
 			ids:     []string{"exec-1", "good-1a", "good-1b", "good-2a"},
@@ -52,7 +53,7 @@ func TestFailingOwnersLeaveNothingBehind(t *testing.T) {
 				owner("bad-1", insert("bad-1a"), insert("taken")),
 				owner("bad-2", insert("bad-2a"), insert("bad-2a")),
 				{Exec: &commit.Statement{Query: `INSERT INTO ledger (id) VALUES ('exec-bad'); INSERT INTO ledger (id) VALUES ('taken')`}},
-				{Counter: &store.Counter{Key: "k", Count: 2}},
+				{Counter: &driver.Counter{Key: "k", Count: 2}},
 				owner("good-2", insert("good-2a")),
 			},
 			failing: []int{1, 2, 3},
@@ -142,8 +143,8 @@ func TestFailuresTurnIsolationOn(t *testing.T) {
 			bad = "taken"
 		}
 		ops := []commit.Op{
-			{Response: &store.Response{Key: "ok-" + id}, Owner: []commit.Statement{{Query: `INSERT INTO ledger (id) VALUES (?)`, Args: []any{id}}}},
-			{Response: &store.Response{Key: "maybe-" + id}, Owner: []commit.Statement{{Query: `INSERT INTO ledger (id) VALUES (?)`, Args: []any{bad}}}},
+			{Response: &driver.Response{Key: "ok-" + id}, Owner: []commit.Statement{{Query: `INSERT INTO ledger (id) VALUES (?)`, Args: []any{id}}}},
+			{Response: &driver.Response{Key: "maybe-" + id}, Owner: []commit.Statement{{Query: `INSERT INTO ledger (id) VALUES (?)`, Args: []any{bad}}}},
 		}
 		for _, o := range ops {
 			o.Response.Digest, o.Response.Status, o.Response.Body, o.Response.Created, o.Response.Expires = []byte{1}, 201, []byte("ok"), now, now.Add(time.Hour)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
 	"github.com/writeonce/porch-go/porch/store/internal/commit"
 )
 
@@ -48,7 +49,7 @@ func BenchmarkWriteBatch(b *testing.B) {
 				for i := range batch {
 					key := "idem:ip:9:127.0.0.1:k-" + strconv.Itoa(n)
 					n++
-					batch[i] = commit.Op{Response: &store.Response{Key: key, Digest: make([]byte, 32), Status: 200,
+					batch[i] = commit.Op{Response: &driver.Response{Key: key, Digest: make([]byte, 32), Status: 200,
 						ContentType: "text/plain; charset=utf-8", Body: []byte("ok"), Created: now, Expires: now.Add(time.Hour)}}
 					if owner {
 						batch[i].Owner = []commit.Statement{{Query: `INSERT INTO orders (order_id, sku, qty, created_at) VALUES (?, ?, ?, ?)`,

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
 	"github.com/writeonce/porch-go/porch/store/internal/commit"
 )
 
@@ -40,11 +41,11 @@ func TestOwnerPastBudgetFailsAlone(t *testing.T) {
 				}
 			}
 			now := s.Now()
-			response := func(key string) *store.Response {
-				return &store.Response{Key: key, Digest: []byte{1}, Status: 201, Body: []byte("ok"), Created: now, Expires: now.Add(time.Hour)}
+			response := func(key string) *driver.Response {
+				return &driver.Response{Key: key, Digest: []byte{1}, Status: 201, Body: []byte("ok"), Created: now, Expires: now.Add(time.Hour)}
 			}
 			batch := []commit.Op{
-				{Counter: &store.Counter{Key: "k", WindowStart: now, Window: time.Hour, Count: 3}},
+				{Counter: &driver.Counter{Key: "k", WindowStart: now, Window: time.Hour, Count: 3}},
 				{Response: response("good"), Owner: []commit.Statement{{Query: `INSERT INTO ledger (id) VALUES ('good-owner')`}}},
 				{Exec: &commit.Statement{Query: `INSERT INTO ledger (id) VALUES ('victim-1')`}},
 				{Response: response("slow"), Owner: []commit.Statement{{Query: slowInsert(table)}}},
@@ -132,9 +133,9 @@ func TestBatchBoundsOwnersTime(t *testing.T) {
 	}
 	s.opt.ExecBudget = 40 * time.Millisecond
 	now := s.Now()
-	batch := []commit.Op{{Counter: &store.Counter{Key: "k", WindowStart: now, Window: time.Hour, Count: 1}}}
+	batch := []commit.Op{{Counter: &driver.Counter{Key: "k", WindowStart: now, Window: time.Hour, Count: 1}}}
 	for i := range 10 {
-		r := &store.Response{Key: fmt.Sprint("slow-", i), Digest: []byte{1}, Status: 201, Body: []byte("ok"), Created: now, Expires: now.Add(time.Hour)}
+		r := &driver.Response{Key: fmt.Sprint("slow-", i), Digest: []byte{1}, Status: 201, Body: []byte("ok"), Created: now, Expires: now.Add(time.Hour)}
 		batch = append(batch, commit.Op{Response: r, Owner: []commit.Statement{{Query: slowInsert("bulk")}}})
 	}
 	start := time.Now()

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
 )
 
 // Close truncates the WAL: a stopped store leaves no log to replay.
@@ -20,7 +21,7 @@ func TestCheckpointerKeepsTheWALInCheck(t *testing.T) {
 	}
 	for i := range 3 * checkpointEvery {
 		done := make(chan error, 1)
-		c := store.Counter{Key: "k" + strconv.Itoa(i), WindowStart: s.Now(), Window: time.Hour, Count: 1}
+		c := driver.Counter{Key: "k" + strconv.Itoa(i), WindowStart: s.Now(), Window: time.Hour, Count: 1}
 		if err := s.SaveCounter(c, func(err error) { done <- err }); err != nil {
 			t.Fatal(err)
 		}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
 )
 
 func TestGroupCommit(t *testing.T) {
@@ -26,7 +27,7 @@ func TestGroupCommit(t *testing.T) {
 		queued.Go(func() {
 			for i := range perWriter {
 				n := w*perWriter + i
-				c := store.Counter{Key: fmt.Sprintf("k%d", n), WindowStart: s.Now(), Window: time.Hour, Count: int64(n + 1)}
+				c := driver.Counter{Key: fmt.Sprintf("k%d", n), WindowStart: s.Now(), Window: time.Hour, Count: int64(n + 1)}
 				all.Add(1)
 				err := s.SaveCounter(c, func(err error) {
 					if err != nil {
@@ -81,7 +82,7 @@ func TestGroupCommitUnderRealConcurrency(t *testing.T) {
 	for w := range writers {
 		wg.Go(func() {
 			for i := range perWriter {
-				c := store.Counter{Key: fmt.Sprintf("w%d-%d", w, i), WindowStart: s.Now(), Window: time.Hour, Count: 1}
+				c := driver.Counter{Key: fmt.Sprintf("w%d-%d", w, i), WindowStart: s.Now(), Window: time.Hour, Count: 1}
 				done := make(chan error, 1)
 				if err := s.SaveCounter(c, func(err error) { done <- err }); err != nil {
 					t.Errorf("queue %s: %v", c.Key, err)
@@ -121,7 +122,7 @@ func TestDoneRunsAfterCommit(t *testing.T) {
 		err   error
 	}
 	got := make(chan seen, 1)
-	c := store.Counter{Key: "visible", WindowStart: s.Now(), Window: time.Minute, Count: 3}
+	c := driver.Counter{Key: "visible", WindowStart: s.Now(), Window: time.Minute, Count: 3}
 	err = s.SaveCounter(c, func(err error) {
 		if err != nil {
 			got <- seen{err: err}
@@ -151,7 +152,7 @@ func TestFailedCommitIsReported(t *testing.T) {
 	execSQL(t, s.DB(), `CREATE TRIGGER boom BEFORE INSERT ON porch_rate_journal
 		BEGIN SELECT RAISE(ABORT, 'boom'); END`)
 
-	err := saveCounter(t, s, store.Counter{Key: "k", WindowStart: s.Now(), Window: time.Minute, Count: 1})
+	err := saveCounter(t, s, driver.Counter{Key: "k", WindowStart: s.Now(), Window: time.Minute, Count: 1})
 	if err == nil {
 		t.Fatal("got done(nil) for a write the database refused, want the error")
 	}
@@ -172,7 +173,7 @@ func TestFailedBatchFailsEveryWrite(t *testing.T) {
 
 	errs := make(chan error, 2)
 	for _, key := range []string{"good", "bad"} {
-		c := store.Counter{Key: key, WindowStart: s.Now(), Window: time.Minute, Count: 1}
+		c := driver.Counter{Key: key, WindowStart: s.Now(), Window: time.Minute, Count: 1}
 		if err := s.SaveCounter(c, func(err error) { errs <- err }); err != nil {
 			t.Fatal(err)
 		}
@@ -201,7 +202,7 @@ func TestCounterWritesAppend(t *testing.T) {
 
 	start := s.Now()
 	for n := int64(1); n <= 3; n++ { // one commit each: no collapsing
-		mustSaveCounter(t, s, store.Counter{Key: "k", WindowStart: start, Window: time.Minute, Count: n})
+		mustSaveCounter(t, s, driver.Counter{Key: "k", WindowStart: start, Window: time.Minute, Count: n})
 	}
 
 	if got, _, _ := counterRow(t, s.DB(), "k"); got != 3 {
@@ -227,7 +228,7 @@ func TestBatchCollapsesWritesOfOneKey(t *testing.T) {
 
 	start := s.Now()
 	errs := make(chan error, 4)
-	for _, c := range []store.Counter{
+	for _, c := range []driver.Counter{
 		{Key: "k", WindowStart: start, Window: time.Minute, Count: 1},
 		{Key: "other", WindowStart: start, Window: time.Minute, Count: 7},
 		{Key: "k", WindowStart: start, Window: time.Minute, Count: 2},
@@ -283,7 +284,7 @@ func TestCommitPrunesBoundedly(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if err := hold.Save(ctx, store.Response{Digest: []byte{0}, Status: 200}, time.Minute); err != nil {
+				if err := hold.Save(ctx, driver.Response{Digest: []byte{0}, Status: 200}, time.Minute); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -294,7 +295,7 @@ func TestCommitPrunesBoundedly(t *testing.T) {
 				t.Fatalf("before pruning: got %d expired rows, want %d", got, expired)
 			}
 			for i, want := range tt.wantLeft {
-				mustSaveCounter(t, s, store.Counter{Key: fmt.Sprintf("live-%d", i), WindowStart: s.Now(), Window: time.Minute, Count: 1})
+				mustSaveCounter(t, s, driver.Counter{Key: fmt.Sprintf("live-%d", i), WindowStart: s.Now(), Window: time.Minute, Count: 1})
 				if got := countRows(t, s.DB(), expiredRows); got != want {
 					t.Errorf("after commit %d: got %d expired rows, want %d", i+1, got, want)
 				}
@@ -311,12 +312,12 @@ func TestCloseFlushesQueuedWrites(t *testing.T) {
 	s := openSQLite(t, path, store.Options{Clock: fakeClock()})
 	const n = 100
 	for i := range n {
-		if err := s.SaveCounter(store.Counter{Key: fmt.Sprintf("k%d", i), WindowStart: s.Now(), Window: time.Hour, Count: 1}, nil); err != nil {
+		if err := s.SaveCounter(driver.Counter{Key: fmt.Sprintf("k%d", i), WindowStart: s.Now(), Window: time.Hour, Count: 1}, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
 	closeStore(t, s)
-	err := s.SaveCounter(store.Counter{Key: "late", WindowStart: wall0, Window: time.Hour, Count: 1}, func(error) {
+	err := s.SaveCounter(driver.Counter{Key: "late", WindowStart: wall0, Window: time.Hour, Count: 1}, func(error) {
 		t.Error("done ran for a write refused after Close")
 	})
 	if !errors.Is(err, store.ErrClosed) {

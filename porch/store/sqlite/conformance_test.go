@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
 	"github.com/writeonce/porch-go/porch/store/sqlite"
 	"github.com/writeonce/porch-go/porch/store/storetest"
 )
@@ -14,7 +15,7 @@ import (
 func TestConformance(t *testing.T) {
 	storetest.TestCounters(t, storetest.Harness{
 		DB: func(t *testing.T) string { return filepath.Join(t.TempDir(), "porch.db") },
-		Open: func(t *testing.T, db string) store.Counters {
+		Open: func(t *testing.T, db string) driver.Counters {
 			st, err := sqlite.Open(db, store.Options{})
 			if err != nil {
 				t.Fatalf("sqlite.Open: %v", err)
@@ -29,14 +30,14 @@ func TestConformance(t *testing.T) {
 func TestKeysConformance(t *testing.T) {
 	storetest.TestKeys(t, storetest.KeysHarness{
 		DB: func(t *testing.T) string { return filepath.Join(t.TempDir(), "porch.db") },
-		Open: func(t *testing.T, db string) store.Keys {
+		Open: func(t *testing.T, db string) driver.KeyStore {
 			st, err := sqlite.Open(db, store.Options{})
 			if err != nil {
 				t.Fatalf("sqlite.Open: %v", err)
 			}
 			return st
 		},
-		Writes: func(t *testing.T, st store.Keys) func(string) int {
+		Writes: func(t *testing.T, st driver.KeyStore) func(string) int {
 			db := st.(*sqlite.Store).DB()
 			if _, err := db.Exec(`CREATE TABLE storetest_writes (note TEXT)`); err != nil {
 				t.Fatalf("create the application's table: %v", err)

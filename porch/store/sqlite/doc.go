@@ -1,6 +1,6 @@
 // Package sqlite is porch's embedded store: one SQLite file in WAL mode,
 // written by one process, whose limiters may therefore keep an exact count
-// of their own keys in memory ([store.ExclusiveCounters]). It needs cgo
+// of their own keys in memory ([driver.ExclusiveCounters]). It needs cgo
 // (github.com/mattn/go-sqlite3); a program that only uses PostgreSQL
 // imports porch/store/postgres instead and links none of this.
 //

@@ -9,6 +9,7 @@ import (
 
 	"github.com/writeonce/porch-go/porch/porchtest"
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
 	"github.com/writeonce/porch-go/porch/store/sqlite"
 )
 
@@ -25,7 +26,7 @@ func ExampleOpen() {
 		panic(err)
 	}
 	done := make(chan error, 1)
-	c := store.Counter{Key: "rate:default:ip:192.0.2.1", WindowStart: s.Now(), Window: time.Minute, Count: 3}
+	c := driver.Counter{Key: "rate:default:ip:192.0.2.1", WindowStart: s.Now(), Window: time.Minute, Count: 3}
 	if err := s.SaveCounter(c, func(err error) { done <- err }); err != nil {
 		panic(err)
 	}
@@ -38,7 +39,7 @@ func ExampleOpen() {
 		panic(err)
 	}
 	defer s.Close(context.Background())
-	s.LoadCounters(context.Background(), s.Now(), func(c store.Counter) {
+	s.LoadCounters(context.Background(), s.Now(), func(c driver.Counter) {
 		fmt.Println(c.Key, c.Count, c.End().Format(time.TimeOnly))
 	})
 	// Output:

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
 	"github.com/writeonce/porch-go/porch/store/sqlite"
 )
 
@@ -88,7 +89,7 @@ func TestStatementPastBudgetInOneStepDoesNotCommit(t *testing.T) {
 	if err := r.Exec(ctx, oneLongStep); err != nil {
 		t.Fatal(err)
 	}
-	err = r.Save(ctx, store.Response{Digest: []byte{1}, Status: 201, Body: []byte("ok")}, time.Hour)
+	err = r.Save(ctx, driver.Response{Digest: []byte{1}, Status: 201, Body: []byte("ok")}, time.Hour)
 	if !errors.Is(err, store.ErrWriteFailed) || !errors.Is(err, store.ErrExecBudget) {
 		t.Errorf("the owner's Save: got %v, want store.ErrWriteFailed wrapping store.ErrExecBudget", err)
 	}
@@ -119,7 +120,7 @@ func startCounterLoad(t *testing.T, s *sqlite.Store) (stop func() time.Duration)
 					return
 				default:
 				}
-				c := store.Counter{Key: fmt.Sprintf("load-%d-%d", g, i), WindowStart: s.Now(), Window: time.Hour, Count: 1}
+				c := driver.Counter{Key: fmt.Sprintf("load-%d-%d", g, i), WindowStart: s.Now(), Window: time.Hour, Count: 1}
 				start := time.Now()
 				if err := saveCounter(t, s, c); err != nil {
 					t.Errorf("counter write: %v", err)

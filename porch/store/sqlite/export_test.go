@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
 	"github.com/writeonce/porch-go/porch/store/internal/commit"
 )
 
@@ -12,12 +12,12 @@ import (
 // the Reservation that middleware goes through.
 
 // LoadResponse reads key's stored response, expired or not.
-func (s *Store) LoadResponse(ctx context.Context, key string) (store.Response, bool, error) {
+func (s *Store) LoadResponse(ctx context.Context, key string) (driver.Response, bool, error) {
 	return s.loadResponse(ctx, key)
 }
 
 // SaveResponse queues an upsert of r, outside any reservation.
-func (s *Store) SaveResponse(r store.Response, done func(error)) error {
+func (s *Store) SaveResponse(r driver.Response, done func(error)) error {
 	return s.c.Enqueue(commit.Op{Response: &r, Done: done})
 }
 

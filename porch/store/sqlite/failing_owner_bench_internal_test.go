@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
 	"github.com/writeonce/porch-go/porch/store/internal/commit"
 )
 
@@ -39,7 +40,7 @@ func BenchmarkOneFailingOwner(b *testing.B) {
 					if (fail == "last-fails" && i == len(batch)-1) || (fail == "first-fails" && i == 0) {
 						id = "dup"
 					}
-					batch[i] = commit.Op{Response: &store.Response{Key: key, Digest: make([]byte, 32), Status: 200,
+					batch[i] = commit.Op{Response: &driver.Response{Key: key, Digest: make([]byte, 32), Status: 200,
 						Body: []byte("ok"), Created: now, Expires: now.Add(time.Hour)},
 						Owner: []commit.Statement{{Query: `INSERT INTO orders (order_id, sku) VALUES (?, ?)`, Args: []any{id, "sku-1"}}}}
 				}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
 	"github.com/writeonce/porch-go/porch/store/internal/commit"
 )
 
@@ -37,9 +38,9 @@ func failureStore(t *testing.T, opt store.Options) *Store {
 	return s
 }
 
-func failureResp(s *Store, key string) *store.Response {
+func failureResp(s *Store, key string) *driver.Response {
 	now := s.Now()
-	return &store.Response{Key: key, Digest: []byte{1}, Status: 201, Body: []byte("ok-" + key), Created: now, Expires: now.Add(time.Hour)}
+	return &driver.Response{Key: key, Digest: []byte{1}, Status: 201, Body: []byte("ok-" + key), Created: now, Expires: now.Add(time.Hour)}
 }
 
 func ins(id string) commit.Statement {
@@ -111,7 +112,7 @@ func TestEveryKindOfOwnerFailureFailsAlone(t *testing.T) {
 				now := s.Now()
 				middle := []commit.Op{
 					good("g1"),
-					{Counter: &store.Counter{Key: "c", WindowStart: now, Window: time.Hour, Count: 7}},
+					{Counter: &driver.Counter{Key: "c", WindowStart: now, Window: time.Hour, Count: 7}},
 					{Exec: &commit.Statement{Query: `INSERT INTO ledger VALUES ('e1')`}},
 					{Response: failureResp(s, "p1")},
 					{Response: failureResp(s, "p2")},
@@ -191,7 +192,7 @@ func TestBatchWhereEveryoneFails(t *testing.T) {
 	for range 10 {
 		batch = append(batch, commit.Op{Exec: &commit.Statement{Query: `INSERT OR ROLLBACK INTO ledger VALUES ('taken')`}})
 	}
-	batch = append(batch, commit.Op{Counter: &store.Counter{Key: "c", WindowStart: now, Window: time.Hour, Count: 3}})
+	batch = append(batch, commit.Op{Counter: &driver.Counter{Key: "c", WindowStart: now, Window: time.Hour, Count: 3}})
 	if err := writeDeferred(s, batch); err != nil {
 		t.Fatalf("the batch failed as a whole: %v", err)
 	}
@@ -250,7 +251,7 @@ func TestResponseRowFailureFailsClosed(t *testing.T) {
 	}
 	// The statement was left reset: the next batch's rows are all written,
 	// with their own values (no binding of the failed row left over).
-	next := []commit.Op{{Response: failureResp(s, "n1")}, {Response: &store.Response{Key: "n2", Digest: []byte{9}, Status: 204,
+	next := []commit.Op{{Response: failureResp(s, "n1")}, {Response: &driver.Response{Key: "n2", Digest: []byte{9}, Status: 204,
 		Created: s.Now(), Expires: s.Now().Add(time.Hour)}}}
 	if err := writeDeferred(s, next); err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
 	"github.com/writeonce/porch-go/porch/store/sqlite"
 )
 
@@ -41,7 +42,7 @@ func TestWritesFailOnceTheFilesAreGone(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			path := dbPath(t)
 			s := openSQLite(t, path, store.Options{Clock: fakeClock()})
-			c := store.Counter{Key: "k", WindowStart: wall0, Window: time.Minute, Count: 1}
+			c := driver.Counter{Key: "k", WindowStart: wall0, Window: time.Minute, Count: 1}
 			if err := saveCounter(t, s, c); err != nil {
 				t.Fatalf("write before: %v", err)
 			}
@@ -89,7 +90,7 @@ func TestUnsavableResponseFailsHealth(t *testing.T) {
 	if err := hold.Exec(ctx, `INSERT INTO ledger (id) VALUES ('x')`); err != nil {
 		t.Fatal(err)
 	}
-	err = hold.Save(ctx, store.Response{Digest: []byte{1}, Status: 201}, time.Hour)
+	err = hold.Save(ctx, driver.Response{Digest: []byte{1}, Status: 201}, time.Hour)
 	if err == nil || errors.Is(err, store.ErrWriteFailed) {
 		t.Fatalf("Save: got %v, want the store's failure (not the owner's ErrWriteFailed)", err)
 	}
@@ -114,7 +115,7 @@ func TestWatchedFilesFollowSQLitesName(t *testing.T) {
 			t.Fatal(err)
 		}
 		s := openSQLite(t, link, store.Options{Clock: fakeClock()})
-		if err := saveCounter(t, s, store.Counter{Key: "k", WindowStart: wall0, Window: time.Minute, Count: 1}); err != nil {
+		if err := saveCounter(t, s, driver.Counter{Key: "k", WindowStart: wall0, Window: time.Minute, Count: 1}); err != nil {
 			t.Fatalf("write through a symlink: %v", err)
 		}
 	})
@@ -122,7 +123,7 @@ func TestWatchedFilesFollowSQLitesName(t *testing.T) {
 		t.Chdir(t.TempDir())
 		s := openSQLite(t, "rel.db", store.Options{Clock: fakeClock()})
 		t.Chdir(t.TempDir())
-		if err := saveCounter(t, s, store.Counter{Key: "k", WindowStart: wall0, Window: time.Minute, Count: 1}); err != nil {
+		if err := saveCounter(t, s, driver.Counter{Key: "k", WindowStart: wall0, Window: time.Minute, Count: 1}); err != nil {
 			t.Fatalf("write after chdir: %v", err)
 		}
 	})

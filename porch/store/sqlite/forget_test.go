@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
 )
 
 // Inspect and Forget refuse a key an owner holds (store.ErrKeyHeld), and
@@ -26,7 +27,7 @@ func TestInspectAndForget(t *testing.T) {
 	if err := s.Forget(ctx, "k"); !errors.Is(err, store.ErrKeyHeld) {
 		t.Errorf("forget a held key: got %v, want ErrKeyHeld", err)
 	}
-	if err := hold.Save(ctx, store.Response{Digest: []byte("d"), Status: 201, Body: []byte("ok")}, time.Hour); err != nil {
+	if err := hold.Save(ctx, driver.Response{Digest: []byte("d"), Status: 201, Body: []byte("ok")}, time.Hour); err != nil {
 		t.Fatalf("save: %v", err)
 	}
 	res, ok, err := s.Inspect(ctx, "k")

@@ -10,9 +10,9 @@ import (
 // Health reports whether the store can commit: nil while it can, else an
 // error wrapping store.ErrUnhealthy and the reason (or store.ErrClosed, or
 // ctx.Err()). It answers from the last commit's outcome when that is under
-// store.HealthMaxAge old; an idle store commits one small probe instead,
+// a second old; an idle store commits one small probe instead,
 // shared by every caller meanwhile and waited for at most
-// store.HealthBudget. It is cheap enough for an unlimited health endpoint.
+// a second. It is cheap enough for an unlimited health endpoint.
 func (s *Store) Health(ctx context.Context) error { return s.c.Check(ctx) }
 
 // writeProbe runs on the committer, inside a batch's transaction.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/writeonce/porch-go/porch/porchtest"
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
 	"github.com/writeonce/porch-go/porch/store/sqlite"
 )
 
@@ -42,7 +43,7 @@ func closeStore(t *testing.T, s *sqlite.Store) {
 }
 
 // saveCounter writes c and returns the error its done callback received.
-func saveCounter(t *testing.T, s *sqlite.Store, c store.Counter) error {
+func saveCounter(t *testing.T, s *sqlite.Store, c driver.Counter) error {
 	t.Helper()
 	done := make(chan error, 1)
 	if err := s.SaveCounter(c, func(err error) { done <- err }); err != nil {
@@ -52,7 +53,7 @@ func saveCounter(t *testing.T, s *sqlite.Store, c store.Counter) error {
 }
 
 // mustSaveCounter writes c and fails the test if the commit failed.
-func mustSaveCounter(t *testing.T, s *sqlite.Store, c store.Counter) {
+func mustSaveCounter(t *testing.T, s *sqlite.Store, c driver.Counter) {
 	t.Helper()
 	if err := saveCounter(t, s, c); err != nil {
 		t.Fatalf("save counter %q: %v", c.Key, err)
@@ -66,7 +67,7 @@ func mustSaveCounter(t *testing.T, s *sqlite.Store, c store.Counter) {
 func holdCommitter(t *testing.T, s *sqlite.Store) (release func()) {
 	t.Helper()
 	held, unblock := make(chan error, 1), make(chan struct{})
-	c := store.Counter{Key: "hold", WindowStart: s.Now(), Window: time.Hour, Count: 1}
+	c := driver.Counter{Key: "hold", WindowStart: s.Now(), Window: time.Hour, Count: 1}
 	if err := s.SaveCounter(c, func(err error) { held <- err; <-unblock }); err != nil {
 		t.Fatalf("queue hold write: %v", err)
 	}

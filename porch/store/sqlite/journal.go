@@ -5,7 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 
-	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
 	"github.com/writeonce/porch-go/porch/store/internal/commit"
 )
 
@@ -186,7 +186,7 @@ func (s *Store) inWriterTx(ctx context.Context, stmts ...string) (err error) {
 // appendCounter journals c as its key's newest bound. One prepared INSERT
 // per row: a multi-row INSERT of 16 rows measured the same (the cost per
 // row is SQLite's, not the cgo crossing).
-func (s *Store) appendCounter(ctx context.Context, c *store.Counter) error {
+func (s *Store) appendCounter(ctx context.Context, c *driver.Counter) error {
 	row := journalRow{key: c.Key, start: c.WindowStart.UnixMilli(), window: c.Window.Milliseconds(),
 		count: c.Count, prev: c.Prev, expires: c.End().UnixMilli()}
 	if err := s.jr.append(ctx, &row); err != nil {

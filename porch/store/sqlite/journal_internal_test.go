@@ -12,6 +12,7 @@ import (
 	"github.com/writeonce/porch-go/porch/clock"
 	"github.com/writeonce/porch-go/porch/porchtest"
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
 )
 
 var journalWall = time.Date(2026, 8, 29, 12, 0, 0, 0, time.UTC)
@@ -42,7 +43,7 @@ func crash(t *testing.T, s *Store) {
 }
 
 // save writes cs, each in a commit of its own.
-func save(t *testing.T, s *Store, cs ...store.Counter) {
+func save(t *testing.T, s *Store, cs ...driver.Counter) {
 	t.Helper()
 	for _, c := range cs {
 		done := make(chan error, 1)
@@ -56,7 +57,7 @@ func save(t *testing.T, s *Store, cs ...store.Counter) {
 }
 
 // saveBatch queues cs at once, so that they share commits, and waits.
-func saveBatch(t *testing.T, s *Store, cs ...store.Counter) {
+func saveBatch(t *testing.T, s *Store, cs ...driver.Counter) {
 	t.Helper()
 	done := make(chan error, len(cs))
 	for _, c := range cs {
@@ -75,7 +76,7 @@ func saveBatch(t *testing.T, s *Store, cs ...store.Counter) {
 func loaded(t *testing.T, s *Store) map[string]int64 {
 	t.Helper()
 	got := make(map[string]int64)
-	err := s.LoadCounters(context.Background(), s.Now(), func(c store.Counter) {
+	err := s.LoadCounters(context.Background(), s.Now(), func(c driver.Counter) {
 		if _, dup := got[c.Key]; dup {
 			t.Errorf("LoadCounters: key %q twice", c.Key)
 		}
@@ -123,8 +124,8 @@ func countOf(t *testing.T, db *sql.DB, query string) int {
 // After a crash only the journal holds the counts; the restart rebuilds
 // the newest bound of every open window, as a clean stop does.
 func TestJournalRecoveryAfterCrash(t *testing.T) {
-	writes := func(start time.Time) []store.Counter {
-		return []store.Counter{
+	writes := func(start time.Time) []driver.Counter {
+		return []driver.Counter{
 			{Key: "a", WindowStart: start, Window: time.Hour, Count: 1},
 			{Key: "b", WindowStart: start, Window: time.Minute, Count: 1},
 			{Key: "a", WindowStart: start, Window: time.Hour, Count: 3},
@@ -169,16 +170,16 @@ func TestJournalCleanKeepsNewestLive(t *testing.T) {
 	s := openJournalStore(t, path, clock, 5)
 	start := s.Now()
 	save(t, s,
-		store.Counter{Key: "a", WindowStart: start, Window: time.Hour, Count: 1},
-		store.Counter{Key: "a", WindowStart: start, Window: time.Hour, Count: 2},
-		store.Counter{Key: "b", WindowStart: start, Window: time.Minute, Count: 1},
-		store.Counter{Key: "c", WindowStart: start, Window: time.Hour, Count: 1},
+		driver.Counter{Key: "a", WindowStart: start, Window: time.Hour, Count: 1},
+		driver.Counter{Key: "a", WindowStart: start, Window: time.Hour, Count: 2},
+		driver.Counter{Key: "b", WindowStart: start, Window: time.Minute, Count: 1},
+		driver.Counter{Key: "c", WindowStart: start, Window: time.Hour, Count: 1},
 	)
 	if got, want := journalRows(t, s), []string{"a=1", "a=2", "b=1", "c=1"}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("journal before cleaning: got %v, want %v", got, want)
 	}
 	clock.Advance(2 * time.Minute) // b's window has closed
-	save(t, s, store.Counter{Key: "d", WindowStart: s.Now(), Window: time.Hour, Count: 1})
+	save(t, s, driver.Counter{Key: "d", WindowStart: s.Now(), Window: time.Hour, Count: 1})
 
 	if got, want := journalRows(t, s), []string{"a=2", "c=1", "d=1"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("journal after cleaning: got %v, want %v", got, want)
@@ -200,14 +201,14 @@ func TestJournalBoundedGrowth(t *testing.T) {
 	const minRows, rounds, perRound = 64, 150, 10
 	tests := []struct {
 		name    string
-		write   func(s *Store, round, i int) store.Counter
+		write   func(s *Store, round, i int) driver.Counter
 		advance time.Duration
 	}{
-		{"fresh keys, short windows", func(s *Store, round, i int) store.Counter {
-			return store.Counter{Key: fmt.Sprintf("k%d-%d", round, i), WindowStart: s.Now(), Window: 5 * time.Second, Count: 1}
+		{"fresh keys, short windows", func(s *Store, round, i int) driver.Counter {
+			return driver.Counter{Key: fmt.Sprintf("k%d-%d", round, i), WindowStart: s.Now(), Window: 5 * time.Second, Count: 1}
 		}, time.Second},
-		{"hot keys", func(s *Store, round, i int) store.Counter {
-			return store.Counter{Key: fmt.Sprintf("hot%d", i%3), WindowStart: journalWall, Window: time.Hour, Count: int64(round*perRound + i + 1)}
+		{"hot keys", func(s *Store, round, i int) driver.Counter {
+			return driver.Counter{Key: fmt.Sprintf("hot%d", i%3), WindowStart: journalWall, Window: time.Hour, Count: int64(round*perRound + i + 1)}
 		}, 0},
 	}
 	for _, tt := range tests {
@@ -217,7 +218,7 @@ func TestJournalBoundedGrowth(t *testing.T) {
 			defer s.Close(context.Background())
 			peak := 0
 			for round := range rounds {
-				cs := make([]store.Counter, perRound)
+				cs := make([]driver.Counter, perRound)
 				for i := range cs {
 					cs[i] = tt.write(s, round, i)
 				}
@@ -241,11 +242,11 @@ func TestJournalCloseFoldsExactly(t *testing.T) {
 	clock := porchtest.NewFakeClock(journalWall)
 	s := openJournalStore(t, path, clock, 4)
 	start := s.Now()
-	var cs []store.Counter
+	var cs []driver.Counter
 	for n := int64(1); n <= 20; n++ {
-		cs = append(cs, store.Counter{Key: fmt.Sprintf("k%d", n%5), WindowStart: start, Window: time.Hour, Count: n})
+		cs = append(cs, driver.Counter{Key: fmt.Sprintf("k%d", n%5), WindowStart: start, Window: time.Hour, Count: n})
 	}
-	cs = append(cs, store.Counter{Key: "gone", WindowStart: start.Add(-time.Hour), Window: time.Minute, Count: 3})
+	cs = append(cs, driver.Counter{Key: "gone", WindowStart: start.Add(-time.Hour), Window: time.Minute, Count: 3})
 	save(t, s, cs...)
 	if err := s.Close(context.Background()); err != nil {
 		t.Fatal(err)
@@ -290,7 +291,7 @@ func TestJournalFailedBatchKeepsBookkeeping(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "porch.db")
 	s := openJournalStore(t, path, porchtest.NewFakeClock(journalWall), 3)
 	start := s.Now()
-	save(t, s, store.Counter{Key: "a", WindowStart: start, Window: time.Hour, Count: 1})
+	save(t, s, driver.Counter{Key: "a", WindowStart: start, Window: time.Hour, Count: 1})
 	if _, err := s.db.Exec(`CREATE TRIGGER boom BEFORE INSERT ON porch_rate_journal
 		WHEN NEW.key = 'bad' BEGIN SELECT RAISE(ABORT, 'boom'); END`); err != nil {
 		t.Fatal(err)
@@ -298,7 +299,7 @@ func TestJournalFailedBatchKeepsBookkeeping(t *testing.T) {
 	// Park the committer in a write's callback, so that a=2 and the bad
 	// write are drained into one batch, after a's append.
 	parked, unpark := make(chan struct{}), make(chan struct{})
-	if err := s.SaveCounter(store.Counter{Key: "hold", WindowStart: start, Window: time.Hour, Count: 1}, func(error) {
+	if err := s.SaveCounter(driver.Counter{Key: "hold", WindowStart: start, Window: time.Hour, Count: 1}, func(error) {
 		close(parked)
 		<-unpark
 	}); err != nil {
@@ -307,7 +308,7 @@ func TestJournalFailedBatchKeepsBookkeeping(t *testing.T) {
 	<-parked
 	done := make(chan error, 2)
 	for _, key := range []string{"a", "bad"} {
-		if err := s.SaveCounter(store.Counter{Key: key, WindowStart: start, Window: time.Hour, Count: 2}, func(err error) { done <- err }); err != nil {
+		if err := s.SaveCounter(driver.Counter{Key: key, WindowStart: start, Window: time.Hour, Count: 2}, func(err error) { done <- err }); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -321,7 +322,7 @@ func TestJournalFailedBatchKeepsBookkeeping(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 6 { // enough to clean the head, a's row included
-		save(t, s, store.Counter{Key: fmt.Sprintf("k%d", i), WindowStart: start, Window: time.Hour, Count: 1})
+		save(t, s, driver.Counter{Key: fmt.Sprintf("k%d", i), WindowStart: start, Window: time.Hour, Count: 1})
 	}
 	crash(t, s)
 	s = openJournalStore(t, path, porchtest.NewFakeClock(journalWall), 3)
@@ -340,14 +341,14 @@ func TestJournalSweepsAnExpiredBurst(t *testing.T) {
 	clock := porchtest.NewFakeClock(journalWall)
 	s := openJournalStore(t, filepath.Join(t.TempDir(), "porch.db"), clock, 64)
 	defer s.Close(context.Background())
-	cs := make([]store.Counter, burst)
+	cs := make([]driver.Counter, burst)
 	for i := range cs {
-		cs[i] = store.Counter{Key: fmt.Sprintf("once%d", i), WindowStart: s.Now(), Window: time.Minute, Count: 1}
+		cs[i] = driver.Counter{Key: fmt.Sprintf("once%d", i), WindowStart: s.Now(), Window: time.Minute, Count: 1}
 	}
 	saveBatch(t, s, cs...)
 	clock.Advance(2 * time.Minute) // every burst window has closed
 	for i := range trickle {
-		save(t, s, store.Counter{Key: "steady", WindowStart: s.Now(), Window: time.Hour, Count: int64(i + 1)})
+		save(t, s, driver.Counter{Key: "steady", WindowStart: s.Now(), Window: time.Hour, Count: int64(i + 1)})
 	}
 	if rows := tableCount(t, s, `SELECT count(*) FROM porch_rate_journal`); rows > burst/10 {
 		t.Errorf("after %d commits of one write: %d journal rows left of a burst of %d expired ones, want at most %d", trickle, rows, burst, burst/10)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
 	"github.com/writeonce/porch-go/porch/store/internal/commit"
 )
 
@@ -28,7 +29,7 @@ func ownerBatch(t *testing.T, ownerQuery string) (errs [3]error, ids []string) {
 		t.Fatal(err)
 	}
 	now := s.Now()
-	res := &store.Response{Key: "k", Digest: []byte{1}, Status: 201, Body: []byte("ok"), Created: now, Expires: now.Add(time.Hour)}
+	res := &driver.Response{Key: "k", Digest: []byte{1}, Status: 201, Body: []byte("ok"), Created: now, Expires: now.Add(time.Hour)}
 	batch := []commit.Op{
 		{Exec: &commit.Statement{Query: `INSERT INTO ledger (id) VALUES ('victim-1')`}},
 		{Response: res, Owner: []commit.Statement{{Query: ownerQuery}}},

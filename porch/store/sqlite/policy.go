@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
 )
 
 // ClaimPolicy records that a limiter counts under p until release is called
@@ -16,7 +17,7 @@ import (
 // after a restart whichever limiter wrote last. One process writes a
 // SQLite file, so the check is within the process; a policy changed across
 // a restart is a deploy, and the limiter decides what open windows do.
-func (s *Store) ClaimPolicy(_ context.Context, p store.Policy) (release func(), err error) {
+func (s *Store) ClaimPolicy(_ context.Context, p driver.Policy) (release func(), err error) {
 	first, release, err := s.claims.Claim(p)
 	if err != nil {
 		return nil, err

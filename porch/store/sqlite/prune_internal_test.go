@@ -10,6 +10,7 @@ import (
 
 	"github.com/writeonce/porch-go/porch/porchtest"
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
 )
 
 // The committer prunes responses only once one can have expired, and after
@@ -32,7 +33,7 @@ func TestResponsesPruneWaitsForTheNextExpiry(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := hold.Save(ctx, store.Response{Digest: []byte{1}, Status: 201}, ttl); err != nil {
+		if err := hold.Save(ctx, driver.Response{Digest: []byte{1}, Status: 201}, ttl); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -43,7 +44,7 @@ func TestResponsesPruneWaitsForTheNextExpiry(t *testing.T) {
 		t.Fatalf("after three saves: got responsesDue %d, want %d", s.responsesDue, want)
 	}
 	clock.Advance(2 * time.Minute)
-	save(t, s, store.Counter{Key: "c", WindowStart: s.Now(), Window: time.Minute, Count: 1}) // a commit: the prune runs
+	save(t, s, driver.Counter{Key: "c", WindowStart: s.Now(), Window: time.Minute, Count: 1}) // a commit: the prune runs
 	if n := tableCount(t, s, `SELECT count(*) FROM porch_idem_responses`); n != 0 {
 		t.Fatalf("after the prune: %d responses left, want 0", n)
 	}

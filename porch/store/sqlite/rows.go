@@ -7,7 +7,7 @@ import (
 
 	"github.com/mattn/go-sqlite3"
 
-	"github.com/writeonce/porch-go/porch/store"
+	porchdriver "github.com/writeonce/porch-go/porch/store/driver"
 	"github.com/writeonce/porch-go/porch/store/internal/commit"
 	"github.com/writeonce/porch-go/porch/store/internal/header"
 )
@@ -22,7 +22,7 @@ import (
 type responseRows struct {
 	stmt *sqlite3.SQLiteStmt        // sqlUpsertResponse, prepared at open; nil until then
 	args [8]driver.NamedValue       // its arguments, reused row after row
-	run  []*store.Response          // the run being written
+	run  []*porchdriver.Response    // the run being written
 	fn   func(driverConn any) error // Raw's callback, made once
 }
 
@@ -52,7 +52,7 @@ func (s *Store) upsertRun(batch []commit.Op) error {
 }
 
 // upsertResponse stores one response.
-func (s *Store) upsertResponse(r *store.Response) error {
+func (s *Store) upsertResponse(r *porchdriver.Response) error {
 	s.rows.run = append(s.rows.run[:0], r)
 	return s.flushRows()
 }

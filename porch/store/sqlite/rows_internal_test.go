@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
 	"github.com/writeonce/porch-go/porch/store/internal/commit"
 )
 
@@ -21,7 +21,7 @@ func TestResponseRunsKeepBatchOrder(t *testing.T) {
 	t.Cleanup(func() { s.Close(context.Background()) })
 	now := s.Now()
 	save := func(key, body string) commit.Op {
-		return commit.Op{Response: &store.Response{Key: key, Digest: []byte{1}, Status: 200, Body: []byte(body),
+		return commit.Op{Response: &driver.Response{Key: key, Digest: []byte{1}, Status: 200, Body: []byte(body),
 			Created: now, Expires: now.Add(time.Hour)}}
 	}
 	forget := func(key string) commit.Op {

@@ -47,9 +47,9 @@ var sqliteMigrations = []string{
 	// The response headers idem.Options.KeepHeaders keeps for replay,
 	// encoded by store/internal/header. Rows stored before it have none.
 	`ALTER TABLE porch_idem_responses ADD COLUMN headers BLOB NOT NULL DEFAULT x'';`,
-	// The sliding window's previous count (store.State.Prev); 0 for the
+	// The sliding window's previous count (driver.State.Prev); 0 for the
 	// other algorithms and every row written before them. expires_at is
-	// now the rule's (store.Rule.Expires), no longer always the window's
+	// now the rule's (driver.Rule.Expires), no longer always the window's
 	// close.
 	`ALTER TABLE porch_rate_counters ADD COLUMN prev INTEGER NOT NULL DEFAULT 0;
 	ALTER TABLE porch_rate_journal ADD COLUMN prev INTEGER NOT NULL DEFAULT 0;

@@ -13,6 +13,7 @@ import (
 	"github.com/mattn/go-sqlite3" // also registers the "sqlite3" driver
 
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
 	"github.com/writeonce/porch-go/porch/store/internal/commit"
 	"github.com/writeonce/porch-go/porch/store/internal/header"
 	"github.com/writeonce/porch-go/porch/store/internal/keylock"
@@ -79,8 +80,8 @@ type preparedStmts struct {
 }
 
 var (
-	_ store.Store             = (*Store)(nil)
-	_ store.ExclusiveCounters = (*Store)(nil)
+	_ driver.Store             = (*Store)(nil)
+	_ driver.ExclusiveCounters = (*Store)(nil)
 )
 
 // Open opens (creating if needed) the database at path, migrates its
@@ -225,14 +226,14 @@ func (s *Store) Now() time.Time { return s.timeline.now() }
 func (s *Store) Wall() time.Time { return s.timeline.wall() }
 
 // LoadCounters calls fn for every counter still open at now.
-func (s *Store) LoadCounters(ctx context.Context, now time.Time, fn func(store.Counter)) error {
+func (s *Store) LoadCounters(ctx context.Context, now time.Time, fn func(driver.Counter)) error {
 	rows, err := s.db.QueryContext(ctx, sqlLoadCounters, now.UnixMilli())
 	if err != nil {
 		return fmt.Errorf("sqlite: load counters: %w", err)
 	}
 	defer rows.Close()
 	for rows.Next() {
-		var c store.Counter
+		var c driver.Counter
 		var start, window, expires int64
 		if err := rows.Scan(&c.Key, &start, &window, &c.Count, &c.Prev, &expires); err != nil {
 			return fmt.Errorf("sqlite: load counters: %w", err)
@@ -249,23 +250,23 @@ func (s *Store) LoadCounters(ctx context.Context, now time.Time, fn func(store.C
 }
 
 // SaveCounter queues an upsert of c.
-func (s *Store) SaveCounter(c store.Counter, done func(error)) error {
+func (s *Store) SaveCounter(c driver.Counter, done func(error)) error {
 	return s.c.Enqueue(commit.Op{Counter: &c, Done: done})
 }
 
 // loadResponse reads key's stored response, expired or not. Middleware reads
 // through a Reservation, which treats an expired row as absent.
-func (s *Store) loadResponse(ctx context.Context, key string) (store.Response, bool, error) {
-	r := store.Response{Key: key}
+func (s *Store) loadResponse(ctx context.Context, key string) (driver.Response, bool, error) {
+	r := driver.Response{Key: key}
 	var created, expires int64
 	var headers []byte
 	err := s.stmts.loadResponse.QueryRowContext(ctx, key).
 		Scan(&r.Digest, &r.Status, &r.ContentType, &r.Body, &created, &expires, &headers)
 	if errors.Is(err, sql.ErrNoRows) {
-		return store.Response{}, false, nil
+		return driver.Response{}, false, nil
 	}
 	if err != nil {
-		return store.Response{}, false, fmt.Errorf("sqlite: load response: %w", err)
+		return driver.Response{}, false, fmt.Errorf("sqlite: load response: %w", err)
 	}
 	r.Created, r.Expires = time.UnixMilli(created), time.UnixMilli(expires)
 	r.Header = header.Decode(headers)
@@ -281,7 +282,7 @@ func (s *Store) deleteResponse(key string, now time.Time, done func(error)) erro
 // this process holds it: one process writes a SQLite file, so an in-memory
 // lock is all the exclusion it needs, even with several middlewares on the
 // store.
-func (s *Store) Reserve(ctx context.Context, key string) (store.Reservation, error) {
+func (s *Store) Reserve(ctx context.Context, key string) (driver.Reservation, error) {
 	if err := s.keys.Lock(ctx, key); err != nil {
 		return nil, fmt.Errorf("sqlite: reserve: %w", err)
 	}
@@ -291,14 +292,14 @@ func (s *Store) Reserve(ctx context.Context, key string) (store.Reservation, err
 // Inspect reads key's stored response unless an owner in this process
 // holds key (store.ErrKeyHeld). It holds key while it reads, so that no
 // owner starts meanwhile.
-func (s *Store) Inspect(ctx context.Context, key string) (store.Response, bool, error) {
+func (s *Store) Inspect(ctx context.Context, key string) (driver.Response, bool, error) {
 	if !s.keys.TryLock(key) {
-		return store.Response{}, false, fmt.Errorf("sqlite: inspect: %w", store.ErrKeyHeld)
+		return driver.Response{}, false, fmt.Errorf("sqlite: inspect: %w", store.ErrKeyHeld)
 	}
 	defer s.keys.Unlock(key)
 	res, ok, err := s.loadResponse(ctx, key)
 	if err != nil || !ok || !s.Now().Before(res.Expires) {
-		return store.Response{}, false, err
+		return driver.Response{}, false, err
 	}
 	return res, true, nil
 }
@@ -334,20 +335,20 @@ type reservation struct {
 	ended bool
 }
 
-func (r *reservation) Load(ctx context.Context) (store.Response, bool, error) {
+func (r *reservation) Load(ctx context.Context) (driver.Response, bool, error) {
 	r.mu.Lock()
 	ended := r.ended
 	r.mu.Unlock()
 	if ended {
 		// The key is no longer held: another owner may be writing it.
-		return store.Response{}, false, store.ErrReleased
+		return driver.Response{}, false, driver.ErrReleased
 	}
 	if !r.s.stored.mayHave(r.key) {
-		return store.Response{}, false, nil // no live row: see storedKeys
+		return driver.Response{}, false, nil // no live row: see storedKeys
 	}
 	res, ok, err := r.s.loadResponse(ctx, r.key)
 	if err != nil || !ok {
-		return store.Response{}, false, err
+		return driver.Response{}, false, err
 	}
 	now := r.s.Now()
 	if now.Before(res.Expires) {
@@ -355,26 +356,26 @@ func (r *reservation) Load(ctx context.Context) (store.Response, bool, error) {
 	}
 	// Prune on access; the owner's write, queued later, lands after it.
 	if err := r.s.deleteResponse(r.key, now, nil); err != nil {
-		return store.Response{}, false, err
+		return driver.Response{}, false, err
 	}
-	return store.Response{}, false, nil
+	return driver.Response{}, false, nil
 }
 
 func (r *reservation) Exec(ctx context.Context, query string, args ...any) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.ended {
-		return store.ErrReleased
+		return driver.ErrReleased
 	}
 	r.owner = append(r.owner, commit.Statement{Query: query, Args: args})
 	return nil
 }
 
-func (r *reservation) Save(ctx context.Context, res store.Response, ttl time.Duration) error {
+func (r *reservation) Save(ctx context.Context, res driver.Response, ttl time.Duration) error {
 	r.mu.Lock()
 	if r.ended {
 		r.mu.Unlock()
-		return store.ErrReleased
+		return driver.ErrReleased
 	}
 	owner := r.owner
 	r.owner, r.ended = nil, true
@@ -438,7 +439,7 @@ func (s *Store) Close(ctx context.Context) error {
 // always learn its outcome, as the storefront does for its orders.
 //
 // The statement is held to an idempotency owner's rules (see
-// store.Reservation.Exec): row writes to the application's tables only,
+// driver.Reservation.Exec): row writes to the application's tables only,
 // within store.Options.ExecBudget, since it runs on the same shared
 // connection and holds up every other write while it runs.
 //

@@ -13,13 +13,14 @@ import (
 	"time"
 
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
 	"github.com/writeonce/porch-go/porch/store/sqlite"
 )
 
 func TestReopen(t *testing.T) {
 	path := dbPath(t)
 	s := openSQLite(t, path, store.Options{Clock: fakeClock()})
-	mustSaveCounter(t, s, store.Counter{Key: "k", WindowStart: s.Now(), Window: time.Hour, Count: 9})
+	mustSaveCounter(t, s, driver.Counter{Key: "k", WindowStart: s.Now(), Window: time.Hour, Count: 9})
 	closeStore(t, s)
 
 	// A second open must find the schema current and the row intact.
@@ -27,7 +28,7 @@ func TestReopen(t *testing.T) {
 	if got, _, ok := counterRow(t, s.DB(), "k"); !ok || got != 9 {
 		t.Errorf("after reopen: got count %d (row %v), want 9", got, ok)
 	}
-	mustSaveCounter(t, s, store.Counter{Key: "k", WindowStart: s.Now(), Window: time.Hour, Count: 10})
+	mustSaveCounter(t, s, driver.Counter{Key: "k", WindowStart: s.Now(), Window: time.Hour, Count: 10})
 	closeStore(t, s)
 	s = openSQLite(t, path, store.Options{Clock: fakeClock()})
 	if got, _, _ := counterRow(t, s.DB(), "k"); got != 10 {
@@ -50,7 +51,7 @@ func TestLoadCounters(t *testing.T) {
 	clock := fakeClock()
 	s := openSQLite(t, dbPath(t), store.Options{Clock: clock, PruneRows: -1})
 	start := s.Now()
-	for _, c := range []store.Counter{
+	for _, c := range []driver.Counter{
 		{Key: "closed", WindowStart: start.Add(-2 * time.Minute), Window: time.Minute, Count: 4},
 		{Key: "closes-now", WindowStart: start.Add(-time.Minute), Window: time.Minute, Count: 5},
 		{Key: "open", WindowStart: start.Add(-30 * time.Second), Window: time.Minute, Count: 6},
@@ -58,11 +59,11 @@ func TestLoadCounters(t *testing.T) {
 		mustSaveCounter(t, s, c)
 	}
 
-	var got []store.Counter
-	if err := s.LoadCounters(context.Background(), start, func(c store.Counter) { got = append(got, c) }); err != nil {
+	var got []driver.Counter
+	if err := s.LoadCounters(context.Background(), start, func(c driver.Counter) { got = append(got, c) }); err != nil {
 		t.Fatal(err)
 	}
-	want := []store.Counter{{Key: "open", WindowStart: start.Add(-30 * time.Second), Window: time.Minute, Count: 6}}
+	want := []driver.Counter{{Key: "open", WindowStart: start.Add(-30 * time.Second), Window: time.Minute, Count: 6}}
 	if len(got) != 1 || got[0].Key != want[0].Key || !got[0].WindowStart.Equal(want[0].WindowStart) ||
 		got[0].Window != want[0].Window || got[0].Count != want[0].Count {
 		t.Errorf("got %+v, want %+v", got, want)
@@ -70,7 +71,7 @@ func TestLoadCounters(t *testing.T) {
 }
 
 func TestCounterEnd(t *testing.T) {
-	c := store.Counter{WindowStart: wall0, Window: time.Minute}
+	c := driver.Counter{WindowStart: wall0, Window: time.Minute}
 	if got, want := c.End(), wall0.Add(time.Minute); !got.Equal(want) {
 		t.Errorf("got End %v, want %v", got, want)
 	}
@@ -79,7 +80,7 @@ func TestCounterEnd(t *testing.T) {
 func TestResponseRoundTrip(t *testing.T) {
 	s := openSQLite(t, dbPath(t), store.Options{Clock: fakeClock()})
 	now := s.Now()
-	want := store.Response{
+	want := driver.Response{
 		Key:         "idem:0::abc",
 		Digest:      bytes.Repeat([]byte{0xab}, 32),
 		Status:      201,
@@ -89,7 +90,7 @@ func TestResponseRoundTrip(t *testing.T) {
 		Created:     now,
 		Expires:     now.Add(time.Hour),
 	}
-	save := func(r store.Response) {
+	save := func(r driver.Response) {
 		t.Helper()
 		done := make(chan error, 1)
 		if err := s.SaveResponse(r, func(err error) { done <- err }); err != nil {
@@ -137,7 +138,7 @@ func TestDeleteResponseOnlyWhenExpired(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			s := openSQLite(t, dbPath(t), store.Options{Clock: fakeClock(), PruneRows: -1})
 			now := s.Now()
-			r := store.Response{Key: "k", Digest: []byte{1}, Status: 200, Body: []byte("ok"), Created: now, Expires: now.Add(time.Hour)}
+			r := driver.Response{Key: "k", Digest: []byte{1}, Status: 200, Body: []byte("ok"), Created: now, Expires: now.Add(time.Hour)}
 			done := make(chan error, 1)
 			if err := s.SaveResponse(r, func(err error) { done <- err }); err != nil {
 				t.Fatal(err)
@@ -175,14 +176,14 @@ func TestReservation(t *testing.T) {
 	if _, ok, err := res.Load(ctx); ok || err != nil {
 		t.Fatalf("got Load before Save = (ok %v, err %v), want (false, nil)", ok, err)
 	}
-	saved := store.Response{Digest: []byte{7}, Status: 201, ContentType: "text/plain", Body: []byte("made")}
+	saved := driver.Response{Digest: []byte{7}, Status: 201, ContentType: "text/plain", Body: []byte("made")}
 	if err := res.Save(ctx, saved, time.Minute); err != nil {
 		t.Fatalf("save: %v", err)
 	}
 	want := saved
 	want.Key, want.Created, want.Expires = "idem:k", wall0, wall0.Add(time.Minute)
-	if _, _, err := res.Load(ctx); !errors.Is(err, store.ErrReleased) {
-		t.Errorf("got Load after Save = %v, want store.ErrReleased (Save ended the reservation)", err)
+	if _, _, err := res.Load(ctx); !errors.Is(err, driver.ErrReleased) {
+		t.Errorf("got Load after Save = %v, want driver.ErrReleased (Save ended the reservation)", err)
 	}
 	// Save ended res; the next owner reads what it stored.
 	res, err = s.Reserve(ctx, "idem:k")
@@ -208,7 +209,7 @@ func TestReservation(t *testing.T) {
 
 	// The expired row was pruned on that access (the prune is queued, so
 	// wait for a later write to commit behind it).
-	mustSaveCounter(t, s, store.Counter{Key: "barrier", WindowStart: s.Now(), Window: time.Minute, Count: 1})
+	mustSaveCounter(t, s, driver.Counter{Key: "barrier", WindowStart: s.Now(), Window: time.Minute, Count: 1})
 	if _, ok, _ := s.LoadResponse(ctx, "idem:k"); ok {
 		t.Error("got the expired row still stored, want it pruned on access")
 	}
@@ -219,7 +220,7 @@ func TestSaveResponseEmptyBody(t *testing.T) {
 	ctx := context.Background()
 
 	done := make(chan error, 1)
-	r := store.Response{Key: "direct", Digest: []byte{1}, Status: 204, Created: s.Now(), Expires: s.Now().Add(time.Hour)}
+	r := driver.Response{Key: "direct", Digest: []byte{1}, Status: 204, Created: s.Now(), Expires: s.Now().Add(time.Hour)}
 	if err := s.SaveResponse(r, func(err error) { done <- err }); err != nil {
 		t.Fatal(err)
 	}
@@ -232,7 +233,7 @@ func TestSaveResponseEmptyBody(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer res.Release()
-	if err := res.Save(ctx, store.Response{Digest: []byte{1}, Status: 204}, time.Hour); err != nil {
+	if err := res.Save(ctx, driver.Response{Digest: []byte{1}, Status: 204}, time.Hour); err != nil {
 		t.Errorf("got Reservation.Save(empty body) = %v, want nil", err)
 	}
 	// Save ended res; the next owner reads what it stored.
@@ -247,7 +248,7 @@ func TestSaveResponseEmptyBody(t *testing.T) {
 	}
 }
 
-func equalResponse(a, b store.Response) bool {
+func equalResponse(a, b driver.Response) bool {
 	return a.Key == b.Key && bytes.Equal(a.Digest, b.Digest) && a.Status == b.Status &&
 		a.ContentType == b.ContentType && bytes.Equal(a.Body, b.Body) && reflect.DeepEqual(a.Header, b.Header) &&
 		a.Created.Equal(b.Created) && a.Expires.Equal(b.Expires)
@@ -271,7 +272,7 @@ func TestTimelineSurvivesReopen(t *testing.T) {
 			at := wall0.Add(tt.persist)
 			if tt.response {
 				done := make(chan error, 1)
-				r := store.Response{Key: "k", Digest: []byte{1}, Status: 200, Body: []byte("ok"), Created: at, Expires: at.Add(time.Hour)}
+				r := driver.Response{Key: "k", Digest: []byte{1}, Status: 200, Body: []byte("ok"), Created: at, Expires: at.Add(time.Hour)}
 				if err := s.SaveResponse(r, func(err error) { done <- err }); err != nil {
 					t.Fatal(err)
 				}
@@ -279,7 +280,7 @@ func TestTimelineSurvivesReopen(t *testing.T) {
 					t.Fatal(err)
 				}
 			} else {
-				mustSaveCounter(t, s, store.Counter{Key: "k", WindowStart: at, Window: time.Minute, Count: 1})
+				mustSaveCounter(t, s, driver.Counter{Key: "k", WindowStart: at, Window: time.Minute, Count: 1})
 			}
 			closeStore(t, s)
 
@@ -316,7 +317,7 @@ func TestOpenSQLiteAnyPath(t *testing.T) {
 			if err != nil {
 				t.Fatalf("open %q: %v", path, err)
 			}
-			mustSaveCounter(t, s, store.Counter{Key: "k", WindowStart: s.Now(), Window: time.Hour, Count: 1})
+			mustSaveCounter(t, s, driver.Counter{Key: "k", WindowStart: s.Now(), Window: time.Hour, Count: 1})
 			closeStore(t, s)
 			entries, err := os.ReadDir(dir)
 			if err != nil {

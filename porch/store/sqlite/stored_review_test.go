@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
 	"github.com/writeonce/porch-go/porch/store/sqlite"
 )
 
@@ -25,7 +26,7 @@ func r19Save(t *testing.T, s *sqlite.Store, key, body string) {
 	if _, ok, err := r.Load(ctx); err != nil || ok {
 		t.Fatalf("Load %q before Save: ok %v err %v", key, ok, err)
 	}
-	if err := r.Save(ctx, store.Response{Digest: []byte("d"), Status: 201, Body: []byte(body)}, time.Hour); err != nil {
+	if err := r.Save(ctx, driver.Response{Digest: []byte("d"), Status: 201, Body: []byte(body)}, time.Hour); err != nil {
 		t.Fatalf("Save %q: %v", key, err)
 	}
 }
@@ -97,7 +98,7 @@ func TestReviewStoredKeysAfterKill9(t *testing.T) {
 			if err != nil {
 				os.Exit(4)
 			}
-			if err := r.Save(ctx, store.Response{Digest: []byte("d"), Status: 201, Body: []byte("v")}, time.Hour); err != nil {
+			if err := r.Save(ctx, driver.Response{Digest: []byte("d"), Status: 201, Body: []byte("v")}, time.Hour); err != nil {
 				os.Exit(5)
 			}
 		}

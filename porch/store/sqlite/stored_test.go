@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
 )
 
 // Load skips the read for a key that has no row (see storedKeys), so the
@@ -16,9 +17,9 @@ func TestLoadFindsResponsesSavedBeforeAndAfterOpen(t *testing.T) {
 	ctx := context.Background()
 	path := dbPath(t)
 	clock := fakeClock()
-	res := store.Response{Digest: []byte{1}, Status: 201, ContentType: "text/plain", Body: []byte("made")}
+	res := driver.Response{Digest: []byte{1}, Status: 201, ContentType: "text/plain", Body: []byte("made")}
 	save := func(s interface {
-		Reserve(context.Context, string) (store.Reservation, error)
+		Reserve(context.Context, string) (driver.Reservation, error)
 	}, key string) {
 		t.Helper()
 		hold, err := s.Reserve(ctx, key)
@@ -33,7 +34,7 @@ func TestLoadFindsResponsesSavedBeforeAndAfterOpen(t *testing.T) {
 		}
 	}
 	found := func(s interface {
-		Reserve(context.Context, string) (store.Reservation, error)
+		Reserve(context.Context, string) (driver.Reservation, error)
 	}, key string) bool {
 		t.Helper()
 		hold, err := s.Reserve(ctx, key)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/writeonce/porch-go/porch/internal/algorithm"
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
 )
 
 type testCase struct {
@@ -18,7 +19,7 @@ type testCase struct {
 }
 
 // sharedCases are the properties of a store that decides every hit
-// (store.SharedCounters), checked for every algorithm.
+// (driver.SharedCounters), checked for every algorithm.
 var sharedCases = []testCase{
 	{"ExactParallel", testExactParallel},
 	{"ExactWeighted", testExactWeighted},
@@ -32,7 +33,7 @@ var sharedCases = []testCase{
 }
 
 // exclusiveCases are the properties of a store whose process is its
-// counters' only writer (store.ExclusiveCounters): the limiter decides in
+// counters' only writer (driver.ExclusiveCounters): the limiter decides in
 // memory, and the store keeps the rows it writes through.
 var exclusiveCases = []testCase{
 	{"ParallelNewestWins", testNewestWins},
@@ -110,7 +111,7 @@ func testWindow(t *testing.T, h Harness, alg algorithm.Algorithm) {
 	n.claim(t, policyOf("window", r))
 	rng := rand.New(rand.NewPCG(1, uint64(time.Now().UnixNano())))
 	var (
-		prev             store.State
+		prev             driver.State
 		prevNow          time.Time
 		refused, revived int
 		lastRefused      bool
@@ -172,7 +173,7 @@ func testReset(t *testing.T, h Harness, alg algorithm.Algorithm) {
 
 // useUp counts hits of weight 1 on key until the rule's Most have been
 // allowed, and checks the next is refused.
-func useUp(t *testing.T, n *node, key string, r store.Rule) {
+func useUp(t *testing.T, n *node, key string, r driver.Rule) {
 	t.Helper()
 	most := r.(algorithm.Rule).Most()
 	for i := range most {
@@ -192,7 +193,7 @@ func testTakeBack(t *testing.T, h Harness, alg algorithm.Algorithm) {
 	n := h.node(t)
 	n.claim(t, policyOf("takeback", r))
 	const key = "rate:takeback:p"
-	var last store.Hit
+	var last driver.Hit
 	for range 3 {
 		last = n.hit(t, key, r, 1)
 	}
@@ -322,14 +323,14 @@ func testNewestWins(t *testing.T, h Harness, alg algorithm.Algorithm) {
 		wg     sync.WaitGroup
 		errs   = make(chan error, keys*(rows+1))
 		start  = make(chan struct{})
-		newest = make([]store.Counter, keys)
+		newest = make([]driver.Counter, keys)
 	)
 	for k := range keys {
 		key := fmt.Sprintf("rate:newest:k%d", k)
-		s := r.Advance(store.State{}, now)
+		s := r.Advance(driver.State{}, now)
 		last := r.Row(key, s, rows)
 		if k%2 == 1 { // a reset: a new epoch, later, with nothing in it
-			last = r.Row(key, store.State{Start: now.Add(time.Millisecond)}, 0)
+			last = r.Row(key, driver.State{Start: now.Add(time.Millisecond)}, 0)
 		}
 		newest[k] = last
 		wg.Go(func() {
@@ -361,7 +362,7 @@ func testNewestWins(t *testing.T, h Harness, alg algorithm.Algorithm) {
 	// A reset row of an algorithm whose empty state holds nothing back
 	// ends where it starts: then neither it nor the rows it superseded
 	// may load.
-	check := func(where string, now time.Time, loaded map[string]store.Counter) {
+	check := func(where string, now time.Time, loaded map[string]driver.Counter) {
 		t.Helper()
 		live := 0
 		for _, want := range newest {
@@ -402,7 +403,7 @@ func testExpires(t *testing.T, h Harness, alg algorithm.Algorithm) {
 	r := ruleOf(alg, 5, window, 0)
 	n := h.node(t)
 	now := n.exclusive(t).Now()
-	s := r.Advance(store.State{}, now)
+	s := r.Advance(driver.State{}, now)
 	s.Count = 2
 	c := r.Row("rate:expires:p", s, 2)
 	n.save(t, c)
@@ -429,7 +430,7 @@ func testReopenExclusive(t *testing.T, h Harness, alg algorithm.Algorithm) {
 	want := map[string]int64{}
 	for key, hits := range map[string]int64{"rate:reopen:p": 3, "rate:reopen:q": r.Most()} {
 		now := st.Now()
-		s := r.Advance(store.State{}, now)
+		s := r.Advance(driver.State{}, now)
 		for range hits {
 			s = r.Advance(s, st.Now())
 			if r.Room(s, st.Now()) < 1 {
@@ -467,7 +468,7 @@ func testTimeline(t *testing.T, h Harness, alg algorithm.Algorithm) {
 	r := ruleOf(alg, 5, time.Hour, 0)
 	n := h.node(t)
 	ahead := n.exclusive(t).Now().Add(10 * time.Minute).Truncate(time.Millisecond)
-	s := store.State{Start: ahead, Count: 1}
+	s := driver.State{Start: ahead, Count: 1}
 	n.save(t, r.Row("rate:timeline:p", s, 1))
 	n.stop(t)
 	m := h.nodeOn(t, n.db)
@@ -481,7 +482,7 @@ func testTimeline(t *testing.T, h Harness, alg algorithm.Algorithm) {
 // once it is released; another Name is free.
 func testPolicyConflict(t *testing.T, h Harness, alg algorithm.Algorithm) {
 	base := ruleOf(alg, 10, time.Hour, 0)
-	others := []store.Policy{
+	others := []driver.Policy{
 		policyOf("policy", ruleOf(alg, 11, time.Hour, 0)),
 		policyOf("policy", ruleOf(alg, 10, 2*time.Hour, 0)),
 	}
@@ -501,7 +502,7 @@ func testPolicyConflict(t *testing.T, h Harness, alg algorithm.Algorithm) {
 			rel, err := n.tryClaim(o)
 			switch {
 			case errors.Is(err, store.ErrPolicyConflict):
-			case errors.Is(err, store.ErrAlgorithm) && o.Algorithm != alg.Name():
+			case errors.Is(err, driver.ErrAlgorithm) && o.Algorithm != alg.Name():
 				// Refused all the same: the driver has no statements for it.
 			default:
 				if rel != nil {
@@ -512,7 +513,7 @@ func testPolicyConflict(t *testing.T, h Harness, alg algorithm.Algorithm) {
 		}
 	}
 	refuse(n, "same store")
-	if _, ok := n.st.(store.SharedCounters); ok {
+	if _, ok := n.st.(driver.SharedCounters); ok {
 		refuse(h.nodeOn(t, n.db), "another instance")
 	}
 	other := others[0]

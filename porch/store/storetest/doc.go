@@ -4,13 +4,13 @@
 // interfaces directly, with the rules of every algorithm porch counts
 // with (fixed, sliding, GCRA). It imports no middleware.
 //
-// For a store that decides every hit ([store.SharedCounters]) it checks
+// For a store that decides every hit ([driver.SharedCounters]) it checks
 // exact counts under parallel hits, plain and weighted, and across two
 // instances on one database; that each hit at a window's edge is decided
 // as the rule decides, on the store's clock; ResetHit, TakeBack (and its
 // order before a later hit), PeekHit and weights; and counts that survive
 // a close and reopen. For a store whose process is its counters' only
-// writer ([store.ExclusiveCounters]) it checks that rows written through
+// writer ([driver.ExclusiveCounters]) it checks that rows written through
 // from many goroutines load back as each key's newest, that a row loads
 // until it ends and not after, that a limiter's state resumes after a
 // reopen as it was, and that the store's timeline never runs behind a
@@ -22,7 +22,7 @@
 //	func TestConformance(t *testing.T) {
 //		storetest.TestCounters(t, storetest.Harness{
 //			DB: func(t *testing.T) string { return filepath.Join(t.TempDir(), "porch.db") },
-//			Open: func(t *testing.T, db string) store.Counters {
+//			Open: func(t *testing.T, db string) driver.Counters {
 //				st, err := sqlite.Open(db, store.Options{})
 //				if err != nil {
 //					t.Fatal(err)
@@ -35,8 +35,8 @@
 // A shared store's DB names one database both instances open (for
 // PostgreSQL, pgtest.DSN(t): a fresh schema). The suite closes every store
 // it opens. A shared driver that has no statements for an algorithm
-// answers store.ErrAlgorithm, and the suite skips that algorithm for it.
-// The package's own test runs the suite over a store.SharedCounters kept
+// answers driver.ErrAlgorithm, and the suite skips that algorithm for it.
+// The package's own test runs the suite over a driver.SharedCounters kept
 // in memory (memory_test.go): the least a shared driver must do, and a
 // reference for what AddHit owes the rule.
 //

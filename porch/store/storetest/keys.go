@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
 )
 
 // KeysHarness is how the idempotency keys suite reaches a driver, as
@@ -18,7 +18,7 @@ type KeysHarness struct {
 	DB func(t *testing.T) string
 	// Open opens a store on db, failing t if it cannot. It is called again
 	// on a db whose store has closed.
-	Open func(t *testing.T, db string) store.Keys
+	Open func(t *testing.T, db string) driver.KeyStore
 	// Writes, if set, creates the application's table
 	//
 	//	CREATE TABLE storetest_writes (note TEXT)
@@ -28,13 +28,13 @@ type KeysHarness struct {
 	// rows whose note is note, read the same way. The suite then checks
 	// that an owner's Exec commits with its Save and never without it. A
 	// store that runs no SQL leaves it nil.
-	Writes func(t *testing.T, st store.Keys) (count func(note string) int)
+	Writes func(t *testing.T, st driver.KeyStore) (count func(note string) int)
 	// Forgets says the store keeps nothing once closed (an in-memory
 	// store): the cases that restart it skip, or stop before the restart.
 	Forgets bool
 }
 
-// keysCases are the properties of store.Keys the suite checks.
+// keysCases are the properties of driver.KeyStore the suite checks.
 var keysCases = []struct {
 	name string
 	run  func(t *testing.T, h KeysHarness)
@@ -62,7 +62,7 @@ const keysPrompt = 5 * time.Second
 
 // TestKeys runs the idempotency keys suite over h's stores: a subtest per
 // property (see the package doc). It imports nothing of the middlewares:
-// it drives store.Keys as porch/idem does, and checks what idem relies on.
+// it drives driver.KeyStore as porch/idem does, and checks what idem relies on.
 func TestKeys(t *testing.T, h KeysHarness) {
 	if h.DB == nil || h.Open == nil {
 		t.Fatal("storetest: KeysHarness needs DB and Open")
@@ -76,7 +76,7 @@ func TestKeys(t *testing.T, h KeysHarness) {
 type keysDB struct {
 	h  KeysHarness
 	db string
-	st store.Keys // nil while closed
+	st driver.KeyStore // nil while closed
 }
 
 // open opens a store on a fresh database; it closes at t's end.

@@ -16,12 +16,13 @@ import (
 	"time"
 
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
 )
 
 // keysResponse is a stored response as idem makes one, told apart by body.
-func keysResponse(body string) store.Response {
+func keysResponse(body string) driver.Response {
 	d := sha256.Sum256([]byte("POST /orders " + body))
-	return store.Response{
+	return driver.Response{
 		Digest:      d[:],
 		Status:      http.StatusCreated,
 		ContentType: "application/json",
@@ -32,7 +33,7 @@ func keysResponse(body string) store.Response {
 
 // sameResponse reports how got differs from want as saved under key, or
 // "" if it does not: every field the owner saved, and the key.
-func sameResponse(got, want store.Response, key string) string {
+func sameResponse(got, want driver.Response, key string) string {
 	var diffs []string
 	if got.Key != key {
 		diffs = append(diffs, fmt.Sprintf("Key %q, want %q", got.Key, key))
@@ -64,7 +65,7 @@ func keysCtx() (context.Context, context.CancelFunc) {
 
 // reserve holds key within keysPrompt, failing t if it cannot: the key is
 // free, or about to be.
-func (k *keysDB) reserve(t *testing.T, key string) store.Reservation {
+func (k *keysDB) reserve(t *testing.T, key string) driver.Reservation {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), keysPrompt)
 	defer cancel()
@@ -79,7 +80,7 @@ func (k *keysDB) reserve(t *testing.T, key string) store.Reservation {
 }
 
 // loadHeld is r.Load, failing t on error.
-func loadHeld(t *testing.T, r store.Reservation, why string) (store.Response, bool) {
+func loadHeld(t *testing.T, r driver.Reservation, why string) (driver.Response, bool) {
 	t.Helper()
 	ctx, cancel := keysCtx()
 	defer cancel()
@@ -91,7 +92,7 @@ func loadHeld(t *testing.T, r store.Reservation, why string) (store.Response, bo
 }
 
 // saveHeld is r.Save, failing t on error.
-func saveHeld(t *testing.T, r store.Reservation, res store.Response, ttl time.Duration) {
+func saveHeld(t *testing.T, r driver.Reservation, res driver.Response, ttl time.Duration) {
 	t.Helper()
 	ctx, cancel := keysCtx()
 	defer cancel()
@@ -102,7 +103,7 @@ func saveHeld(t *testing.T, r store.Reservation, res store.Response, ttl time.Du
 
 // store saves res under key as a fresh owner would: reserve, find nothing,
 // save.
-func (k *keysDB) store(t *testing.T, key string, res store.Response, ttl time.Duration) {
+func (k *keysDB) store(t *testing.T, key string, res driver.Response, ttl time.Duration) {
 	t.Helper()
 	r := k.reserve(t, key)
 	defer r.Release()
@@ -113,7 +114,7 @@ func (k *keysDB) store(t *testing.T, key string, res store.Response, ttl time.Du
 }
 
 // inspect is Inspect, failing t on error.
-func (k *keysDB) inspect(t *testing.T, key string) (store.Response, bool) {
+func (k *keysDB) inspect(t *testing.T, key string) (driver.Response, bool) {
 	t.Helper()
 	ctx, cancel := keysCtx()
 	defer cancel()
@@ -172,7 +173,7 @@ func testKeysRoundTrip(t *testing.T, h KeysHarness) {
 		t.Errorf("the next owner's Load: %s", d)
 	}
 
-	empty := store.Response{Digest: want.Digest, Status: http.StatusNoContent}
+	empty := driver.Response{Digest: want.Digest, Status: http.StatusNoContent}
 	k.store(t, "order-2", empty, ttl)
 	if got, ok := k.inspect(t, "order-2"); !ok || got.Status != http.StatusNoContent || len(got.Body) != 0 || len(got.Header) != 0 {
 		t.Errorf("an empty 204 saved: Inspect %+v, ok %v; want it back with no body and no header", got, ok)
@@ -301,10 +302,10 @@ func testKeysExclusive(t *testing.T, h KeysHarness) {
 
 // reserveBounded calls Reserve under ctx, failing t if the call outlives
 // ctx by keysPrompt: a store that ignores ctx would hang the suite.
-func reserveBounded(t *testing.T, st store.Keys, ctx context.Context, key string) (store.Reservation, error) {
+func reserveBounded(t *testing.T, st driver.KeyStore, ctx context.Context, key string) (driver.Reservation, error) {
 	t.Helper()
 	type result struct {
-		r   store.Reservation
+		r   driver.Reservation
 		err error
 	}
 	done := make(chan result, 1)
@@ -361,7 +362,7 @@ func testKeysOwnerWrites(t *testing.T, h KeysHarness) {
 	}
 
 	count := h.Writes(t, k.st)
-	exec := func(r store.Reservation, note string) {
+	exec := func(r driver.Reservation, note string) {
 		t.Helper()
 		ctx, cancel := keysCtx()
 		defer cancel()
@@ -462,21 +463,21 @@ func testKeysInspectForget(t *testing.T, h KeysHarness) {
 }
 
 // A reservation ended by Save or Release refuses its methods with
-// store.ErrReleased, and Save lets the next owner in.
+// driver.ErrReleased, and Save lets the next owner in.
 func testKeysEnded(t *testing.T, h KeysHarness) {
 	k := h.open(t)
-	ended := func(r store.Reservation, how string) {
+	ended := func(r driver.Reservation, how string) {
 		t.Helper()
 		ctx, cancel := keysCtx()
 		defer cancel()
-		if _, _, err := r.Load(ctx); !errors.Is(err, store.ErrReleased) {
-			t.Errorf("Load after %s: %v, want store.ErrReleased", how, err)
+		if _, _, err := r.Load(ctx); !errors.Is(err, driver.ErrReleased) {
+			t.Errorf("Load after %s: %v, want driver.ErrReleased", how, err)
 		}
-		if err := r.Exec(ctx, "INSERT INTO storetest_writes (note) VALUES ('late')"); !errors.Is(err, store.ErrReleased) {
-			t.Errorf("Exec after %s: %v, want store.ErrReleased", how, err)
+		if err := r.Exec(ctx, "INSERT INTO storetest_writes (note) VALUES ('late')"); !errors.Is(err, driver.ErrReleased) {
+			t.Errorf("Exec after %s: %v, want driver.ErrReleased", how, err)
 		}
-		if err := r.Save(ctx, keysResponse("late"), time.Hour); !errors.Is(err, store.ErrReleased) {
-			t.Errorf("Save after %s: %v, want store.ErrReleased", how, err)
+		if err := r.Save(ctx, keysResponse("late"), time.Hour); !errors.Is(err, driver.ErrReleased) {
+			t.Errorf("Save after %s: %v, want driver.ErrReleased", how, err)
 		}
 		r.Release()
 	}

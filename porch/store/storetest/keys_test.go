@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
 	"github.com/writeonce/porch-go/porch/store/memory"
 	"github.com/writeonce/porch-go/porch/store/storetest"
 )
@@ -19,7 +20,7 @@ import (
 // on, in the child process TestKeysCatchesBrokenStores starts.
 const brokenEnv = "STORETEST_BROKEN_KEYS"
 
-// brokenStores are stores that each break one promise of store.Keys, and
+// brokenStores are stores that each break one promise of driver.KeyStore, and
 // the suite's cases that must catch it. "none" breaks nothing: the
 // harness itself passes.
 var brokenStores = []struct {
@@ -96,7 +97,7 @@ func TestKeysOnBrokenStore(t *testing.T) {
 			dbs[t.Name()] = st
 			return t.Name()
 		},
-		Open: func(t *testing.T, db string) store.Keys {
+		Open: func(t *testing.T, db string) driver.KeyStore {
 			mu.Lock()
 			st := dbs[db]
 			mu.Unlock()
@@ -117,8 +118,8 @@ type broken struct {
 	*memory.Store
 	how string
 
-	mu    sync.Mutex                // protects saved
-	saved map[string]store.Response // sharesSlices: what Save was given, as given
+	mu    sync.Mutex                 // protects saved
+	saved map[string]driver.Response // sharesSlices: what Save was given, as given
 }
 
 // Close leaves the database open (see TestKeysOnBrokenStore).
@@ -131,7 +132,7 @@ func (b *broken) key(key string) string {
 	return key
 }
 
-func (b *broken) Reserve(ctx context.Context, key string) (store.Reservation, error) {
+func (b *broken) Reserve(ctx context.Context, key string) (driver.Reservation, error) {
 	if b.how == "panicsOnNUL" && strings.Contains(key, "\x00") {
 		panic("a C string ends at the first NUL")
 	}
@@ -151,7 +152,7 @@ func (b *broken) Reserve(ctx context.Context, key string) (store.Reservation, er
 	return &brokenReservation{Reservation: r, b: b, key: key}, nil
 }
 
-func (b *broken) Inspect(ctx context.Context, key string) (store.Response, bool, error) {
+func (b *broken) Inspect(ctx context.Context, key string) (driver.Response, bool, error) {
 	if b.how == "sharesSlices" {
 		b.mu.Lock()
 		res, ok := b.saved[key]
@@ -162,7 +163,7 @@ func (b *broken) Inspect(ctx context.Context, key string) (store.Response, bool,
 	}
 	res, ok, err := b.Store.Inspect(ctx, b.key(key))
 	if b.how == "inspectsHeld" && errors.Is(err, store.ErrKeyHeld) {
-		return store.Response{}, false, nil
+		return driver.Response{}, false, nil
 	}
 	res.Key = key
 	return res, ok, err
@@ -184,15 +185,15 @@ func (b *broken) Forget(ctx context.Context, key string) error {
 // brokenReservation is a reservation of a broken store; a nil Reservation
 // is admitsTwo's second owner, which holds nothing.
 type brokenReservation struct {
-	store.Reservation
+	driver.Reservation
 	b     *broken
 	key   string
 	ended bool
 }
 
-func (r *brokenReservation) Load(ctx context.Context) (store.Response, bool, error) {
+func (r *brokenReservation) Load(ctx context.Context) (driver.Response, bool, error) {
 	if r.Reservation == nil || (r.ended && r.b.how == "noErrReleased") {
-		return store.Response{}, false, nil
+		return driver.Response{}, false, nil
 	}
 	if r.b.how == "sharesSlices" {
 		r.b.mu.Lock()
@@ -214,7 +215,7 @@ func (r *brokenReservation) Exec(ctx context.Context, query string, args ...any)
 	return r.Reservation.Exec(ctx, query, args...)
 }
 
-func (r *brokenReservation) Save(ctx context.Context, res store.Response, ttl time.Duration) error {
+func (r *brokenReservation) Save(ctx context.Context, res driver.Response, ttl time.Duration) error {
 	switch {
 	case r.Reservation == nil || (r.ended && r.b.how == "noErrReleased"):
 		return nil
@@ -232,7 +233,7 @@ func (r *brokenReservation) Save(ctx context.Context, res store.Response, ttl ti
 	case r.b.how == "sharesSlices":
 		r.b.mu.Lock()
 		if r.b.saved == nil {
-			r.b.saved = map[string]store.Response{}
+			r.b.saved = map[string]driver.Response{}
 		}
 		res.Key = r.key
 		r.b.saved[r.key] = res

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
 	"github.com/writeonce/porch-go/porch/store/storetest"
 )
 
@@ -15,12 +16,12 @@ import (
 // memStore opened on it reads and writes, as instances share PostgreSQL.
 type database struct {
 	mu     sync.Mutex
-	states map[string]store.State
+	states map[string]driver.State
 	holds  map[string]hold
 	claims map[string]*claim
 }
 
-// hold is what leases hold of a key's count (store.Lease): the hits they
+// hold is what leases hold of a key's count (driver.Lease): the hits they
 // counted and neither settled nor gave back, since from, the first start
 // of the epochs resets have replaced since a window last closed, in the
 // window of length window (the rule's, at its last hit).
@@ -37,11 +38,11 @@ func (h hold) applies(start, cur time.Time) bool {
 }
 
 type claim struct {
-	p     store.Policy
+	p     driver.Policy
 	count int
 }
 
-// memStore is the smallest store.SharedCounters that keeps the rule's
+// memStore is the smallest driver.SharedCounters that keeps the rule's
 // contract: each hit is decided under the database's lock, in one step,
 // on one clock. It is a reference for a new driver, and proves the suite
 // passes where the contract holds, for every algorithm.
@@ -51,7 +52,7 @@ type memStore struct {
 	closed bool
 }
 
-var _ store.SharedCounters = (*memStore)(nil)
+var _ driver.SharedCounters = (*memStore)(nil)
 
 func (s *memStore) Wall() time.Time              { return time.Now() }
 func (s *memStore) Health(context.Context) error { return s.check() }
@@ -78,7 +79,7 @@ func (s *memStore) check() error {
 // and returns its release.
 func (s *memStore) lock() func() { s.db.mu.Lock(); return s.db.mu.Unlock }
 
-func (s *memStore) ClaimPolicy(_ context.Context, p store.Policy) (func(), error) {
+func (s *memStore) ClaimPolicy(_ context.Context, p driver.Policy) (func(), error) {
 	if err := s.check(); err != nil {
 		return nil, err
 	}
@@ -96,11 +97,11 @@ func (s *memStore) ClaimPolicy(_ context.Context, p store.Policy) (func(), error
 	return func() { once.Do(func() { defer s.lock()(); c.count-- }) }, nil
 }
 
-func (s *memStore) AddHit(key string, rule store.Rule, n int64, done func(store.Hit, error)) error {
-	return s.AddLeased(key, rule, n, store.Lease{}, done)
+func (s *memStore) AddHit(key string, rule driver.Rule, n int64, done func(driver.Hit, error)) error {
+	return s.AddLeased(key, rule, n, driver.Lease{}, done)
 }
 
-func (s *memStore) AddLeased(key string, rule store.Rule, n int64, lease store.Lease, done func(store.Hit, error)) error {
+func (s *memStore) AddLeased(key string, rule driver.Rule, n int64, lease driver.Lease, done func(driver.Hit, error)) error {
 	if err := s.check(); err != nil {
 		return err
 	}
@@ -119,7 +120,7 @@ func (s *memStore) AddLeased(key string, rule store.Rule, n int64, lease store.L
 	if lease.Adopted > 0 && lease.Start.Equal(st.Start) {
 		hd.leased += lease.Adopted
 	}
-	h := store.Hit{State: st, Now: now}
+	h := driver.Hit{State: st, Now: now}
 	if n <= rule.Room(st, now) {
 		h.Allowed = true
 		h.State.Count += n
@@ -134,13 +135,13 @@ func (s *memStore) AddLeased(key string, rule store.Rule, n int64, lease store.L
 	return nil
 }
 
-func (s *memStore) PeekHit(key string, rule store.Rule, done func(store.Hit, error)) error {
+func (s *memStore) PeekHit(key string, rule driver.Rule, done func(driver.Hit, error)) error {
 	if err := s.check(); err != nil {
 		return err
 	}
 	unlock := s.lock()
 	now := time.Now()
-	h := store.Hit{State: rule.Advance(s.db.states[key], now), Now: now}
+	h := driver.Hit{State: rule.Advance(s.db.states[key], now), Now: now}
 	unlock()
 	done(h, nil)
 	return nil
@@ -162,7 +163,7 @@ func (s *memStore) ResetHit(key string, done func(error)) error {
 			hd.from = now
 		}
 		hd.leased = held
-		s.db.states[key] = store.State{Start: now, Count: held}
+		s.db.states[key] = driver.State{Start: now, Count: held}
 		s.db.holds[key] = hd
 	}
 	unlock()
@@ -184,7 +185,7 @@ func (s *memStore) TakeBack(key string, start time.Time, n int64, done func(erro
 	return nil
 }
 
-func (s *memStore) GiveBack(key string, lease store.Lease, done func(error)) error {
+func (s *memStore) GiveBack(key string, lease driver.Lease, done func(error)) error {
 	if err := s.check(); err != nil {
 		return err
 	}
@@ -212,10 +213,10 @@ func TestMemoryStore(t *testing.T) {
 			mu.Lock()
 			defer mu.Unlock()
 			name := t.Name()
-			dbs[name] = &database{states: map[string]store.State{}, holds: map[string]hold{}, claims: map[string]*claim{}}
+			dbs[name] = &database{states: map[string]driver.State{}, holds: map[string]hold{}, claims: map[string]*claim{}}
 			return name
 		},
-		Open: func(t *testing.T, db string) store.Counters {
+		Open: func(t *testing.T, db string) driver.Counters {
 			mu.Lock()
 			defer mu.Unlock()
 			return &memStore{db: dbs[db]}

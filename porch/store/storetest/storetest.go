@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/writeonce/porch-go/porch/internal/algorithm"
-	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
 )
 
 // Harness is how the suite reaches a driver: where a fresh database is,
@@ -24,8 +24,8 @@ type Harness struct {
 	DB func(t *testing.T) string
 	// Open opens a store on db, failing t if it cannot. The suite closes
 	// it. It is called again on a db whose store has closed, and, when the
-	// store is a store.SharedCounters, on a db another store has open.
-	Open func(t *testing.T, db string) store.Counters
+	// store is a driver.SharedCounters, on a db another store has open.
+	Open func(t *testing.T, db string) driver.Counters
 	// Forgets says the store keeps nothing once closed (an in-memory
 	// store): the cases that close a store and open another on its
 	// database skip, rather than pass through a back door.
@@ -48,7 +48,7 @@ const callTimeout = 20 * time.Second
 // algs, or, when none is given, for every algorithm porch counts with: a
 // subtest per algorithm, each with a subtest per property (see the
 // package doc). A shared store that has no statements for an algorithm
-// (its ClaimPolicy or AddHit fails with store.ErrAlgorithm) skips it.
+// (its ClaimPolicy or AddHit fails with driver.ErrAlgorithm) skips it.
 func TestCounters(t *testing.T, h Harness, algs ...algorithm.Algorithm) {
 	if h.DB == nil || h.Open == nil {
 		t.Fatal("storetest: Harness needs DB and Open")
@@ -61,9 +61,9 @@ func TestCounters(t *testing.T, h Harness, algs ...algorithm.Algorithm) {
 		t.Run(alg.Name(), func(t *testing.T) {
 			n := h.node(t)
 			cases := exclusiveCases
-			if _, ok := n.st.(store.SharedCounters); ok {
+			if _, ok := n.st.(driver.SharedCounters); ok {
 				cases = sharedCases
-				if err := probe(n, alg); errors.Is(err, store.ErrAlgorithm) {
+				if err := probe(n, alg); errors.Is(err, driver.ErrAlgorithm) {
 					t.Skipf("the driver has no statements for %s: %v", alg.Name(), err)
 				} else if err != nil {
 					t.Fatalf("probe %s: %v", alg.Name(), err)
@@ -94,10 +94,10 @@ func probe(n *node, alg algorithm.Algorithm) error {
 // testKind checks that the store offers exactly one way of counting.
 func testKind(t *testing.T, h Harness) {
 	st := h.node(t).st
-	_, excl := st.(store.ExclusiveCounters)
-	_, shared := st.(store.SharedCounters)
+	_, excl := st.(driver.ExclusiveCounters)
+	_, shared := st.(driver.SharedCounters)
 	if excl == shared {
-		t.Fatalf("%T: implements store.ExclusiveCounters %v and store.SharedCounters %v; want exactly one", st, excl, shared)
+		t.Fatalf("%T: implements driver.ExclusiveCounters %v and driver.SharedCounters %v; want exactly one", st, excl, shared)
 	}
 }
 
@@ -108,15 +108,15 @@ func ruleOf(alg algorithm.Algorithm, limit int64, window time.Duration, burst in
 }
 
 // policyOf is the policy a limiter named name records for r.
-func policyOf(name string, r algorithm.Rule) store.Policy {
-	return store.Policy{Name: name, Limit: r.Limit(), Window: r.Window(), Algorithm: r.Algorithm(), Burst: r.Burst()}
+func policyOf(name string, r algorithm.Rule) driver.Policy {
+	return driver.Policy{Name: name, Limit: r.Limit(), Window: r.Window(), Algorithm: r.Algorithm(), Burst: r.Burst()}
 }
 
 // node is one process's side of a database: a store and the claims made
 // in it.
 type node struct {
 	db      string
-	st      store.Counters
+	st      driver.Counters
 	stopped bool
 }
 
@@ -151,27 +151,27 @@ func (n *node) stop(t *testing.T) {
 	}
 }
 
-func (n *node) shared(t *testing.T) store.SharedCounters {
+func (n *node) shared(t *testing.T) driver.SharedCounters {
 	t.Helper()
-	s, ok := n.st.(store.SharedCounters)
+	s, ok := n.st.(driver.SharedCounters)
 	if !ok {
-		t.Fatalf("%T is not a store.SharedCounters", n.st)
+		t.Fatalf("%T is not a driver.SharedCounters", n.st)
 	}
 	return s
 }
 
-func (n *node) exclusive(t *testing.T) store.ExclusiveCounters {
+func (n *node) exclusive(t *testing.T) driver.ExclusiveCounters {
 	t.Helper()
-	s, ok := n.st.(store.ExclusiveCounters)
+	s, ok := n.st.(driver.ExclusiveCounters)
 	if !ok {
-		t.Fatalf("%T is not a store.ExclusiveCounters", n.st)
+		t.Fatalf("%T is not a driver.ExclusiveCounters", n.st)
 	}
 	return s
 }
 
 // claim claims p in n's store, failing t on error; the claim is released
 // when the test ends.
-func (n *node) claim(t *testing.T, p store.Policy) func() {
+func (n *node) claim(t *testing.T, p driver.Policy) func() {
 	t.Helper()
 	release, err := n.tryClaim(p)
 	if err != nil {
@@ -181,7 +181,7 @@ func (n *node) claim(t *testing.T, p store.Policy) func() {
 	return release
 }
 
-func (n *node) tryClaim(p store.Policy) (func(), error) {
+func (n *node) tryClaim(p driver.Policy) (func(), error) {
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
 	return n.st.ClaimPolicy(ctx, p)
@@ -215,13 +215,13 @@ func wait0(call func(done func(error)) error) error {
 	return err
 }
 
-func (n *node) addHit(key string, r store.Rule, w int64) (store.Hit, error) {
-	s := n.st.(store.SharedCounters)
-	return wait(func(done func(store.Hit, error)) error { return s.AddHit(key, r, w, done) })
+func (n *node) addHit(key string, r driver.Rule, w int64) (driver.Hit, error) {
+	s := n.st.(driver.SharedCounters)
+	return wait(func(done func(driver.Hit, error)) error { return s.AddHit(key, r, w, done) })
 }
 
 // hit is addHit that fails t on error.
-func (n *node) hit(t *testing.T, key string, r store.Rule, w int64) store.Hit {
+func (n *node) hit(t *testing.T, key string, r driver.Rule, w int64) driver.Hit {
 	t.Helper()
 	h, err := n.addHit(key, r, w)
 	if err != nil {
@@ -230,10 +230,10 @@ func (n *node) hit(t *testing.T, key string, r store.Rule, w int64) store.Hit {
 	return h
 }
 
-func (n *node) peek(t *testing.T, key string, r store.Rule) store.Hit {
+func (n *node) peek(t *testing.T, key string, r driver.Rule) driver.Hit {
 	t.Helper()
 	s := n.shared(t)
-	h, err := wait(func(done func(store.Hit, error)) error { return s.PeekHit(key, r, done) })
+	h, err := wait(func(done func(driver.Hit, error)) error { return s.PeekHit(key, r, done) })
 	if err != nil {
 		t.Fatalf("PeekHit(%q): %v", key, err)
 	}
@@ -241,7 +241,7 @@ func (n *node) peek(t *testing.T, key string, r store.Rule) store.Hit {
 }
 
 // room is what key admits now, by the store's own reading of it.
-func (n *node) room(t *testing.T, key string, r store.Rule) int64 {
+func (n *node) room(t *testing.T, key string, r driver.Rule) int64 {
 	t.Helper()
 	h := n.peek(t, key, r)
 	return r.Room(h.State, h.Now)
@@ -252,7 +252,7 @@ func (n *node) room(t *testing.T, key string, r store.Rule) int64 {
 // the store's clock, so that it never starts where the old epoch did (a
 // late take-back then never comes out of it); until then a GCRA bucket
 // holds that millisecond back.
-func (n *node) untilStarted(t *testing.T, key string, r store.Rule) {
+func (n *node) untilStarted(t *testing.T, key string, r driver.Rule) {
 	t.Helper()
 	deadline := time.Now().Add(callTimeout)
 	for {
@@ -285,7 +285,7 @@ func (n *node) takeBack(t *testing.T, key string, start time.Time, w int64) {
 // hitAll has clients goroutines, released together, each count one hit of
 // weight(i) for key on nodes[i%len(nodes)]; it returns the sum of the
 // weights allowed. An error fails t.
-func hitAll(t *testing.T, nodes []*node, key string, r store.Rule, clients int, weight func(i int) int64) int64 {
+func hitAll(t *testing.T, nodes []*node, key string, r driver.Rule, clients int, weight func(i int) int64) int64 {
 	t.Helper()
 	var (
 		mu    sync.Mutex
@@ -318,12 +318,12 @@ func one(int) int64 { return 1 }
 
 // load reads the counters of n's exclusive store still open at now, by
 // key; a key read twice fails t.
-func (n *node) load(t *testing.T, now time.Time) map[string]store.Counter {
+func (n *node) load(t *testing.T, now time.Time) map[string]driver.Counter {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
-	rows := map[string]store.Counter{}
-	err := n.exclusive(t).LoadCounters(ctx, now, func(c store.Counter) {
+	rows := map[string]driver.Counter{}
+	err := n.exclusive(t).LoadCounters(ctx, now, func(c driver.Counter) {
 		if _, dup := rows[c.Key]; dup {
 			t.Errorf("LoadCounters read key %q twice", c.Key)
 		}
@@ -336,7 +336,7 @@ func (n *node) load(t *testing.T, now time.Time) map[string]store.Counter {
 }
 
 // save writes c through n's exclusive store and waits for its commit.
-func (n *node) save(t *testing.T, c store.Counter) {
+func (n *node) save(t *testing.T, c driver.Counter) {
 	t.Helper()
 	s := n.exclusive(t)
 	if err := wait0(func(done func(error)) error { return s.SaveCounter(c, done) }); err != nil {

@@ -17,13 +17,14 @@ import (
 
 	"github.com/writeonce/porch-go/porch/clock"
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
 )
 
 // Op is one queued write. Exactly one of its payload fields is set; a hit
 // answers through its own callback, every other write through Done.
 type Op struct {
-	Counter  *store.Counter
-	Response *store.Response
+	Counter  *driver.Counter
+	Response *driver.Response
 	// Owner is the statements an idempotency owner ran through
 	// Reservation.Exec; they commit with Response, or neither does.
 	Owner  []Statement
@@ -35,7 +36,7 @@ type Op struct {
 	// Reset clears a shared counter's window.
 	Reset *Reset
 	// TakeBack gives back hits of a request that was refused after all
-	// (see store.SharedCounters.TakeBack); it answers through Done.
+	// (see driver.SharedCounters.TakeBack); it answers through Done.
 	TakeBack *TakeBack
 	Exec     *Statement
 	// Probe is Health's write: a row inserted and deleted again, so that
@@ -74,14 +75,14 @@ type Statement struct {
 // Result before the callbacks run.
 type Hit struct {
 	Key  string
-	Rule store.Rule // the limiter's algorithm and policy
-	N    int64      // the request's weight, at least 1
+	Rule driver.Rule // the limiter's algorithm and policy
+	N    int64       // the request's weight, at least 1
 	// Held, Settled, Adopted and LeaseStart (Unix ms) are the hit's
-	// lease (see store.SharedCounters.AddLeased); zero without one.
+	// lease (see driver.SharedCounters.AddLeased); zero without one.
 	Held, Settled, Adopted, LeaseStart int64
-	Done                               func(store.Hit, error)
-	// Result is the hit's outcome (see store.SharedCounters.AddHit).
-	Result store.Hit
+	Done                               func(driver.Hit, error)
+	// Result is the hit's outcome (see driver.SharedCounters.AddHit).
+	Result driver.Hit
 }
 
 // Reset is the clearing of one shared counter: its key's next hit opens a
@@ -94,7 +95,7 @@ type TakeBack struct {
 	Key         string
 	WindowStart int64
 	N           int64
-	// Lease marks a lease's give-back (store.SharedCounters.GiveBack): N
+	// Lease marks a lease's give-back (driver.SharedCounters.GiveBack): N
 	// held hits and Settled answered ones, counted in WindowStart's epoch
 	// or one a reset has replaced since.
 	Lease   bool
@@ -123,7 +124,7 @@ type Committer struct {
 	observer store.Observer // told of each batch; may be nil
 
 	health       health
-	healthBudget time.Duration // store.HealthBudget; a test may shorten it
+	healthBudget time.Duration // HealthBudget; a test may shorten it
 
 	mu     sync.RWMutex // protects closed against Enqueue racing close
 	closed bool
@@ -138,7 +139,7 @@ type Committer struct {
 // of each batch.
 func New(w Writer, clk clock.Clock, queueSize, maxBatch int, obs store.Observer) *Committer {
 	c := &Committer{queue: make(chan Op, queueSize), maxBatch: maxBatch, writer: w, clock: clk,
-		observer: obs, healthBudget: store.HealthBudget, done: make(chan struct{})}
+		observer: obs, healthBudget: HealthBudget, done: make(chan struct{})}
 	go c.run()
 	return c
 }

@@ -35,7 +35,7 @@ func (h *health) record(err error, at time.Duration) {
 // Check is Store.Health: the last outcome when it is recent, else the
 // outcome of a probe write. Callers arriving while a probe is in flight wait
 // for that probe instead of queueing their own, so however often Health is
-// polled, an idle store commits at most one probe per store.HealthMaxAge.
+// polled, an idle store commits at most one probe per HealthMaxAge.
 func (c *Committer) Check(ctx context.Context) error {
 	c.mu.RLock()
 	closed := c.closed
@@ -45,7 +45,7 @@ func (c *Committer) Check(ctx context.Context) error {
 	}
 	now := c.clock.Monotonic()
 	c.health.mu.Lock()
-	if o := c.health.last; o != nil && now-o.at < store.HealthMaxAge {
+	if o := c.health.last; o != nil && now-o.at < HealthMaxAge {
 		c.health.mu.Unlock()
 		return o.unhealthy()
 	}
@@ -66,7 +66,7 @@ func (c *Committer) Check(ctx context.Context) error {
 			// The queue is full and yet no batch has ended for a while:
 			// the committer is stuck, and a probe would only wait too.
 			c.health.mu.Unlock()
-			return fmt.Errorf("%w: the commit queue is full and no commit finished in the last %s", store.ErrUnhealthy, store.HealthMaxAge)
+			return fmt.Errorf("%w: the commit queue is full and no commit finished in the last %s", store.ErrUnhealthy, HealthMaxAge)
 		}
 		c.health.probing, wait = probing, probing
 	}
@@ -111,3 +111,15 @@ var ProbeSQL = [...]string{
 		VALUES ('` + ProbeKey + `', '', 0, '', '', 0, 0) ON CONFLICT (key) DO NOTHING`,
 	`DELETE FROM porch_idem_responses WHERE key = '` + ProbeKey + `'`,
 }
+
+// Health check timing.
+const (
+	// HealthMaxAge is how old the committer's last outcome may be and still
+	// answer Health. Package store's docs state both. A store under load commits far more often than this,
+	// so polling Health then costs no write at all.
+	HealthMaxAge = time.Second
+	// HealthBudget is how long Health waits for its probe's commit. A store
+	// that cannot commit within it is unhealthy: its requests are waiting
+	// at least that long too.
+	HealthBudget = time.Second
+)

@@ -1,5 +1,5 @@
 // Package header encodes the response headers an idempotency record keeps
-// (store.Response.Header) for the column both SQL drivers store them in.
+// (driver.Response.Header) for the column both SQL drivers store them in.
 //
 // The encoding is the header block of HTTP/1.1 without the blank line: one
 // "Name: value\n" line per value, names in sorted order. It is bytes, not

@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
 )
 
 // Claims are the policies claimed in one store by this process. The zero
@@ -19,7 +20,7 @@ type Claims struct {
 }
 
 type claim struct {
-	p     store.Policy
+	p     driver.Policy
 	users int
 	// release ends what the first claim took beyond this process (the
 	// PostgreSQL lock); nil when it took nothing.
@@ -30,7 +31,7 @@ type claim struct {
 // while a limiter of p.Name counts under another policy here. first reports
 // whether no limiter held p.Name before, in which case the caller claims it
 // beyond the process too and hands that claim's release to SetRelease.
-func (c *Claims) Claim(p store.Policy) (first bool, release func(), err error) {
+func (c *Claims) Claim(p driver.Policy) (first bool, release func(), err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.held == nil {
