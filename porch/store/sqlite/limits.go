@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 
@@ -68,6 +69,40 @@ func (s *Store) holdToAppLimits(app bool) error {
 		}
 		return nil
 	})
+}
+
+// valueArgs converts an application's arguments to the values the driver
+// binds, as database/sql would (driver.DefaultParameterConverter: go-sqlite3
+// has no converter of its own), on the caller's goroutine, before the
+// statement is queued. A driver.Valuer's Value is the application's code:
+// run on the committer, a panic in it killed the process, out of reach of
+// the handler's recovery, and a slow one held every write of the process
+// waiting, beyond any ExecBudget, since the budget starts with the
+// statement. Converted, a named []byte or string type, or a Valuer's
+// result, is also seen by checkAppArgs for what it is. args is not
+// changed.
+func valueArgs(args []any) ([]any, error) {
+	if len(args) == 0 {
+		return args, nil
+	}
+	out := make([]any, len(args))
+	for i, a := range args {
+		na, named := a.(sql.NamedArg)
+		if named {
+			a = na.Value
+		}
+		v, err := driver.DefaultParameterConverter.ConvertValue(a)
+		if err != nil {
+			return nil, fmt.Errorf("sqlite: converting argument %d: %w", i+1, err)
+		}
+		if named {
+			na.Value = v
+			out[i] = na
+		} else {
+			out[i] = v
+		}
+	}
+	return out, nil
 }
 
 // checkAppArgs refuses, before SQLite sees it, an argument longer than an

@@ -330,9 +330,13 @@ type reservation struct {
 	s   *Store
 	key string
 
-	mu    sync.Mutex // protects owner and ended
+	mu    sync.Mutex // protects owner, failed and ended
 	owner []commit.Statement
-	ended bool
+	// failed is the first of the owner's statements refused before it
+	// was queued (an argument that does not convert): Save fails with it,
+	// so that none of the owner's writes is stored without it.
+	failed error
+	ended  bool
 }
 
 func (r *reservation) Load(ctx context.Context) (driver.Response, bool, error) {
@@ -362,10 +366,18 @@ func (r *reservation) Load(ctx context.Context) (driver.Response, bool, error) {
 }
 
 func (r *reservation) Exec(ctx context.Context, query string, args ...any) error {
+	args, err := valueArgs(args) // before the lock: it runs the application's Value methods
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.ended {
 		return driver.ErrReleased
+	}
+	if err != nil {
+		err = fmt.Errorf("%w: %w", store.ErrWriteFailed, err)
+		if r.failed == nil {
+			r.failed = err
+		}
+		return err
 	}
 	r.owner = append(r.owner, commit.Statement{Query: query, Args: args})
 	return nil
@@ -377,9 +389,13 @@ func (r *reservation) Save(ctx context.Context, res driver.Response, ttl time.Du
 		r.mu.Unlock()
 		return driver.ErrReleased
 	}
-	owner := r.owner
+	owner, failed := r.owner, r.failed
 	r.owner, r.ended = nil, true
 	r.mu.Unlock()
+	if failed != nil {
+		r.s.keys.Unlock(r.key)
+		return failed
+	}
 	// The key is given up only once the commit has answered, so that the
 	// next owner's Load sees the stored row.
 	defer r.s.keys.Unlock(r.key)
@@ -464,6 +480,10 @@ func (s *Store) Close(ctx context.Context) error {
 // Keep such work out of Exec, or bound the values and statements an
 // application's users can put into it.
 func (s *Store) Exec(ctx context.Context, query string, args ...any) error {
+	args, err := valueArgs(args)
+	if err != nil {
+		return fmt.Errorf("sqlite: exec: %w", err)
+	}
 	if err := s.c.Do(ctx, commit.Op{Exec: &commit.Statement{Query: query, Args: args}}); err != nil {
 		return fmt.Errorf("sqlite: exec: %w", err)
 	}
