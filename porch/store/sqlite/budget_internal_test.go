@@ -124,7 +124,7 @@ func writeDeferred(s *Store, batch []commit.Op) error {
 // spends on them at most about two budgets (the budget, then the last
 // owner's), and defers the rest to the next batch, where they run first.
 // Without the batch's bound, twenty such owners held every limiter hit in
-// their batch for twenty budgets (1.47 s at 50 ms, found by review).
+// their batch for twenty budgets (1.47 s at 50 ms).
 func TestBatchBoundsOwnersTime(t *testing.T) {
 	s := openInternal(t, filepath.Join(t.TempDir(), "porch.db"))
 	t.Cleanup(func() { s.Close(context.Background()) })

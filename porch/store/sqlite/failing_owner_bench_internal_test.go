@@ -12,7 +12,7 @@ import (
 	"github.com/writeonce/porch-go/porch/store/internal/commit"
 )
 
-// From a hostile review of the batch path: what one failing owner costs its batch since the
+// What one failing owner costs its batch since the
 // bare first pass (cb00be8): the batch is written twice. "last-fails" is a
 // client who sends one order whose INSERT violates the key at the end of
 // each batch (a duplicate order id is enough): every batch pays its owners

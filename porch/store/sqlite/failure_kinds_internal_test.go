@@ -15,8 +15,8 @@ import (
 	"github.com/writeonce/porch-go/porch/store/internal/commit"
 )
 
-// From a hostile review of the bare first pass (cb00be8) and the raw
-// response statement (c11a3e3).
+// Each kind of failure in a batch's bare first pass and in the raw
+// response statement fails its own write alone.
 
 func failureStore(t *testing.T, opt store.Options) *Store {
 	t.Helper()

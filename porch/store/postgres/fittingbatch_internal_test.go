@@ -17,24 +17,25 @@ import (
 	"github.com/writeonce/porch-go/porch/store/internal/commit"
 )
 
-// r19 review: the one-round-trip fitting batch and Reserve's read with the
-// lock, attacked across two instances.
+// The one-round-trip fitting batch and Reserve's read with the lock,
+// across two instances: exact near the limit, isolated overflow, resets and
+// take-backs in one batch, a committer terminated mid-batch.
 
-// r19DSN is a fresh schema's DSN, in pgx's query mode PORCH_REVIEW_MODE if set
+// queryModeDSN is a fresh schema's DSN, in pgx's query mode PORCH_PGX_QUERY_MODE if set
 // (simple_protocol, exec, describe_exec, cache_describe).
-func r19DSN(t *testing.T) string {
+func queryModeDSN(t *testing.T) string {
 	dsn := pgtest.DSN(t)
-	if m := os.Getenv("PORCH_REVIEW_MODE"); m != "" {
+	if m := os.Getenv("PORCH_PGX_QUERY_MODE"); m != "" {
 		dsn = pgtest.WithParam(dsn, "default_query_exec_mode", m)
 	}
 	return dsn
 }
 
-type r19Tally struct {
+type hitTally struct {
 	allowed, errored, refused atomic.Int64 // weights
 }
 
-func r19Hit(t *testing.T, p *Store, key string, rule driver.Rule, n int64, tl *r19Tally) bool {
+func countHit(t *testing.T, p *Store, key string, rule driver.Rule, n int64, tl *hitTally) bool {
 	ch := make(chan struct {
 		h   driver.Hit
 		err error
@@ -64,14 +65,14 @@ func r19Hit(t *testing.T, p *Store, key string, rule driver.Rule, n int64, tl *r
 // Two instances, 16 goroutines, weights 1..4 near the limit, then weight 1
 // until refused: the allowed weights must sum to the limit exactly, for
 // every algorithm (fixed takes countFitting, the others countHits).
-func TestReviewTwoInstancesExactNearLimit(t *testing.T) {
+func TestTwoInstancesExactNearLimit(t *testing.T) {
 	for _, alg := range []algorithm.Algorithm{algorithm.Fixed, algorithm.Sliding, algorithm.GCRA} {
 		t.Run(alg.Name(), func(t *testing.T) {
-			dsn := r19DSN(t)
+			dsn := queryModeDSN(t)
 			stores := []*Store{openInternal(t, dsn, store.Options{}), openInternal(t, dsn, store.Options{})}
 			const limit = 97
 			rule := algorithm.MustRule(alg, limit, time.Hour, 0)
-			var tl r19Tally
+			var tl hitTally
 			var wg sync.WaitGroup
 			for g := 0; g < 16; g++ {
 				wg.Add(1)
@@ -79,9 +80,9 @@ func TestReviewTwoInstancesExactNearLimit(t *testing.T) {
 					defer wg.Done()
 					p := stores[g%2]
 					for i := 0; i < 12; i++ {
-						r19Hit(t, p, "rate:hot", rule, int64(1+(g+i)%4), &tl)
+						countHit(t, p, "rate:hot", rule, int64(1+(g+i)%4), &tl)
 					}
-					for r19Hit(t, p, "rate:hot", rule, 1, &tl) {
+					for countHit(t, p, "rate:hot", rule, 1, &tl) {
 					}
 				}(g)
 			}
@@ -100,8 +101,8 @@ func TestReviewTwoInstancesExactNearLimit(t *testing.T) {
 
 // The fitting path's guard overflows bigint for a key whose stored count is
 // near int64's max: only that key's hits may fail; the others commit.
-func TestReviewFittingOverflowIsolated(t *testing.T) {
-	p := openInternal(t, r19DSN(t), store.Options{})
+func TestFittingOverflowIsolated(t *testing.T) {
+	p := openInternal(t, queryModeDSN(t), store.Options{})
 	hit := func(key string, n int64) commit.Op {
 		return commit.Op{Hit: &commit.Hit{Key: key, Rule: fixed(math.MaxInt64, time.Hour), N: n}}
 	}
@@ -131,8 +132,8 @@ func TestReviewFittingOverflowIsolated(t *testing.T) {
 
 // Resets and take-backs in the same batch as hits at the limit: both apply
 // before the hits, which then fit on the fast path.
-func TestReviewResetAndTakeBackInBatch(t *testing.T) {
-	p := openInternal(t, r19DSN(t), store.Options{})
+func TestResetAndTakeBackInBatch(t *testing.T) {
+	p := openInternal(t, queryModeDSN(t), store.Options{})
 	r := fixed(5, time.Hour)
 	first := []commit.Op{{Hit: &commit.Hit{Key: "rate:a", Rule: r, N: 5}}, {Hit: &commit.Hit{Key: "rate:b", Rule: r, N: 5}}}
 	if err := p.writeBatch(first); err != nil {
@@ -163,15 +164,15 @@ func TestReviewResetAndTakeBackInBatch(t *testing.T) {
 // instances hammer one key: every allowed weight must be in the stored
 // count (allowed ⇒ committed), nothing above the limit, and nothing counted
 // twice (stored ≤ allowed + errored).
-func TestReviewTerminateCommitterMidBatch(t *testing.T) {
-	dsn := r19DSN(t)
-	app := fmt.Sprintf("r19kill%d", time.Now().UnixNano())
+func TestTerminateCommitterMidBatch(t *testing.T) {
+	dsn := queryModeDSN(t)
+	app := fmt.Sprintf("porch_killed_%d", time.Now().UnixNano())
 	kdsn := pgtest.WithParam(dsn, "application_name", app)
 	stores := []*Store{openInternal(t, kdsn, store.Options{}), openInternal(t, kdsn, store.Options{})}
 	admin := openInternal(t, dsn, store.Options{})
 	const limit = 400
 	rule := fixed(limit, time.Hour)
-	var tl r19Tally
+	var tl hitTally
 	stop := make(chan struct{})
 	var killed atomic.Int64
 	go func() {
@@ -193,7 +194,7 @@ func TestReviewTerminateCommitterMidBatch(t *testing.T) {
 		go func(g int) {
 			defer wg.Done()
 			for i := 0; i < 60; i++ {
-				r19Hit(t, stores[g%2], "rate:k", rule, int64(1+(g+i)%3), &tl)
+				countHit(t, stores[g%2], "rate:k", rule, int64(1+(g+i)%3), &tl)
 			}
 		}(g)
 	}
@@ -215,8 +216,8 @@ func TestReviewTerminateCommitterMidBatch(t *testing.T) {
 // Duplicate storms across two instances, no sleep in the owner: a response
 // committed by the other instance between lock grant and Reserve's read
 // must be seen; exactly one side effect per key.
-func TestReviewReserveReadSeesCommittedResponse(t *testing.T) {
-	dsn := r19DSN(t)
+func TestReserveReadSeesCommittedResponse(t *testing.T) {
+	dsn := queryModeDSN(t)
 	stores := []*Store{openInternal(t, dsn, store.Options{KeyConns: 6}), openInternal(t, dsn, store.Options{KeyConns: 6})}
 	mustExec(t, stores[0], `CREATE TABLE effects (key text, who int)`)
 	const keys = 150

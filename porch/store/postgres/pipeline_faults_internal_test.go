@@ -71,7 +71,7 @@ func mustExec(t *testing.T, p *Store, q string) {
 // The save statement itself failing skips COMMIT in its pipeline: the
 // owner's write is rolled back, the error is reported, and the connection
 // does not go back to the pool inside the aborted transaction.
-func TestReviewSaveStatementFails(t *testing.T) {
+func TestSaveStatementFails(t *testing.T) {
 	p := openInternal(t, pgtest.DSN(t), store.Options{KeyConns: 1})
 	ctx := context.Background()
 	mustExec(t, p, `CREATE TABLE effects (id int)`)
@@ -111,7 +111,7 @@ func TestReviewSaveStatementFails(t *testing.T) {
 
 // The prune after COMMIT failing must not turn a committed Save into a
 // reported failure (nor leave the connection in a transaction).
-func TestReviewPruneAfterCommitFails(t *testing.T) {
+func TestPruneAfterCommitFails(t *testing.T) {
 	for _, mode := range []string{"", "simple_protocol", "exec", "describe_exec", "cache_describe"} {
 		t.Run("mode="+mode, func(t *testing.T) {
 			dsn := pgtest.DSN(t)
@@ -181,9 +181,9 @@ func TestReviewPruneAfterCommitFails(t *testing.T) {
 
 // The owner's backend terminated between Reserve and Save: Save fails,
 // nothing of the owner's is stored, the next owner gets a clean connection.
-func TestReviewOwnerTerminatedBeforeSave(t *testing.T) {
+func TestOwnerTerminatedBeforeSave(t *testing.T) {
 	dsn := pgtest.DSN(t)
-	p := openInternal(t, pgtest.WithParam(dsn, "application_name", "porch_review_term"), store.Options{KeyConns: 1})
+	p := openInternal(t, pgtest.WithParam(dsn, "application_name", "porch_owner_term"), store.Options{KeyConns: 1})
 	ctx := context.Background()
 	mustExec(t, p, `CREATE TABLE effects (id int)`)
 	r, err := p.Reserve(ctx, "idem:t")
@@ -194,7 +194,7 @@ func TestReviewOwnerTerminatedBeforeSave(t *testing.T) {
 		t.Fatal(err)
 	}
 	if n := count(t, p, `SELECT count(pg_terminate_backend(l.pid)) FROM pg_locks l JOIN pg_stat_activity s USING (pid)
-		WHERE l.locktype = 'advisory' AND l.granted AND s.application_name = 'porch_review_term'`); n != 1 {
+		WHERE l.locktype = 'advisory' AND l.granted AND s.application_name = 'porch_owner_term'`); n != 1 {
 		t.Fatalf("terminated %d backends, want 1", n)
 	}
 	time.Sleep(50 * time.Millisecond)
@@ -223,7 +223,7 @@ func TestReviewOwnerTerminatedBeforeSave(t *testing.T) {
 // A Reserve that gives up waiting for the lock (its context, or the
 // server's statement or lock timeout) must not leave its connection in the
 // pool inside the transaction, nor holding the lock once granted.
-func TestReviewReserveGivesUpWaiting(t *testing.T) {
+func TestReserveGivesUpWaiting(t *testing.T) {
 	for _, param := range []string{"", "statement_timeout", "lock_timeout"} {
 		t.Run("param="+param, func(t *testing.T) {
 			dsn := pgtest.DSN(t)
@@ -268,7 +268,7 @@ func TestReviewReserveGivesUpWaiting(t *testing.T) {
 // counted, every caller told, and the writer's connection is not reused
 // inside the aborted transaction (where the next batch's COMMIT would
 // answer ROLLBACK, or worse, commit both).
-func TestReviewRefundFails(t *testing.T) {
+func TestRefundFails(t *testing.T) {
 	for _, mode := range []string{"", "simple_protocol", "exec"} {
 		t.Run("mode="+mode, func(t *testing.T) {
 			dsn := pgtest.DSN(t)
@@ -316,7 +316,7 @@ func TestReviewRefundFails(t *testing.T) {
 // Owners of one key on two instances, some giving up their wait, some
 // failing at Save: exactly one side effect is committed, and it is the one
 // whose Save succeeded.
-func TestReviewOwnersExcludeAcrossInstances(t *testing.T) {
+func TestOwnersExcludeAcrossInstances(t *testing.T) {
 	dsn := pgtest.DSN(t)
 	stores := []*Store{openInternal(t, dsn, store.Options{KeyConns: 4}), openInternal(t, dsn, store.Options{KeyConns: 4})}
 	mustExec(t, stores[0], `CREATE TABLE effects (key text, who int)`)
@@ -380,7 +380,7 @@ func TestReviewOwnersExcludeAcrossInstances(t *testing.T) {
 // A waiter whose context ends just as the holder lets go may be granted the
 // lock as it gives up: its connection is discarded, and the key must be
 // free again promptly (no ghost backend keeps the lock).
-func TestReviewReserveGrantedAsItGivesUp(t *testing.T) {
+func TestReserveGrantedAsItGivesUp(t *testing.T) {
 	dsn := pgtest.DSN(t)
 	a := openInternal(t, dsn, store.Options{KeyConns: 1})
 	b := openInternal(t, dsn, store.Options{KeyConns: 1})
@@ -427,7 +427,7 @@ func TestReviewReserveGrantedAsItGivesUp(t *testing.T) {
 // COMMIT in the handler's SQL) ends the key's lock with it: the writes
 // before it are gone or committed alone, those after it commit on their
 // own. Save must not then report the response as committed with them.
-func TestReviewOwnerStatementEndsTransaction(t *testing.T) {
+func TestOwnerStatementEndsTransaction(t *testing.T) {
 	for _, stmt := range []string{"ROLLBACK", "COMMIT"} {
 		t.Run(stmt, func(t *testing.T) {
 			p := openInternal(t, pgtest.DSN(t), store.Options{KeyConns: 1})

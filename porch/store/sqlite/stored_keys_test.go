@@ -13,10 +13,10 @@ import (
 	"github.com/writeonce/porch-go/porch/store/sqlite"
 )
 
-// r19 review of the stored-keys set: any stored response the set misses
+// The stored-keys set: any stored response the set misses
 // makes a replay run its side effect again.
 
-func r19Save(t *testing.T, s *sqlite.Store, key, body string) {
+func storeResponse(t *testing.T, s *sqlite.Store, key, body string) {
 	t.Helper()
 	ctx := context.Background()
 	r, err := s.Reserve(ctx, key)
@@ -31,7 +31,7 @@ func r19Save(t *testing.T, s *sqlite.Store, key, body string) {
 	}
 }
 
-func r19MustReplay(t *testing.T, s *sqlite.Store, key, body string) {
+func mustReplay(t *testing.T, s *sqlite.Store, key, body string) {
 	t.Helper()
 	ctx := context.Background()
 	r, err := s.Reserve(ctx, key)
@@ -47,46 +47,46 @@ func r19MustReplay(t *testing.T, s *sqlite.Store, key, body string) {
 
 // Keys of any bytes (NUL, invalid UTF-8, long) replay after a reopen: the
 // set is rebuilt from the rows' keys as the driver reads them back.
-func TestReviewStoredKeysSurviveReopenAnyBytes(t *testing.T) {
+func TestStoredKeysSurviveReopenAnyBytes(t *testing.T) {
 	path := dbPath(t)
 	keys := []string{"plain", "a\x00b", "\x00", "\xff\xfe", "tail\x00", string(make([]byte, 3000))}
 	s := openSQLite(t, path, store.Options{})
 	for _, k := range keys {
-		r19Save(t, s, k, "v")
+		storeResponse(t, s, k, "v")
 	}
 	for _, k := range keys {
-		r19MustReplay(t, s, k, "v")
+		mustReplay(t, s, k, "v")
 	}
 	closeStore(t, s)
 	s = openSQLite(t, path, store.Options{})
 	for _, k := range keys {
-		r19MustReplay(t, s, k, "v")
+		mustReplay(t, s, k, "v")
 	}
 }
 
 // Forget, then the same key again, then a reopen.
-func TestReviewForgetThenSaveAgain(t *testing.T) {
+func TestForgetThenSaveAgain(t *testing.T) {
 	path := dbPath(t)
 	ctx := context.Background()
 	s := openSQLite(t, path, store.Options{})
-	r19Save(t, s, "k", "one")
+	storeResponse(t, s, "k", "one")
 	if err := s.Forget(ctx, "k"); err != nil {
 		t.Fatal(err)
 	}
-	r19Save(t, s, "k", "two")
-	r19MustReplay(t, s, "k", "two")
+	storeResponse(t, s, "k", "two")
+	mustReplay(t, s, "k", "two")
 	closeStore(t, s)
 	s = openSQLite(t, path, store.Options{})
-	r19MustReplay(t, s, "k", "two")
+	mustReplay(t, s, "k", "two")
 	if err := s.Forget(ctx, "k"); err != nil {
 		t.Fatal(err)
 	}
-	r19Save(t, s, "k", "three")
-	r19MustReplay(t, s, "k", "three")
+	storeResponse(t, s, "k", "three")
+	mustReplay(t, s, "k", "three")
 }
 
 // kill -9 right after Save returned: the reopened store must replay.
-func TestReviewStoredKeysAfterKill9(t *testing.T) {
+func TestStoredKeysAfterKill9(t *testing.T) {
 	if p := os.Getenv("R19_CHILD_DB"); p != "" {
 		s, err := sqlite.Open(p, store.Options{})
 		if err != nil {
@@ -106,7 +106,7 @@ func TestReviewStoredKeysAfterKill9(t *testing.T) {
 		select {}
 	}
 	path := dbPath(t)
-	cmd := exec.Command(os.Args[0], "-test.run=^TestReviewStoredKeysAfterKill9$")
+	cmd := exec.Command(os.Args[0], "-test.run=^TestStoredKeysAfterKill9$")
 	cmd.Env = append(os.Environ(), "R19_CHILD_DB="+path)
 	out, err := cmd.CombinedOutput()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != -1 {
@@ -114,6 +114,6 @@ func TestReviewStoredKeysAfterKill9(t *testing.T) {
 	}
 	s := openSQLite(t, path, store.Options{})
 	for _, k := range []string{"k1", "k2", "k3"} {
-		r19MustReplay(t, s, k, "v")
+		mustReplay(t, s, k, "v")
 	}
 }
