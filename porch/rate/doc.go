@@ -32,7 +32,7 @@
 // (porch/metrics/prom) implements [Observer].
 //
 //	pool := porch.NewPool(porch.PoolOptions{})
-//	st, _ := sqlite.Open("app.db", store.Options{})
+//	st, _ := sqlite.Open("app.db", sqlite.Options{})
 //	lim, err := rate.New(pool, st, 100, time.Minute, rate.Options{})
 //	if err != nil { ... }
 //	r := chi.NewRouter()

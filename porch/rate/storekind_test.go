@@ -11,7 +11,6 @@ import (
 	"github.com/writeonce/porch-go/internal/redistest"
 	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/rate"
-	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/driver"
 	"github.com/writeonce/porch-go/porch/store/memory"
 	"github.com/writeonce/porch-go/porch/store/postgres"
@@ -29,7 +28,7 @@ type storeKind struct {
 
 var storeKinds = []storeKind{
 	{"sqlite", false, func(t *testing.T) driver.Counters {
-		st, err := sqlite.Open(filepath.Join(t.TempDir(), "porch.db"), store.Options{})
+		st, err := sqlite.Open(filepath.Join(t.TempDir(), "porch.db"), sqlite.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -43,7 +42,7 @@ var storeKinds = []storeKind{
 		return st
 	}},
 	{"postgres", true, func(t *testing.T) driver.Counters {
-		st, err := postgres.Open(context.Background(), pgtest.DSN(t), store.Options{})
+		st, err := postgres.Open(context.Background(), pgtest.DSN(t), postgres.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
