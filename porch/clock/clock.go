@@ -4,7 +4,7 @@
 // the stores all take one, so it lives apart from each of them; tests pass
 // porchtest.FakeClock instead of [System].
 //
-//	st, err := sqlite.Open("app.db", store.Options{Clock: clock.System{}})
+//	st, err := sqlite.Open("app.db", sqlite.Options{Options: store.Options{Clock: clock.System{}}})
 package clock
 
 import "time"

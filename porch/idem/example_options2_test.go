@@ -13,7 +13,6 @@ import (
 	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/idem"
 	"github.com/writeonce/porch-go/porch/kit"
-	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/sqlite"
 )
 
@@ -22,7 +21,7 @@ import (
 func ExampleOptions_storeStatus() {
 	dir, _ := os.MkdirTemp("", "idem-example")
 	defer os.RemoveAll(dir)
-	k := kit.Must(kit.Open(sqlite.Open(filepath.Join(dir, "shop.db"), store.Options{})))
+	k := kit.Must(kit.Open(sqlite.Open(filepath.Join(dir, "shop.db"), sqlite.Options{})))
 	defer k.Close(context.Background()) // the pool, then the store
 
 	keys, err := k.Idempotency(idem.Options{
@@ -57,7 +56,7 @@ func ExampleOptions_storeStatus() {
 func ExampleOptions_maxStoredBody() {
 	dir, _ := os.MkdirTemp("", "idem-example")
 	defer os.RemoveAll(dir)
-	k := kit.Must(kit.Open(sqlite.Open(filepath.Join(dir, "shop.db"), store.Options{})))
+	k := kit.Must(kit.Open(sqlite.Open(filepath.Join(dir, "shop.db"), sqlite.Options{})))
 	defer k.Close(context.Background()) // the pool, then the store
 
 	keys, err := k.Idempotency(idem.Options{MaxStoredBody: 1024})
@@ -83,7 +82,7 @@ func ExampleOptions_maxStoredBody() {
 func ExampleOptions_keyHeader() {
 	dir, _ := os.MkdirTemp("", "idem-example")
 	defer os.RemoveAll(dir)
-	k := kit.Must(kit.Open(sqlite.Open(filepath.Join(dir, "shop.db"), store.Options{})))
+	k := kit.Must(kit.Open(sqlite.Open(filepath.Join(dir, "shop.db"), sqlite.Options{})))
 	defer k.Close(context.Background()) // the pool, then the store
 
 	keys, err := k.Idempotency(idem.Options{
@@ -113,7 +112,7 @@ func ExampleOptions_keyHeader() {
 func ExampleKeys_Forget() {
 	dir, _ := os.MkdirTemp("", "idem-example")
 	defer os.RemoveAll(dir)
-	k := kit.Must(kit.Open(sqlite.Open(filepath.Join(dir, "shop.db"), store.Options{})))
+	k := kit.Must(kit.Open(sqlite.Open(filepath.Join(dir, "shop.db"), sqlite.Options{})))
 	defer k.Close(context.Background()) // the pool, then the store
 
 	keys, err := k.Idempotency(idem.Options{

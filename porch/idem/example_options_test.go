@@ -13,7 +13,6 @@ import (
 	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/idem"
 	"github.com/writeonce/porch-go/porch/kit"
-	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/sqlite"
 )
 
@@ -22,7 +21,7 @@ import (
 func ExampleOptions() {
 	dir, _ := os.MkdirTemp("", "idem-example")
 	defer os.RemoveAll(dir)
-	k := kit.Must(kit.Open(sqlite.Open(filepath.Join(dir, "shop.db"), store.Options{})))
+	k := kit.Must(kit.Open(sqlite.Open(filepath.Join(dir, "shop.db"), sqlite.Options{})))
 	defer k.Close(context.Background()) // the pool, then the store
 
 	keys, err := k.Idempotency(idem.Options{

@@ -15,7 +15,6 @@ import (
 
 	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/idem"
-	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/sqlite"
 )
 
@@ -32,7 +31,7 @@ func Example() {
 		panic(err)
 	}
 	defer os.RemoveAll(dir)
-	st, err := sqlite.Open(filepath.Join(dir, "shop.db"), store.Options{})
+	st, err := sqlite.Open(filepath.Join(dir, "shop.db"), sqlite.Options{})
 	if err != nil {
 		panic(err)
 	}

@@ -15,7 +15,6 @@ import (
 
 	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/internal/actor"
-	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/driver"
 	"github.com/writeonce/porch-go/porch/store/sqlite"
 )
@@ -28,7 +27,7 @@ const waitLimit = 10 * time.Second
 // cleanup.
 func openSQLite(t *testing.T) *sqlite.Store {
 	t.Helper()
-	st, err := sqlite.Open(filepath.Join(t.TempDir(), "porch.db"), store.Options{})
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "porch.db"), sqlite.Options{})
 	if err != nil {
 		t.Fatalf("open store: %v", err)
 	}

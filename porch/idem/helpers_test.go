@@ -73,7 +73,7 @@ func newEnvOn(t *testing.T, st driver.KeyStore, cfg envConfig, inner http.Handle
 // it on cleanup.
 func openStore(t *testing.T, opt store.Options) *sqlite.Store {
 	t.Helper()
-	st, err := sqlite.Open(filepath.Join(t.TempDir(), "porch.db"), opt)
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "porch.db"), sqlite.Options{Options: opt})
 	if err != nil {
 		t.Fatalf("open store: %v", err)
 	}

@@ -40,7 +40,7 @@ const benchOrders = `CREATE TABLE orders (order_id TEXT PRIMARY KEY, sku TEXT NO
 // benchChainWith is benchChain with handler in front of the middleware.
 func benchChainWith(b *testing.B, handler http.HandlerFunc) (http.Handler, *sqlite.Store) {
 	b.Helper()
-	st, err := sqlite.Open(filepath.Join(b.TempDir(), "porch.db"), store.Options{})
+	st, err := sqlite.Open(filepath.Join(b.TempDir(), "porch.db"), sqlite.Options{})
 	if err != nil {
 		b.Fatalf("open store: %v", err)
 	}

@@ -96,7 +96,7 @@ func TestHostilePrincipalsPostgres(t *testing.T) {
 	checkHostilePrincipals(t, func(t *testing.T) driver.KeyStore {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		st, err := postgres.Open(ctx, pgtest.DSN(t), store.Options{})
+		st, err := postgres.Open(ctx, pgtest.DSN(t), postgres.Options{})
 		if err != nil {
 			t.Fatalf("open postgres: %v", err)
 		}

@@ -9,7 +9,6 @@ import (
 
 	"github.com/writeonce/porch-go/internal/pgtest"
 	"github.com/writeonce/porch-go/porch/idem"
-	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/postgres"
 )
 
@@ -20,7 +19,7 @@ func openPostgresStore(t *testing.T, dsn string) *postgres.Store {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 	defer cancel()
-	st, err := postgres.Open(ctx, dsn, store.Options{})
+	st, err := postgres.Open(ctx, dsn, postgres.Options{})
 	if err != nil {
 		t.Fatalf("open postgres: %v", err)
 	}

@@ -16,7 +16,6 @@ import (
 	"github.com/writeonce/porch-go/internal/pgtest"
 	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/idem"
-	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/postgres"
 )
 
@@ -31,7 +30,7 @@ func newPGInstance(t *testing.T, dsn string, h http.Handler) *pgInstance {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	st, err := postgres.Open(ctx, dsn, store.Options{})
+	st, err := postgres.Open(ctx, dsn, postgres.Options{})
 	if err != nil {
 		t.Fatalf("open postgres: %v", err)
 	}
@@ -276,7 +275,7 @@ func waitAdvisory(t *testing.T, st *postgres.Store, app string, granted bool) {
 
 // newPGMiddleware is one instance's middleware on dsn with opt and sopt,
 // behind its own server, closed on cleanup.
-func newPGMiddleware(t *testing.T, dsn string, opt idem.Options, sopt store.Options, h http.Handler) *pgInstance {
+func newPGMiddleware(t *testing.T, dsn string, opt idem.Options, sopt postgres.Options, h http.Handler) *pgInstance {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -306,7 +305,7 @@ func TestPostgresTTLRunsFromSave(t *testing.T) {
 		}
 		h.ServeHTTP(w, r)
 	})
-	in := newPGMiddleware(t, pgtest.DSN(t), idem.Options{RequireKey: true, TTL: time.Second}, store.Options{}, slow)
+	in := newPGMiddleware(t, pgtest.DSN(t), idem.Options{RequireKey: true, TTL: time.Second}, postgres.Options{}, slow)
 	s1, b1 := in.post(t, "ttl", `{"amount":1}`)
 	s2, b2 := in.post(t, "ttl", `{"amount":1}`)
 	if s1 != http.StatusCreated || s2 != http.StatusCreated || b1 != b2 || h.runs.Load() != 1 {
@@ -320,8 +319,8 @@ func TestPostgresTTLRunsFromSave(t *testing.T) {
 func TestPostgresSerializableDefault(t *testing.T) {
 	dsn := pgtest.WithParam(pgtest.DSN(t), "default_transaction_isolation", "serializable")
 	h := &payHandler{entered: make(chan struct{}, 2), release: make(chan struct{})}
-	a := newPGMiddleware(t, pgtest.WithParam(dsn, "application_name", "porch_ser_a"), idem.Options{}, store.Options{}, h)
-	b := newPGMiddleware(t, pgtest.WithParam(dsn, "application_name", "porch_ser_b"), idem.Options{}, store.Options{}, h)
+	a := newPGMiddleware(t, pgtest.WithParam(dsn, "application_name", "porch_ser_a"), idem.Options{}, postgres.Options{}, h)
+	b := newPGMiddleware(t, pgtest.WithParam(dsn, "application_name", "porch_ser_b"), idem.Options{}, postgres.Options{}, h)
 	var once sync.Once
 	free := func() { once.Do(func() { close(h.release) }) }
 	t.Cleanup(free)
@@ -356,7 +355,7 @@ func TestPostgresHeirGetsTheKeyConnection(t *testing.T) {
 		}
 		w.WriteHeader(http.StatusCreated)
 	})
-	in := newPGMiddleware(t, pgtest.DSN(t), idem.Options{}, store.Options{KeyConns: 1}, h)
+	in := newPGMiddleware(t, pgtest.DSN(t), idem.Options{}, postgres.Options{KeyConns: 1}, h)
 	for i := range 10 {
 		key := fmt.Sprintf("heir-%d", i)
 		owner := make(chan int, 1)

@@ -25,7 +25,7 @@ const slowExec = `INSERT INTO ledger (id) SELECT 'slow-' || count(*) FROM
 // On SQLite every write of the process goes through one committer, so an
 // owner's slow statement held up every limiter hit behind it: one that ran
 // 6.4 s made every unrelated request wait 6.4 s. With the exec budget the
-// statement is interrupted after store.DefaultExecBudget, its request is
+// statement is interrupted after sqlite.DefaultExecBudget, its request is
 // 500 …/idempotency-write-failed with nothing stored, and limiter hits on
 // other keys, started while it runs, wait at most about one budget.
 //

@@ -38,7 +38,7 @@ var ErrNoOwner = errors.New("idem: the request does not own an idempotency key")
 // and DELETE on the application's own tables. Any schema change (CREATE,
 // DROP, ALTER, temporary objects included), PRAGMA, ATTACH, a write to a
 // porch_* or sqlite_* table and load_extension are refused, and the
-// owner's statements together must finish within store.Options.ExecBudget
+// owner's statements together must finish within sqlite.Options.ExecBudget
 // (50 ms by default) or are interrupted. Either way only this request
 // fails, as above: 500, nothing stored.
 //

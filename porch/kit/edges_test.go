@@ -14,7 +14,6 @@ import (
 	"github.com/writeonce/porch-go/porch/idem"
 	"github.com/writeonce/porch-go/porch/kit"
 	"github.com/writeonce/porch-go/porch/rate"
-	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/sqlite"
 )
 
@@ -23,8 +22,8 @@ import (
 // panicking; and Limit on the closed kit panics with porch.ErrClosed.
 func TestKitProbes(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "app.db")
-	k := kit.Must(kit.Open(sqlite.Open(path, store.Options{})))
-	if _, err := kit.Open(sqlite.Open(path, store.Options{})); err == nil {
+	k := kit.Must(kit.Open(sqlite.Open(path, sqlite.Options{})))
+	if _, err := kit.Open(sqlite.Open(path, sqlite.Options{})); err == nil {
 		t.Errorf("a second kit on the same file opened")
 	} else {
 		t.Logf("second opener: %v", err)
@@ -78,7 +77,7 @@ func TestKitProbes(t *testing.T) {
 // within the minute.
 func TestTwoLimitsCountApartAcrossRestarts(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "app.db")
-	k := kit.Must(kit.Open(sqlite.Open(path, store.Options{})))
+	k := kit.Must(kit.Open(sqlite.Open(path, sqlite.Options{})))
 	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})
 	a, b := k.Limit(5, time.Minute)(ok), k.Limit(5, time.Minute)(ok)
 	hit := func(h http.Handler) int {
@@ -101,7 +100,7 @@ func TestTwoLimitsCountApartAcrossRestarts(t *testing.T) {
 	if err := k.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	k2 := kit.Must(kit.Open(sqlite.Open(path, store.Options{})))
+	k2 := kit.Must(kit.Open(sqlite.Open(path, sqlite.Options{})))
 	defer k2.Close(context.Background())
 	a2 := k2.Limit(5, time.Minute)(ok)
 	for range 5 {

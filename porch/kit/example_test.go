@@ -12,7 +12,6 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/writeonce/porch-go/porch/kit"
-	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/sqlite"
 )
 
@@ -22,7 +21,7 @@ func Example() {
 	dir, _ := os.MkdirTemp("", "porch-kit")
 	defer os.RemoveAll(dir)
 
-	k := kit.Must(kit.Open(sqlite.Open(filepath.Join(dir, "app.db"), store.Options{})))
+	k := kit.Must(kit.Open(sqlite.Open(filepath.Join(dir, "app.db"), sqlite.Options{})))
 	defer k.Close(context.Background())
 	r := chi.NewRouter()
 	r.Use(k.Limit(2, time.Minute))

@@ -2,7 +2,7 @@
 // store, hands out limiters and idempotency middlewares built on them, and
 // closes everything in the one order that loses nothing.
 //
-//	k := kit.Must(kit.Open(sqlite.Open("app.db", store.Options{})))
+//	k := kit.Must(kit.Open(sqlite.Open("app.db", sqlite.Options{})))
 //	defer k.Close(context.Background())
 //	r.Use(k.Limit(100, time.Minute))
 //

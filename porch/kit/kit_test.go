@@ -14,7 +14,6 @@ import (
 	"github.com/writeonce/porch-go/porch/idem"
 	"github.com/writeonce/porch-go/porch/kit"
 	"github.com/writeonce/porch-go/porch/rate"
-	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/sqlite"
 )
 
@@ -24,7 +23,7 @@ import (
 // count is lost or the close fails.
 func TestCloseLeavesExactCounts(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "app.db")
-	k := kit.Must(kit.Open(sqlite.Open(path, store.Options{})))
+	k := kit.Must(kit.Open(sqlite.Open(path, sqlite.Options{})))
 	lim, err := k.Limiter(10, time.Hour, rate.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -44,7 +43,7 @@ func TestCloseLeavesExactCounts(t *testing.T) {
 		t.Errorf("Limiter after Close: %v, want porch.ErrClosed", err)
 	}
 
-	k2 := kit.Must(kit.Open(sqlite.Open(path, store.Options{})))
+	k2 := kit.Must(kit.Open(sqlite.Open(path, sqlite.Options{})))
 	defer k2.Close(context.Background())
 	lim2, err := k2.Limiter(10, time.Hour, rate.Options{})
 	if err != nil {
@@ -61,7 +60,7 @@ func TestCloseLeavesExactCounts(t *testing.T) {
 // Open passes a driver's error through, and Must panics with it.
 func TestOpenPassesTheDriversError(t *testing.T) {
 	bad := filepath.Join(t.TempDir(), "missing", "dir", "app.db")
-	_, err := kit.Open(sqlite.Open(bad, store.Options{}))
+	_, err := kit.Open(sqlite.Open(bad, sqlite.Options{}))
 	if err == nil {
 		t.Fatal("Open on an unopenable path: nil error")
 	}
@@ -70,13 +69,13 @@ func TestOpenPassesTheDriversError(t *testing.T) {
 			t.Errorf("Must panicked with %q, want the driver's error %q", p, err)
 		}
 	}()
-	kit.Must(kit.Open(sqlite.Open(bad, store.Options{})))
+	kit.Must(kit.Open(sqlite.Open(bad, sqlite.Options{})))
 }
 
 // A Kit without keys refuses idempotency with ErrNoStore, one without
 // counters refuses limiters; New with both on one store closes it once.
 func TestNewWithoutAStore(t *testing.T) {
-	st, err := sqlite.Open(filepath.Join(t.TempDir(), "app.db"), store.Options{})
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "app.db"), sqlite.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +93,7 @@ func TestNewWithoutAStore(t *testing.T) {
 	if err := counters.Close(context.Background()); err == nil {
 		t.Log("the store closed twice without an error") // sqlite.Store.Close is idempotent
 	}
-	both := kit.Must(kit.Open(sqlite.Open(filepath.Join(t.TempDir(), "b.db"), store.Options{})))
+	both := kit.Must(kit.Open(sqlite.Open(filepath.Join(t.TempDir(), "b.db"), sqlite.Options{})))
 	m, err := both.Idempotency(idem.Options{})
 	if err != nil {
 		t.Fatal(err)

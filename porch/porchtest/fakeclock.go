@@ -4,7 +4,7 @@
 // what porch tells it.
 //
 //	clk := porchtest.NewFakeClock(time.Date(2026, 8, 29, 12, 0, 0, 0, time.UTC))
-//	st, err := sqlite.Open(filepath.Join(t.TempDir(), "app.db"), store.Options{Clock: clk})
+//	st, err := sqlite.Open(filepath.Join(t.TempDir(), "app.db"), sqlite.Options{Options: store.Options{Clock: clk}})
 //	...
 //	clk.Advance(time.Minute) // the window closes, without a sleep
 package porchtest

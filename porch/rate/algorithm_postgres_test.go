@@ -12,7 +12,6 @@ import (
 	"github.com/writeonce/porch-go/internal/pgtest"
 	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/rate"
-	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/postgres"
 )
 
@@ -20,7 +19,7 @@ func r16PGInstance(t *testing.T, dsn string, limit int, window time.Duration, o 
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	st, err := postgres.Open(ctx, dsn, store.Options{})
+	st, err := postgres.Open(ctx, dsn, postgres.Options{})
 	if err != nil {
 		t.Fatalf("open postgres: %v", err)
 	}

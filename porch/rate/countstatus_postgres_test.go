@@ -8,7 +8,6 @@ import (
 	"github.com/writeonce/porch-go/internal/pgtest"
 	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/rate"
-	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/driver"
 	"github.com/writeonce/porch-go/porch/store/postgres"
 )
@@ -19,7 +18,7 @@ func openShared(t testing.TB, dsn string, limit int, window time.Duration, opt r
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	st, err := postgres.Open(ctx, dsn, store.Options{})
+	st, err := postgres.Open(ctx, dsn, postgres.Options{})
 	if err != nil {
 		t.Fatalf("open postgres: %v", err)
 	}

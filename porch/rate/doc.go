@@ -32,7 +32,7 @@
 // (porch/metrics/prom) implements [Observer].
 //
 //	pool := porch.NewPool(porch.PoolOptions{})
-//	st, _ := sqlite.Open("app.db", store.Options{})
+//	st, _ := sqlite.Open("app.db", sqlite.Options{})
 //	lim, err := rate.New(pool, st, 100, time.Minute, rate.Options{})
 //	if err != nil { ... }
 //	r := chi.NewRouter()
@@ -50,7 +50,9 @@
 // "rate: " message, before any I/O: a nil pool or store, a store that keeps
 // no counters, a limit below 1 or above MaxLimit, a window under a
 // millisecond or above MaxWindow, an Options.Name that a counter key or a
-// header cannot hold. An error is
+// header cannot hold, an option the store would ignore (Options.Lease and
+// Options.RefusalCacheFor are for a shared store, Options.WriteAhead for
+// SQLite). An error is
 // returned only for what the store answers: the policy refused
 // (store.ErrPolicyConflict), or the store failing to record the policy or
 // to load the open windows. Past New the limiter does not panic: a hit it

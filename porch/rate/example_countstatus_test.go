@@ -12,7 +12,6 @@ import (
 	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/kit"
 	"github.com/writeonce/porch-go/porch/rate"
-	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/sqlite"
 )
 
@@ -23,7 +22,7 @@ import (
 func ExampleOptions_countStatus() {
 	dir, _ := os.MkdirTemp("", "porch-example")
 	defer os.RemoveAll(dir)
-	k := kit.Must(kit.Open(sqlite.Open(filepath.Join(dir, "app.db"), store.Options{})))
+	k := kit.Must(kit.Open(sqlite.Open(filepath.Join(dir, "app.db"), sqlite.Options{})))
 	defer k.Close(context.Background()) // the limiters, the pool, the store: in that order
 
 	logins, err := k.Limiter(3, time.Hour, rate.Options{

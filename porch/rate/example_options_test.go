@@ -16,7 +16,6 @@ import (
 	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/kit"
 	"github.com/writeonce/porch-go/porch/rate"
-	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/sqlite"
 )
 
@@ -26,7 +25,7 @@ import (
 func ExampleOptions_keyFunc() {
 	dir, _ := os.MkdirTemp("", "porch-example")
 	defer os.RemoveAll(dir)
-	k := kit.Must(kit.Open(sqlite.Open(filepath.Join(dir, "app.db"), store.Options{})))
+	k := kit.Must(kit.Open(sqlite.Open(filepath.Join(dir, "app.db"), sqlite.Options{})))
 	defer k.Close(context.Background()) // the limiters, the pool, the store: in that order
 	userRoute := porch.JoinKeys(porch.KeyByHeader("X-User-Id"), porch.KeyByRoute)
 	lim, err := k.Limiter(1, time.Minute, rate.Options{
@@ -77,7 +76,7 @@ func ExampleOptions_keyFunc() {
 func ExampleOptions_weight() {
 	dir, _ := os.MkdirTemp("", "porch-example")
 	defer os.RemoveAll(dir)
-	k := kit.Must(kit.Open(sqlite.Open(filepath.Join(dir, "app.db"), store.Options{})))
+	k := kit.Must(kit.Open(sqlite.Open(filepath.Join(dir, "app.db"), sqlite.Options{})))
 	defer k.Close(context.Background()) // the limiters, the pool, the store: in that order
 	lim, err := k.Limiter(100, time.Minute, rate.Options{
 		Weight: func(r *http.Request) int {
@@ -111,7 +110,7 @@ func ExampleOptions_weight() {
 func ExampleLimiter_AllowN() {
 	dir, _ := os.MkdirTemp("", "porch-example")
 	defer os.RemoveAll(dir)
-	k := kit.Must(kit.Open(sqlite.Open(filepath.Join(dir, "app.db"), store.Options{})))
+	k := kit.Must(kit.Open(sqlite.Open(filepath.Join(dir, "app.db"), sqlite.Options{})))
 	defer k.Close(context.Background()) // the limiters, the pool, the store: in that order
 	lim, err := k.Limiter(10, time.Minute, rate.Options{})
 	if err != nil {
@@ -136,7 +135,7 @@ func ExampleLimiter_AllowN() {
 func ExampleOptions_dryRun() {
 	dir, _ := os.MkdirTemp("", "porch-example")
 	defer os.RemoveAll(dir)
-	k := kit.Must(kit.Open(sqlite.Open(filepath.Join(dir, "app.db"), store.Options{})))
+	k := kit.Must(kit.Open(sqlite.Open(filepath.Join(dir, "app.db"), sqlite.Options{})))
 	defer k.Close(context.Background()) // the limiters, the pool, the store: in that order
 	lim, err := k.Limiter(1, time.Minute, rate.Options{DryRun: true})
 	if err != nil {

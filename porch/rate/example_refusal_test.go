@@ -9,7 +9,6 @@ import (
 	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/kit"
 	"github.com/writeonce/porch-go/porch/rate"
-	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/postgres"
 )
 
@@ -19,7 +18,7 @@ import (
 // bound passes. (Compiled only: it needs a database.)
 func ExampleOptions_refusalCacheFor() {
 	ctx := context.Background()
-	st, err := postgres.Open(ctx, os.Getenv("DATABASE_URL"), store.Options{})
+	st, err := postgres.Open(ctx, os.Getenv("DATABASE_URL"), postgres.Options{})
 	if err != nil {
 		panic(err)
 	}

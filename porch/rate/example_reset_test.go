@@ -9,7 +9,6 @@ import (
 
 	"github.com/writeonce/porch-go/porch/kit"
 	"github.com/writeonce/porch-go/porch/rate"
-	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/sqlite"
 )
 
@@ -19,7 +18,7 @@ import (
 func ExampleLimiter_Reset() {
 	dir, _ := os.MkdirTemp("", "porch-example")
 	defer os.RemoveAll(dir)
-	k := kit.Must(kit.Open(sqlite.Open(filepath.Join(dir, "app.db"), store.Options{})))
+	k := kit.Must(kit.Open(sqlite.Open(filepath.Join(dir, "app.db"), sqlite.Options{})))
 	defer k.Close(context.Background()) // the limiters, the pool, the store: in that order
 	failures, err := k.Limiter(3, 15*time.Minute, rate.Options{Name: "login-failures"})
 	if err != nil {
@@ -61,7 +60,7 @@ func ExampleLimiter_Reset() {
 func ExampleLimiter_Peek() {
 	dir, _ := os.MkdirTemp("", "porch-example")
 	defer os.RemoveAll(dir)
-	k := kit.Must(kit.Open(sqlite.Open(filepath.Join(dir, "app.db"), store.Options{})))
+	k := kit.Must(kit.Open(sqlite.Open(filepath.Join(dir, "app.db"), sqlite.Options{})))
 	defer k.Close(context.Background()) // the limiters, the pool, the store: in that order
 	lim, err := k.Limiter(10, time.Minute, rate.Options{})
 	if err != nil {

@@ -31,7 +31,7 @@ func ExampleNew() {
 	}
 	defer os.RemoveAll(dir)
 	clock := porchtest.NewFakeClock(time.Date(2026, 8, 29, 12, 0, 0, 0, time.UTC))
-	st, err := sqlite.Open(filepath.Join(dir, "app.db"), store.Options{Clock: clock})
+	st, err := sqlite.Open(filepath.Join(dir, "app.db"), sqlite.Options{Options: store.Options{Clock: clock}})
 	if err != nil {
 		panic(err)
 	}
@@ -71,7 +71,7 @@ func ExampleAll() {
 	dir, _ := os.MkdirTemp("", "porch-example")
 	defer os.RemoveAll(dir)
 	clock := porchtest.NewFakeClock(time.Date(2026, 8, 29, 12, 0, 0, 0, time.UTC))
-	k := kit.Must(kit.Open(sqlite.Open(filepath.Join(dir, "app.db"), store.Options{Clock: clock})))
+	k := kit.Must(kit.Open(sqlite.Open(filepath.Join(dir, "app.db"), sqlite.Options{Options: store.Options{Clock: clock}})))
 	defer k.Close(context.Background()) // the limiters, the pool, the store: in that order
 
 	burst, err := k.Limiter(2, time.Minute, rate.Options{Name: "burst"})
@@ -121,7 +121,7 @@ func ExampleAll() {
 func ExampleOptions() {
 	dir, _ := os.MkdirTemp("", "porch-example")
 	defer os.RemoveAll(dir)
-	k := kit.Must(kit.Open(sqlite.Open(filepath.Join(dir, "app.db"), store.Options{})))
+	k := kit.Must(kit.Open(sqlite.Open(filepath.Join(dir, "app.db"), sqlite.Options{})))
 	defer k.Close(context.Background()) // the limiters, the pool, the store: in that order
 
 	lim, err := k.Limiter(1, time.Minute, rate.Options{

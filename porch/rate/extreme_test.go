@@ -14,7 +14,6 @@ import (
 	"github.com/writeonce/porch-go/internal/pgtest"
 	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/rate"
-	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/postgres"
 )
 
@@ -132,7 +131,7 @@ func openPostgres(t *testing.T, dsn string) (*postgres.Store, *porch.Pool) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	st, err := postgres.Open(ctx, dsn, store.Options{})
+	st, err := postgres.Open(ctx, dsn, postgres.Options{})
 	if err != nil {
 		t.Fatalf("open postgres: %v", err)
 	}

@@ -52,7 +52,7 @@ func newRig(t *testing.T, limit int, window time.Duration, o rigOptions) *rig {
 	if o.clock == nil {
 		o.clock = porchtest.NewFakeClock(t0)
 	}
-	st, err := sqlite.Open(o.path, store.Options{Clock: o.clock})
+	st, err := sqlite.Open(o.path, sqlite.Options{Options: store.Options{Clock: o.clock}})
 	if err != nil {
 		t.Fatalf("open store: %v", err)
 	}

@@ -139,7 +139,7 @@ func countHostileAmongGood(t *testing.T, lim *rate.Limiter, limit, good int) {
 // the batch with it (issue 15). CommitDelay holds each commit long enough
 // for the next batch to gather many keys.
 func TestHostileKeysFailOnlyThemselvesPostgres(t *testing.T) {
-	st, err := postgres.Open(context.Background(), pgtest.DSN(t), store.Options{CommitDelay: 20 * time.Millisecond})
+	st, err := postgres.Open(context.Background(), pgtest.DSN(t), postgres.Options{Options: store.Options{CommitDelay: 20 * time.Millisecond}})
 	if err != nil {
 		t.Fatalf("open postgres: %v", err)
 	}
@@ -150,7 +150,7 @@ func TestHostileKeysFailOnlyThemselvesPostgres(t *testing.T) {
 // the counts come back, key for key, after a restart.
 func TestHostileKeysFailOnlyThemselvesSQLite(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "porch.db")
-	st, err := sqlite.Open(path, store.Options{CommitDelay: 20 * time.Millisecond})
+	st, err := sqlite.Open(path, sqlite.Options{Options: store.Options{CommitDelay: 20 * time.Millisecond}})
 	if err != nil {
 		t.Fatalf("open sqlite: %v", err)
 	}
@@ -167,7 +167,7 @@ func TestHostileKeysFailOnlyThemselvesSQLite(t *testing.T) {
 		t.Fatalf("close store: %v", err)
 	}
 
-	st, err = sqlite.Open(path, store.Options{})
+	st, err = sqlite.Open(path, sqlite.Options{})
 	if err != nil {
 		t.Fatalf("reopen sqlite: %v", err)
 	}
@@ -198,13 +198,13 @@ func FuzzKeyBytes(f *testing.F) {
 	f.Add(strings.Repeat("k", 256-len(principalPrefix)-2), strings.Repeat("k", 257-len(principalPrefix)-2))
 	f.Add("same", "same")
 
-	sq, err := sqlite.Open(filepath.Join(f.TempDir(), "porch.db"), store.Options{})
+	sq, err := sqlite.Open(filepath.Join(f.TempDir(), "porch.db"), sqlite.Options{})
 	if err != nil {
 		f.Fatalf("open sqlite: %v", err)
 	}
 	lims := map[string]*rate.Limiter{"sqlite": fuzzLimiter(f, sq)}
 	if os.Getenv(pgtest.EnvDSN) != "" || os.Getenv("PORCH_REQUIRE_POSTGRES") != "" {
-		pg, err := postgres.Open(context.Background(), pgtest.DSN(f), store.Options{})
+		pg, err := postgres.Open(context.Background(), pgtest.DSN(f), postgres.Options{})
 		if err != nil {
 			f.Fatalf("open postgres: %v", err)
 		}

@@ -112,8 +112,10 @@ type Options struct {
 	// once. A cached refusal is answered with the verdict the store gave
 	// (its Retry-After counting down to the same RetryAt) and observed as
 	// Limited. If zero, DefaultRefusalCacheFor (1s); negative asks the
-	// store every time. A store that is its counters' only writer (SQLite)
-	// decides in memory already, and ignores it.
+	// store every time. It is for a shared store only: a store that is its
+	// counters' only writer (SQLite, memory) decides every hit in memory
+	// already, and New panics if it is set, to any non-zero value, with
+	// one.
 	//
 	// The cache holds a 16-byte digest of each refused key, never the key,
 	// so a client that picks long principals costs it no more than one
@@ -130,7 +132,10 @@ type Options struct {
 	// bound has committed. A crash can then over-count a key by up to this
 	// many (the safe side for a limiter: a client may be refused early,
 	// never served beyond its limit); Close writes the exact counts. If
-	// zero, DefaultWriteAhead; negative writes every hit exactly.
+	// zero, DefaultWriteAhead; negative writes every hit exactly. A shared
+	// store (PostgreSQL, Redis) decides every hit itself, and New panics
+	// if it is set, to any non-zero value, with one: Lease is its way to
+	// count a busy key ahead.
 	WriteAhead int
 	// Lease lets a limiter on a shared store (PostgreSQL, Redis) count a
 	// busy key's hits ahead, as WriteAhead does on SQLite: once a key hits
@@ -153,8 +158,10 @@ type Options struct {
 	// hit is decided by the store. GCRA counts every hit in the store (a
 	// lease's hits would be answered later than the store counted them,
 	// which a token bucket would see as a burst): New panics if Lease is
-	// set with it. A store that is its counters' only writer (SQLite)
-	// ignores it. New panics if it is negative or above MaxLimit.
+	// set with it. It is for a shared store only: New panics if it is set
+	// with a store that is its counters' only writer (SQLite, memory),
+	// which counts in memory already and writes ahead instead
+	// (WriteAhead). New panics too if it is negative or above MaxLimit.
 	Lease int
 	// LimitResponse, if set, renders the answer to a request over its
 	// limit in place of the problem+json 429, as httprate's
@@ -278,6 +285,10 @@ const MaxWindow = algorithm.MaxWindow
 // one the algorithm refuses (see Options.Burst) panics too, and so does an
 // Options.Lease that is negative, over MaxLimit or set with an algorithm
 // that counts every hit in the store (GCRA).
+// So does an option the store would ignore: Options.Lease or
+// Options.RefusalCacheFor with a store that is its counters' only writer
+// (SQLite, memory), Options.WriteAhead with a shared store (PostgreSQL,
+// Redis).
 func New(pool *porch.Pool, st driver.Counters, limit int, window time.Duration, opt Options) (*Limiter, error) {
 	l := newLimiter(pool, st, limit, window, opt)
 	if err := l.open(); err != nil {
@@ -340,6 +351,11 @@ func newLimiter(pool *porch.Pool, st driver.Counters, limit int, window time.Dur
 	if opt.Lease != 0 && !alg.Leases() {
 		panic(fmt.Sprintf("rate: New expects Options.Lease with %s, not %s", algorithm.NamesIf(algorithm.Algorithm.Leases), opt.Algorithm))
 	}
+	_, exclusive := st.(driver.ExclusiveCounters)
+	if _, shared := st.(driver.SharedCounters); !exclusive && !shared {
+		panic(fmt.Sprintf("rate: New expects a store with counters (driver.ExclusiveCounters or driver.SharedCounters), got %T", st))
+	}
+	checkStoreOptions(opt, st, exclusive)
 	ahead := int64(opt.WriteAhead)
 	switch {
 	case ahead == 0:
@@ -361,15 +377,35 @@ func newLimiter(pool *porch.Pool, st driver.Counters, limit int, window time.Dur
 	l.policyValue = []string{l.policy}
 	l.rateLimitPrefix = `"` + opt.Name + `";r=`
 	l.calls.New = l.newCall
-	switch c := st.(type) {
-	case driver.ExclusiveCounters:
-		l.counting = newLocal(l, c)
-	case driver.SharedCounters:
-		l.counting = newShared(l, c)
-	default:
-		panic(fmt.Sprintf("rate: New expects a store with counters (driver.ExclusiveCounters or driver.SharedCounters), got %T", st))
+	if exclusive {
+		l.counting = newLocal(l, st.(driver.ExclusiveCounters))
+	} else {
+		l.counting = newShared(l, st.(driver.SharedCounters))
 	}
 	return l
+}
+
+// checkStoreOptions panics on an option that st's kind of store would
+// ignore: Lease and RefusalCacheFor save round trips to a shared store,
+// WriteAhead saves writes of counts held in memory. Set on the other kind
+// they would change nothing, and a limiter that silently runs without what
+// its caller asked for is a configuration bug found in production. Zero is
+// "not set" and fits every store; a negative value asks for a behaviour
+// (no cache, exact writes) that only its own kind has, so it is refused
+// on the other too.
+func checkStoreOptions(opt Options, st driver.Counters, exclusive bool) {
+	if exclusive {
+		if opt.Lease != 0 {
+			panic(fmt.Sprintf("rate: New expects Options.Lease only with a shared store (PostgreSQL, Redis), got Lease %d with %T, its counters' only writer: it counts in memory already, and writes ahead instead (Options.WriteAhead)", opt.Lease, st))
+		}
+		if opt.RefusalCacheFor != 0 {
+			panic(fmt.Sprintf("rate: New expects Options.RefusalCacheFor only with a shared store (PostgreSQL, Redis), got %s with %T, its counters' only writer: it decides every hit in memory, with no round trip for a cache to save", opt.RefusalCacheFor, st))
+		}
+		return
+	}
+	if opt.WriteAhead != 0 {
+		panic(fmt.Sprintf("rate: New expects Options.WriteAhead only with a store that is its counters' only writer (SQLite, memory), got WriteAhead %d with %T, a shared store: it decides every hit itself, and counts a busy key ahead with Options.Lease instead", opt.WriteAhead, st))
+	}
 }
 
 // validName reports whether name can go into a counter key and a header

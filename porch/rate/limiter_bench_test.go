@@ -29,7 +29,7 @@ const benchLimit = 1_000_000_000
 // does it.
 func benchLimiter(b *testing.B) (*rate.Limiter, *sqlite.Store) {
 	b.Helper()
-	st, err := sqlite.Open(filepath.Join(b.TempDir(), "porch.db"), store.Options{})
+	st, err := sqlite.Open(filepath.Join(b.TempDir(), "porch.db"), sqlite.Options{})
 	if err != nil {
 		b.Fatalf("open store: %v", err)
 	}

@@ -19,7 +19,6 @@ import (
 	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/porchtest"
 	"github.com/writeonce/porch-go/porch/rate"
-	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/driver"
 	"github.com/writeonce/porch-go/porch/store/sqlite"
 )
@@ -31,7 +30,7 @@ type noCounters struct{ driver.Counters }
 // A programming error in New's arguments panics at construction, with a
 // message that names it, before any I/O; it is never found by a request.
 func TestNewPanicsOnBadConfig(t *testing.T) {
-	st, err := sqlite.Open(filepath.Join(t.TempDir(), "porch.db"), store.Options{})
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "porch.db"), sqlite.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

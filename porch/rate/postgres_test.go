@@ -40,7 +40,7 @@ func openInstance(t *testing.T, dsn string, limit int, window time.Duration) (*i
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	st, err := postgres.Open(ctx, dsn, store.Options{})
+	st, err := postgres.Open(ctx, dsn, postgres.Options{})
 	if err != nil {
 		t.Fatalf("open postgres: %v", err)
 	}

@@ -26,7 +26,7 @@ type internalRig struct {
 func newInternalRig(t *testing.T, actors, limit int, window time.Duration) internalRig {
 	t.Helper()
 	clock := &stepClock{wall: t0}
-	st, err := sqlite.Open(filepath.Join(t.TempDir(), "porch.db"), store.Options{Clock: clock})
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "porch.db"), sqlite.Options{Options: store.Options{Clock: clock}})
 	if err != nil {
 		t.Fatal(err)
 	}

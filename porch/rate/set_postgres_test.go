@@ -12,7 +12,6 @@ import (
 	"github.com/writeonce/porch-go/internal/pgtest"
 	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/rate"
-	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/postgres"
 )
 
@@ -22,7 +21,7 @@ func newPostgresSet(t *testing.T, burst, hourly int) (*postgres.Store, []*rate.L
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	st, err := postgres.Open(ctx, pgtest.DSN(t), store.Options{})
+	st, err := postgres.Open(ctx, pgtest.DSN(t), postgres.Options{})
 	if err != nil {
 		t.Fatalf("open postgres: %v", err)
 	}

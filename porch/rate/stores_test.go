@@ -38,7 +38,7 @@ func TestLimiterOnStores(t *testing.T) {
 		testLimiterOnStores(t, storeHarness{
 			DB: func(t *testing.T) string { return filepath.Join(t.TempDir(), "porch.db") },
 			Open: func(t *testing.T, db string) driver.Counters {
-				st, err := sqlite.Open(db, store.Options{})
+				st, err := sqlite.Open(db, sqlite.Options{})
 				if err != nil {
 					t.Fatalf("sqlite.Open: %v", err)
 				}
@@ -52,7 +52,7 @@ func TestLimiterOnStores(t *testing.T) {
 			Open: func(t *testing.T, dsn string) driver.Counters {
 				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 				defer cancel()
-				st, err := postgres.Open(ctx, dsn, store.Options{})
+				st, err := postgres.Open(ctx, dsn, postgres.Options{})
 				if err != nil {
 					t.Fatalf("postgres.Open: %v", err)
 				}

@@ -103,7 +103,7 @@ func TestToyAlgorithmCountersSuite(t *testing.T) {
 		{"SQLite", storetest.Harness{
 			DB: func(t *testing.T) string { return filepath.Join(t.TempDir(), "porch.db") },
 			Open: func(t *testing.T, db string) driver.Counters {
-				st, err := sqlite.Open(db, store.Options{})
+				st, err := sqlite.Open(db, sqlite.Options{})
 				if err != nil {
 					t.Fatalf("sqlite.Open: %v", err)
 				}
@@ -124,7 +124,7 @@ func TestToyAlgorithmCountersSuite(t *testing.T) {
 		{"PostgreSQL", storetest.Harness{
 			DB: func(t *testing.T) string { return pgtest.DSN(t) },
 			Open: func(t *testing.T, dsn string) driver.Counters {
-				st, err := postgres.Open(context.Background(), dsn, store.Options{})
+				st, err := postgres.Open(context.Background(), dsn, postgres.Options{})
 				if err != nil {
 					t.Fatalf("postgres.Open: %v", err)
 				}
@@ -161,7 +161,7 @@ func TestToyAlgorithmLimiter(t *testing.T) {
 	clock := &stepClock{wall: t0.Add(10 * time.Minute)} // t0 is on the hour: 50 minutes left
 	db := filepath.Join(t.TempDir(), "porch.db")
 	open := func() (*Limiter, func()) {
-		st, err := sqlite.Open(db, store.Options{Clock: clock})
+		st, err := sqlite.Open(db, sqlite.Options{Options: store.Options{Clock: clock}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -24,7 +24,7 @@ const benchWriters = 32
 // ends.
 func benchSQLite(b *testing.B) *sqlite.Store {
 	b.Helper()
-	s, err := sqlite.Open(filepath.Join(b.TempDir(), "porch.db"), store.Options{})
+	s, err := sqlite.Open(filepath.Join(b.TempDir(), "porch.db"), sqlite.Options{})
 	if err != nil {
 		b.Fatalf("open store: %v", err)
 	}
@@ -108,7 +108,7 @@ func BenchmarkAddHit(b *testing.B) {
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			ctx := context.Background()
-			p, err := postgres.Open(ctx, pgtest.DSN(b), store.Options{})
+			p, err := postgres.Open(ctx, pgtest.DSN(b), postgres.Options{})
 			if err != nil {
 				b.Fatalf("open postgres: %v", err)
 			}

@@ -40,8 +40,8 @@
 // one shared probe write when the store is idle, so a health endpoint can
 // poll it without queueing a write per call.
 //
-//	st, err := sqlite.Open("app.db", store.Options{})
-//	// or: st, err := postgres.Open(ctx, dsn, store.Options{})
+//	st, err := sqlite.Open("app.db", sqlite.Options{})
+//	// or: st, err := postgres.Open(ctx, dsn, postgres.Options{})
 //	if err != nil { ... }
 //	defer st.Close(context.Background())
 //	limiter, err := rate.New(pool, st, 100, time.Minute, rate.Options{})

@@ -41,7 +41,7 @@ type healthBackend struct {
 var healthBackends = []healthBackend{
 	{"sqlite", func(t *testing.T) healthRig {
 		clock := porchtest.NewFakeClock(wall0)
-		s, err := sqlite.Open(filepath.Join(t.TempDir(), "porch.db"), store.Options{Clock: clock})
+		s, err := sqlite.Open(filepath.Join(t.TempDir(), "porch.db"), sqlite.Options{Options: store.Options{Clock: clock}})
 		if err != nil {
 			t.Fatalf("sqlite.Open: %v", err)
 		}
@@ -79,7 +79,7 @@ var healthBackends = []healthBackend{
 		clock := porchtest.NewFakeClock(wall0)
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		p, err := postgres.Open(ctx, dsn, store.Options{Clock: clock})
+		p, err := postgres.Open(ctx, dsn, postgres.Options{Options: store.Options{Clock: clock}})
 		if err != nil {
 			t.Fatalf("postgres.Open: %v", err)
 		}

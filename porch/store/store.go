@@ -17,11 +17,6 @@ var (
 	// query): its transaction was rolled back, so neither its writes nor its
 	// response were stored. The statement's error is wrapped with it.
 	ErrWriteFailed = errors.New("store: the owner's write failed; nothing was stored")
-	// ErrExecBudget is wrapped, with ErrWriteFailed, in the error of an
-	// owner's statement that ran past Options.ExecBudget: SQLite
-	// interrupted it, or it finished late, in a step SQLite cannot
-	// interrupt, and was rolled back. Either way nothing of it is stored.
-	ErrExecBudget = errors.New("store: the statement ran past its time budget (store.Options.ExecBudget)")
 	// ErrKeyHeld is returned by a store's Inspect and Forget (through
 	// idem's Lookup and Forget) while an owner, in any process sharing the
 	// store, holds the key: its response is not known yet, and must not be

@@ -28,10 +28,11 @@ type backend interface {
 // openBackend opens porch's SQL store, SQLite by default or PostgreSQL
 // with -postgres, and returns it with a database/sql handle on the same
 // database for the shop's own tables, whose schema it has created.
+// -key-conns is PostgreSQL's alone: SQLite holds keys in memory, so on it
+// the flag has no option to set.
 func openBackend(ctx context.Context, cfg config, opt store.Options) (backend, *sql.DB, error) {
-	opt.KeyConns = cfg.keyConns
 	if cfg.postgres == "" {
-		st, err := sqlite.Open(cfg.db, opt)
+		st, err := sqlite.Open(cfg.db, sqlite.Options{Options: opt})
 		if err != nil {
 			return nil, nil, err
 		}
@@ -41,7 +42,7 @@ func openBackend(ctx context.Context, cfg config, opt store.Options) (backend, *
 		}
 		return st, st.DB(), nil
 	}
-	st, err := postgres.Open(ctx, cfg.postgres, opt)
+	st, err := postgres.Open(ctx, cfg.postgres, postgres.Options{Options: opt, KeyConns: cfg.keyConns})
 	if err != nil {
 		return nil, nil, err
 	}

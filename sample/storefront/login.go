@@ -120,7 +120,7 @@ func newLoginLimiter(cfg config, pool *porch.Pool, st driver.Counters, obs rate.
 		KeyFunc:     porch.JoinKeys(loginUser, addr),
 		CountStatus: rate.Failures,
 		TrustProxy:  cfg.trustProxy, // the address-only key of a refused body
-		WriteAhead:  cfg.rateWriteAhead,
+		WriteAhead:  cfg.writeAhead(),
 		Observer:    obs,
 	})
 }

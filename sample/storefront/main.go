@@ -117,7 +117,7 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&c.rateLease, "rate-lease", 0, "with -postgres, -redis or -redis-cluster, and -rate-algorithm fixed or sliding: hits a busy client's store trip may count ahead, answered later from memory (0: every hit is decided by the store); see rate.Options.Lease")
 	fs.IntVar(&c.loginLimit, "login-limit", 5, "POST /login: failed attempts allowed per user and client address per -login-window (successes are not counted)")
 	fs.DurationVar(&c.loginWindow, "login-window", 15*time.Minute, "POST /login: the failed-attempts window (a fixed window)")
-	fs.IntVar(&c.rateWriteAhead, "rate-write-ahead", 0, "how far a stored count may run ahead of the true one (0: rate.DefaultWriteAhead; negative: write every hit exactly)")
+	fs.IntVar(&c.rateWriteAhead, "rate-write-ahead", 0, "on SQLite (without -postgres, -redis or -redis-cluster): how far a stored count may run ahead of the true one (0: rate.DefaultWriteAhead; negative: write every hit exactly); see rate.Options.WriteAhead")
 	fs.IntVar(&c.keyConns, "key-conns", 0, "with -postgres: idempotency keys held at once, one connection each (0: postgres.DefaultKeyConns)")
 	fs.BoolVar(&c.noRateLimit, "no-rate-limit", false, "serve without the rate limiter: a baseline for load runs only")
 	fs.BoolVar(&c.trustProxy, "trust-proxy", false, "key clients on X-Forwarded-For as set by one trusted proxy hop")
@@ -205,6 +205,17 @@ func parseFlags(args []string) (config, error) {
 		return c, fmt.Errorf("-max-header-bytes must not be negative, got %d", c.serve.maxHeaderBytes)
 	}
 	return c, nil
+}
+
+// writeAhead is -rate-write-ahead where the limiters count: on SQLite.
+// On PostgreSQL or Redis the store decides every hit itself, and rate.New
+// refuses a WriteAhead there; the flag has always been accepted with
+// -postgres and -redis, so it is not refused, only not passed on.
+func (c config) writeAhead() int {
+	if c.postgres != "" || c.redis.enabled() {
+		return 0
+	}
+	return c.rateWriteAhead
 }
 
 func main() {

@@ -98,7 +98,7 @@ func newShop(cfg config, m *prom.Metrics) (*porch.App, error) {
 	// there would only let one instance's unanswered attempts refuse a
 	// login on another.
 	lim, err := rate.New(pool, st.counters, cfg.rateLimit, cfg.rateWindow,
-		rate.Options{TrustProxy: cfg.trustProxy, WriteAhead: cfg.rateWriteAhead, Observer: rateObs,
+		rate.Options{TrustProxy: cfg.trustProxy, WriteAhead: cfg.writeAhead(), Observer: rateObs,
 			Algorithm: cfg.rateAlgorithm, Burst: cfg.rateBurst, Lease: cfg.rateLease})
 	if err != nil {
 		app.Close(context.Background())

@@ -114,6 +114,9 @@ func parseFlags(args []string) (config, error) {
 		return c, fmt.Errorf("-pool and -mailbox must not be negative")
 	case c.lease < 0 || (c.lease != 0 && c.algorithm == rate.GCRA):
 		return c, fmt.Errorf("-lease must not be negative, nor set with -algorithm gcra")
+	case c.lease != 0 && c.mode != "porch-postgres" && c.mode != "porch-redis" && c.mode != "porch-redis-aof":
+		// rate.New would panic: SQLite counts in memory already.
+		return c, fmt.Errorf("-lease is for -mode porch-postgres, porch-redis or porch-redis-aof, got -mode %s", c.mode)
 	case c.burst < 0 || (c.burst != 0 && c.algorithm != rate.GCRA):
 		return c, fmt.Errorf("-burst must not be negative, and needs -algorithm gcra")
 	case c.algorithm == rate.SlidingWindow && c.window%time.Millisecond != 0:

@@ -17,7 +17,7 @@ func openPostgres(ctx context.Context, dsn string, opt store.Options, app *porch
 	if err != nil {
 		return nil, err
 	}
-	pg, err := postgres.Open(ctx, schemaDSN, opt)
+	pg, err := postgres.Open(ctx, schemaDSN, postgres.Options{Options: opt})
 	if err != nil {
 		drop(ctx)
 		return nil, err

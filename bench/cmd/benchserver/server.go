@@ -115,7 +115,7 @@ func newLimiter(ctx context.Context, cfg config, app *porch.App, clk clock.Clock
 		}
 		st = pg
 	} else {
-		sq, err := sqlite.Open(cfg.db, opt)
+		sq, err := sqlite.Open(cfg.db, sqlite.Options{Options: opt})
 		if err != nil {
 			pool.Close(context.Background())
 			return nil, nil, err

@@ -182,7 +182,7 @@ func replay(path string, n int, w time.Duration, k limiterKind, s schedule) (out
 	ctx := context.Background()
 	o := outcome{firstIn: -1}
 	clk := porchtest.NewFakeClock(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC))
-	st, err := sqlite.Open(path, store.Options{Clock: clk})
+	st, err := sqlite.Open(path, sqlite.Options{Options: store.Options{Clock: clk}})
 	if err != nil {
 		return o, err
 	}

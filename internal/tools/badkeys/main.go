@@ -20,7 +20,6 @@ import (
 	"github.com/writeonce/porch-go/internal/pgschema"
 	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/rate"
-	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/postgres"
 )
 
@@ -38,7 +37,7 @@ func main() {
 		if err != nil {
 			log.Fatal(err)
 		}
-		st, err := postgres.Open(ctx, dsn, store.Options{})
+		st, err := postgres.Open(ctx, dsn, postgres.Options{})
 		if err != nil {
 			log.Fatal(err)
 		}

@@ -31,7 +31,6 @@ import (
 	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/idem"
 	"github.com/writeonce/porch-go/porch/rate"
-	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/postgres"
 )
 
@@ -95,7 +94,7 @@ func run(ctx context.Context, dsn string, out io.Writer) (err error) {
 // a limiter of 3 requests a minute and idempotency keys. orders counts the
 // handler's runs.
 func newApp(ctx context.Context, dsn string) (app *porch.App, orders *atomic.Int64, err error) {
-	st, err := postgres.Open(ctx, dsn, store.Options{})
+	st, err := postgres.Open(ctx, dsn, postgres.Options{})
 	if err != nil {
 		return nil, nil, err
 	}

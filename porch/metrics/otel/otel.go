@@ -10,7 +10,7 @@
 //
 //	m, err := otel.New(nil) // otel.GetMeterProvider(), as set up by the program
 //	pool := porch.NewPool(porch.PoolOptions{Observer: m})
-//	st, err := sqlite.Open("app.db", store.Options{Observer: m})
+//	st, err := sqlite.Open("app.db", sqlite.Options{Options: store.Options{Observer: m}})
 //	lim, err := rate.New(pool, st, 100, time.Minute, rate.Options{Name: "api", Observer: m})
 //	keys := idem.New(pool, st, idem.Options{Observer: m})
 //	r.Use(otelhttp.NewMiddleware("api")) // or any middleware that starts the request's span

@@ -59,7 +59,7 @@ func newRig(t *testing.T) *rig {
 		t.Fatal(err)
 	}
 	quiet := slog.New(slog.DiscardHandler) // the store failure below is on purpose
-	rg.st, err = sqlite.Open(filepath.Join(t.TempDir(), "app.db"), store.Options{Clock: rg.clk, Observer: m, Logger: quiet})
+	rg.st, err = sqlite.Open(filepath.Join(t.TempDir(), "app.db"), sqlite.Options{Options: store.Options{Clock: rg.clk, Observer: m, Logger: quiet}})
 	if err != nil {
 		t.Fatal(err)
 	}

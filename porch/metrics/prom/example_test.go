@@ -27,7 +27,7 @@ func Example() {
 	reg := prometheus.NewRegistry()
 	m := prom.New(reg)
 	pool := porch.NewPool(porch.PoolOptions{Observer: m})
-	st, err := sqlite.Open(filepath.Join(dir, "app.db"), store.Options{Observer: m})
+	st, err := sqlite.Open(filepath.Join(dir, "app.db"), sqlite.Options{Options: store.Options{Observer: m}})
 	if err != nil {
 		panic(err)
 	}

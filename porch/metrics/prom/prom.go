@@ -8,7 +8,7 @@
 //	reg := prometheus.NewRegistry()
 //	m := prom.New(reg)
 //	pool := porch.NewPool(porch.PoolOptions{Observer: m})
-//	st, err := sqlite.Open("app.db", store.Options{Observer: m})
+//	st, err := sqlite.Open("app.db", sqlite.Options{Options: store.Options{Observer: m}})
 //	lim, err := rate.New(pool, st, 100, time.Minute, rate.Options{Observer: m})
 //	keys := idem.New(pool, st, idem.Options{Observer: m})
 //	go http.ListenAndServe("127.0.0.1:9090", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))

@@ -29,10 +29,12 @@ var (
 	// Release has ended it.
 	ErrReleased = errors.New("store: reservation already ended")
 	// ErrNoKeyConn is returned by a shared store's Reserve (PostgreSQL's)
-	// when every connection kept for holding idempotency keys is in use.
-	// The middleware answers 503 with Retry-After: waiting for a connection
-	// would let in-flight keys starve each other, and the handler must not
-	// run unreserved.
+	// when every connection kept for holding idempotency keys
+	// (postgres.Options.KeyConns) is in use. The middleware answers 503
+	// with Retry-After: waiting for a connection would let in-flight keys
+	// starve each other, and the handler must not run unreserved. It is
+	// declared here rather than by the driver so that the middleware can
+	// tell it apart without importing a driver.
 	ErrNoKeyConn = errors.New("store: no connection free to hold an idempotency key")
 	// ErrAlgorithm is returned by a shared store for a Rule whose
 	// algorithm it has no statements for; ClaimPolicy returns it too, so
@@ -226,7 +228,7 @@ type Reservation interface {
 	// schema change, temporary or not, no PRAGMA or ATTACH, no write to
 	// porch_* or sqlite_* tables), holds each step to bounded values (see
 	// sqlite.Store.Exec), and fails the owner's statements once together
-	// they run past store.Options.ExecBudget (store.ErrExecBudget). SQLite cannot
+	// they run past sqlite.Options.ExecBudget (sqlite.ErrExecBudget). SQLite cannot
 	// interrupt a step, so a statement whose one step runs long (a
 	// function of two long values, a row of many expressions over large
 	// values) still holds up the process's writes until it fails; see

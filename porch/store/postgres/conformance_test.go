@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/writeonce/porch-go/internal/pgtest"
-	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/driver"
 	"github.com/writeonce/porch-go/porch/store/postgres"
 	"github.com/writeonce/porch-go/porch/store/storetest"
@@ -20,7 +19,7 @@ func TestConformance(t *testing.T) {
 		Open: func(t *testing.T, dsn string) driver.Counters {
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			st, err := postgres.Open(ctx, dsn, store.Options{})
+			st, err := postgres.Open(ctx, dsn, postgres.Options{})
 			if err != nil {
 				t.Fatalf("postgres.Open: %v", err)
 			}
@@ -37,7 +36,7 @@ func TestKeysConformance(t *testing.T) {
 		Open: func(t *testing.T, dsn string) driver.KeyStore {
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			st, err := postgres.Open(ctx, dsn, store.Options{})
+			st, err := postgres.Open(ctx, dsn, postgres.Options{})
 			if err != nil {
 				t.Fatalf("postgres.Open: %v", err)
 			}

@@ -5,7 +5,7 @@
 // are held across instances by advisory locks. It is pure Go (pgx), so a
 // program that uses only this driver builds with CGO_ENABLED=0.
 //
-//	st, err := postgres.Open(ctx, os.Getenv("DATABASE_URL"), store.Options{})
+//	st, err := postgres.Open(ctx, os.Getenv("DATABASE_URL"), postgres.Options{})
 //	if err != nil { ... }
 //	defer st.Close(context.Background())
 //	db := stdlib.OpenDBFromPool(st.Pool()) // the application's own tables

@@ -12,7 +12,6 @@ import (
 
 	"github.com/writeonce/porch-go/internal/pgtest"
 	"github.com/writeonce/porch-go/porch/internal/algorithm"
-	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/driver"
 	"github.com/writeonce/porch-go/porch/store/internal/commit"
 )
@@ -69,7 +68,7 @@ func TestTwoInstancesExactNearLimit(t *testing.T) {
 	for _, alg := range []algorithm.Algorithm{algorithm.Fixed, algorithm.Sliding, algorithm.GCRA} {
 		t.Run(alg.Name(), func(t *testing.T) {
 			dsn := queryModeDSN(t)
-			stores := []*Store{openInternal(t, dsn, store.Options{}), openInternal(t, dsn, store.Options{})}
+			stores := []*Store{openInternal(t, dsn, Options{}), openInternal(t, dsn, Options{})}
 			const limit = 97
 			rule := algorithm.MustRule(alg, limit, time.Hour, 0)
 			var tl hitTally
@@ -102,7 +101,7 @@ func TestTwoInstancesExactNearLimit(t *testing.T) {
 // The fitting path's guard overflows bigint for a key whose stored count is
 // near int64's max: only that key's hits may fail; the others commit.
 func TestFittingOverflowIsolated(t *testing.T) {
-	p := openInternal(t, queryModeDSN(t), store.Options{})
+	p := openInternal(t, queryModeDSN(t), Options{})
 	hit := func(key string, n int64) commit.Op {
 		return commit.Op{Hit: &commit.Hit{Key: key, Rule: fixed(math.MaxInt64, time.Hour), N: n}}
 	}
@@ -133,7 +132,7 @@ func TestFittingOverflowIsolated(t *testing.T) {
 // Resets and take-backs in the same batch as hits at the limit: both apply
 // before the hits, which then fit on the fast path.
 func TestResetAndTakeBackInBatch(t *testing.T) {
-	p := openInternal(t, queryModeDSN(t), store.Options{})
+	p := openInternal(t, queryModeDSN(t), Options{})
 	r := fixed(5, time.Hour)
 	first := []commit.Op{{Hit: &commit.Hit{Key: "rate:a", Rule: r, N: 5}}, {Hit: &commit.Hit{Key: "rate:b", Rule: r, N: 5}}}
 	if err := p.writeBatch(first); err != nil {
@@ -168,8 +167,8 @@ func TestTerminateCommitterMidBatch(t *testing.T) {
 	dsn := queryModeDSN(t)
 	app := fmt.Sprintf("porch_killed_%d", time.Now().UnixNano())
 	kdsn := pgtest.WithParam(dsn, "application_name", app)
-	stores := []*Store{openInternal(t, kdsn, store.Options{}), openInternal(t, kdsn, store.Options{})}
-	admin := openInternal(t, dsn, store.Options{})
+	stores := []*Store{openInternal(t, kdsn, Options{}), openInternal(t, kdsn, Options{})}
+	admin := openInternal(t, dsn, Options{})
 	const limit = 400
 	rule := fixed(limit, time.Hour)
 	var tl hitTally
@@ -218,7 +217,7 @@ func TestTerminateCommitterMidBatch(t *testing.T) {
 // must be seen; exactly one side effect per key.
 func TestReserveReadSeesCommittedResponse(t *testing.T) {
 	dsn := queryModeDSN(t)
-	stores := []*Store{openInternal(t, dsn, store.Options{KeyConns: 6}), openInternal(t, dsn, store.Options{KeyConns: 6})}
+	stores := []*Store{openInternal(t, dsn, Options{KeyConns: 6}), openInternal(t, dsn, Options{KeyConns: 6})}
 	mustExec(t, stores[0], `CREATE TABLE effects (key text, who int)`)
 	const keys = 150
 	var wg sync.WaitGroup

@@ -21,7 +21,7 @@ import (
 // run at once (8 per GOMAXPROCS on 2 cores), within DefaultKeyConns.
 func BenchmarkReserveFreshKey(b *testing.B) {
 	ctx := context.Background()
-	p, err := postgres.Open(ctx, pgtest.DSN(b), store.Options{})
+	p, err := postgres.Open(ctx, pgtest.DSN(b), postgres.Options{})
 	if err != nil {
 		b.Fatalf("open postgres: %v", err)
 	}
@@ -62,7 +62,7 @@ func BenchmarkAddHitLowConcurrency(b *testing.B) {
 		for _, keys := range []string{"one-key", "two-keys"} {
 			b.Run(strconv.Itoa(callers)+"/"+keys, func(b *testing.B) {
 				ctx := context.Background()
-				p, err := postgres.Open(ctx, pgtest.DSN(b), store.Options{PruneRows: pruneRowsEnv()})
+				p, err := postgres.Open(ctx, pgtest.DSN(b), postgres.Options{Options: store.Options{PruneRows: pruneRowsEnv()}})
 				if err != nil {
 					b.Fatalf("open postgres: %v", err)
 				}

@@ -7,7 +7,6 @@ import (
 
 	"github.com/writeonce/porch-go/internal/pgtest"
 	"github.com/writeonce/porch-go/porch/internal/algorithm"
-	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/driver"
 	"github.com/writeonce/porch-go/porch/store/internal/commit"
 )
@@ -17,7 +16,7 @@ import (
 // the running count, a refused one changes nothing (a lighter hit after it
 // may still pass), and each hit gets its own answer back.
 func TestWriteBatchSettlesDuplicateKeys(t *testing.T) {
-	p := openInternal(t, pgtest.DSN(t), store.Options{})
+	p := openInternal(t, pgtest.DSN(t), Options{})
 
 	type hit struct {
 		key      string
@@ -77,7 +76,7 @@ func TestWriteBatchSettlesDuplicateKeys(t *testing.T) {
 // that had cleared the count was reported failed, and a caller retrying it
 // cleared the hits counted since).
 func TestWriteBatchSettlesResetsApartFromHits(t *testing.T) {
-	p := openInternal(t, pgtest.DSN(t), store.Options{})
+	p := openInternal(t, pgtest.DSN(t), Options{})
 	if err := p.writeBatch([]commit.Op{{Hit: &commit.Hit{Key: "rate:a", Rule: fixed(5, time.Hour), N: 3}}}); err != nil {
 		t.Fatalf("first batch: %v", err)
 	}
@@ -122,7 +121,7 @@ func wouldCount(h *commit.Hit) int64 {
 // room for them all is left out of it and counted by the general path,
 // which refuses what does not fit: nothing refused is ever committed.
 func TestWriteBatchFittingLeavesFullKeysToTheGeneralPath(t *testing.T) {
-	p := openInternal(t, pgtest.DSN(t), store.Options{})
+	p := openInternal(t, pgtest.DSN(t), Options{})
 	type hit struct {
 		key      string
 		n, limit int64

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/writeonce/porch-go/internal/pgtest"
-	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/internal/commit"
 )
 
@@ -46,7 +45,7 @@ func TestDBKeyIsInjectiveAndBounded(t *testing.T) {
 // exception, 22003) among other keys' hits, which all commit. Before, the
 // whole batch failed with it.
 func TestWriteBatchIsolatesAFailingKey(t *testing.T) {
-	p := openInternal(t, pgtest.DSN(t), store.Options{})
+	p := openInternal(t, pgtest.DSN(t), Options{})
 	hit := func(key string, n int64) commit.Op {
 		return commit.Op{Hit: &commit.Hit{Key: key, Rule: fixed(math.MaxInt64, time.Hour), N: n}}
 	}

@@ -19,7 +19,7 @@ func TestPostgresWarnsThroughOptionsLogger(t *testing.T) {
 	var buf bytes.Buffer // written by ClaimPolicy, on this goroutine
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	s, err := postgres.Open(ctx, pgtest.DSN(t), store.Options{Logger: slog.New(slog.NewTextHandler(&buf, nil))})
+	s, err := postgres.Open(ctx, pgtest.DSN(t), postgres.Options{Options: store.Options{Logger: slog.New(slog.NewTextHandler(&buf, nil))}})
 	if err != nil {
 		t.Fatalf("postgres.Open: %v", err)
 	}

@@ -10,7 +10,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/writeonce/porch-go/internal/pgtest"
-	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/internal/commit"
 )
 
@@ -40,7 +39,7 @@ func TestUpgradeKeepsStoredResponses(t *testing.T) {
 	}
 	old.Close(ctx)
 
-	s, err := Open(ctx, dsn, store.Options{})
+	s, err := Open(ctx, dsn, Options{})
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
@@ -85,7 +84,7 @@ func TestUpgradeKeepsTextKeysCounting(t *testing.T) {
 	}
 	old.Close(ctx)
 
-	p := openInternal(t, dsn, store.Options{})
+	p := openInternal(t, dsn, Options{})
 	for _, k := range []string{"rate:api:p:bob", long} {
 		ops := []commit.Op{{Hit: &commit.Hit{Key: k, Rule: fixed(100, time.Hour), N: 1}}}
 		if err := p.writeBatch(ops); err != nil {

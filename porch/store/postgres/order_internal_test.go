@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/writeonce/porch-go/internal/pgtest"
-	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/driver"
 )
 
@@ -19,7 +18,7 @@ import (
 // routed to the wrong one), the hit's batch now and then commits first and
 // counts on top of the old window, and this test fails.
 func TestResetAndTakeBackThenHitKeepTheirOrder(t *testing.T) {
-	p := openInternal(t, pgtest.DSN(t), store.Options{})
+	p := openInternal(t, pgtest.DSN(t), Options{})
 	rule := fixed(1<<40, time.Hour)
 	type res struct {
 		h   driver.Hit

@@ -22,7 +22,7 @@ import (
 // pooled connection may go back to its pool inside a transaction, and a
 // failure must never be reported as a commit.
 
-func openInternal(t *testing.T, dsn string, opt store.Options) *Store {
+func openInternal(t *testing.T, dsn string, opt Options) *Store {
 	t.Helper()
 	p, err := Open(context.Background(), dsn, opt)
 	if err != nil {
@@ -72,7 +72,7 @@ func mustExec(t *testing.T, p *Store, q string) {
 // owner's write is rolled back, the error is reported, and the connection
 // does not go back to the pool inside the aborted transaction.
 func TestSaveStatementFails(t *testing.T) {
-	p := openInternal(t, pgtest.DSN(t), store.Options{KeyConns: 1})
+	p := openInternal(t, pgtest.DSN(t), Options{KeyConns: 1})
 	ctx := context.Background()
 	mustExec(t, p, `CREATE TABLE effects (id int)`)
 	mustExec(t, p, `ALTER TABLE porch_idem_responses ADD CONSTRAINT st CHECK (status < 600)`)
@@ -118,7 +118,7 @@ func TestPruneAfterCommitFails(t *testing.T) {
 			if mode != "" {
 				dsn = pgtest.WithParam(dsn, "default_query_exec_mode", mode)
 			}
-			p := openInternal(t, dsn, store.Options{KeyConns: 1})
+			p := openInternal(t, dsn, Options{KeyConns: 1})
 			ctx := context.Background()
 			mustExec(t, p, `CREATE TABLE effects (id int)`)
 			mustExec(t, p, `INSERT INTO porch_idem_responses (key, digest, status, content_type, body, created_at, expires_at, headers)
@@ -183,7 +183,7 @@ func TestPruneAfterCommitFails(t *testing.T) {
 // nothing of the owner's is stored, the next owner gets a clean connection.
 func TestOwnerTerminatedBeforeSave(t *testing.T) {
 	dsn := pgtest.DSN(t)
-	p := openInternal(t, pgtest.WithParam(dsn, "application_name", "porch_owner_term"), store.Options{KeyConns: 1})
+	p := openInternal(t, pgtest.WithParam(dsn, "application_name", "porch_owner_term"), Options{KeyConns: 1})
 	ctx := context.Background()
 	mustExec(t, p, `CREATE TABLE effects (id int)`)
 	r, err := p.Reserve(ctx, "idem:t")
@@ -227,12 +227,12 @@ func TestReserveGivesUpWaiting(t *testing.T) {
 	for _, param := range []string{"", "statement_timeout", "lock_timeout"} {
 		t.Run("param="+param, func(t *testing.T) {
 			dsn := pgtest.DSN(t)
-			a := openInternal(t, dsn, store.Options{KeyConns: 1})
+			a := openInternal(t, dsn, Options{KeyConns: 1})
 			bdsn := dsn
 			if param != "" {
 				bdsn = pgtest.WithParam(dsn, param, "150")
 			}
-			b := openInternal(t, bdsn, store.Options{KeyConns: 1})
+			b := openInternal(t, bdsn, Options{KeyConns: 1})
 			ctx := context.Background()
 			held, err := a.Reserve(ctx, "idem:w")
 			if err != nil {
@@ -275,7 +275,7 @@ func TestRefundFails(t *testing.T) {
 			if mode != "" {
 				dsn = pgtest.WithParam(dsn, "default_query_exec_mode", mode)
 			}
-			p := openInternal(t, dsn, store.Options{})
+			p := openInternal(t, dsn, Options{})
 			mustExec(t, p, `CREATE FUNCTION no_refund() RETURNS trigger LANGUAGE plpgsql AS $$
 				BEGIN IF NEW.count < OLD.count THEN RAISE EXCEPTION 'no refund'; END IF; RETURN NEW; END $$`)
 			mustExec(t, p, `CREATE TRIGGER no_refund BEFORE UPDATE ON porch_rate_counters FOR EACH ROW EXECUTE FUNCTION no_refund()`)
@@ -318,7 +318,7 @@ func TestRefundFails(t *testing.T) {
 // whose Save succeeded.
 func TestOwnersExcludeAcrossInstances(t *testing.T) {
 	dsn := pgtest.DSN(t)
-	stores := []*Store{openInternal(t, dsn, store.Options{KeyConns: 4}), openInternal(t, dsn, store.Options{KeyConns: 4})}
+	stores := []*Store{openInternal(t, dsn, Options{KeyConns: 4}), openInternal(t, dsn, Options{KeyConns: 4})}
 	mustExec(t, stores[0], `CREATE TABLE effects (key text, who int)`)
 	mustExec(t, stores[0], `CREATE TABLE running (key text PRIMARY KEY)`)
 	for round := 0; round < 20; round++ {
@@ -382,9 +382,9 @@ func TestOwnersExcludeAcrossInstances(t *testing.T) {
 // free again promptly (no ghost backend keeps the lock).
 func TestReserveGrantedAsItGivesUp(t *testing.T) {
 	dsn := pgtest.DSN(t)
-	a := openInternal(t, dsn, store.Options{KeyConns: 1})
-	b := openInternal(t, dsn, store.Options{KeyConns: 1})
-	c := openInternal(t, dsn, store.Options{KeyConns: 1})
+	a := openInternal(t, dsn, Options{KeyConns: 1})
+	b := openInternal(t, dsn, Options{KeyConns: 1})
+	c := openInternal(t, dsn, Options{KeyConns: 1})
 	ctx := context.Background()
 	var worst time.Duration
 	for i := 0; i < 40; i++ {
@@ -430,7 +430,7 @@ func TestReserveGrantedAsItGivesUp(t *testing.T) {
 func TestOwnerStatementEndsTransaction(t *testing.T) {
 	for _, stmt := range []string{"ROLLBACK", "COMMIT"} {
 		t.Run(stmt, func(t *testing.T) {
-			p := openInternal(t, pgtest.DSN(t), store.Options{KeyConns: 1})
+			p := openInternal(t, pgtest.DSN(t), Options{KeyConns: 1})
 			ctx := context.Background()
 			mustExec(t, p, `CREATE TABLE effects (id int)`)
 			r, err := p.Reserve(ctx, "idem:x")

@@ -25,8 +25,22 @@ import (
 // PostgreSQL's default max_connections of 100.
 const DefaultConns = 10
 
-// DefaultKeyConns is store.Options.KeyConns's default.
+// DefaultKeyConns is Options.KeyConns's default.
 const DefaultKeyConns = 32
+
+// Options configure a Store. The zero value is ready to use.
+type Options struct {
+	// Options are the committer's, which every driver has: Clock (the
+	// wall clock, for headers only: windows and expiry are measured on the
+	// database's clock), QueueSize, MaxBatch, PruneRows, CommitDelay,
+	// Observer and Logger.
+	store.Options
+	// KeyConns is how many idempotency keys one process may hold at once,
+	// one connection each for the owner's handler's whole run; a
+	// reservation beyond it fails with driver.ErrNoKeyConn and its request
+	// answers 503. If zero, DefaultKeyConns; Open refuses a negative one.
+	KeyConns int
+}
 
 // Store is the store for several instances behind one load balancer.
 // Counters are counted by the database, one atomic statement per batch of
@@ -40,7 +54,7 @@ type Store struct {
 	keys   *pgxpool.Pool // one connection per held idempotency key
 	slots  chan struct{} // admits at most keys' size reservations, failing fast beyond
 	writer *pgxpool.Pool // the committer's own connections
-	opt    store.Options
+	opt    Options
 	c      *commit.Committer
 	prunes *pruner // paces the committer's batches' prunes
 	saves  *pruner // paces the owners' Saves' prunes
@@ -59,10 +73,13 @@ var (
 // opt.Clock supplies only the wall clock for response
 // headers: windows and expiry are measured on the database's clock, so
 // instances with skewed clocks agree.
-func Open(ctx context.Context, dsn string, opt store.Options) (*Store, error) {
-	opt = commit.WithDefaults(opt)
-	if opt.KeyConns == 0 {
+func Open(ctx context.Context, dsn string, opt Options) (*Store, error) {
+	opt.Options = commit.WithDefaults(opt.Options)
+	switch {
+	case opt.KeyConns == 0:
 		opt.KeyConns = DefaultKeyConns
+	case opt.KeyConns < 0:
+		return nil, fmt.Errorf("postgres: Options.KeyConns must not be negative, got %d", opt.KeyConns)
 	}
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {

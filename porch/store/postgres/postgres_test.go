@@ -23,7 +23,7 @@ func openPostgres(t *testing.T, dsn string) *postgres.Store {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	s, err := postgres.Open(ctx, dsn, store.Options{})
+	s, err := postgres.Open(ctx, dsn, postgres.Options{})
 	if err != nil {
 		t.Fatalf("postgres.Open: %v", err)
 	}
@@ -271,7 +271,7 @@ func TestPostgresExpiredResponseIsReplaced(t *testing.T) {
 func TestPostgresReserveFailsFastBeyondKeyConns(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	s, err := postgres.Open(ctx, pgtest.DSN(t), store.Options{KeyConns: 2})
+	s, err := postgres.Open(ctx, pgtest.DSN(t), postgres.Options{KeyConns: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -306,7 +306,7 @@ func TestPostgresReserveFailsFastBeyondKeyConns(t *testing.T) {
 // handler (forever, for one that never returns).
 func TestPostgresCloseKeepsItsDeadline(t *testing.T) {
 	ctx := context.Background()
-	s, err := postgres.Open(ctx, pgtest.DSN(t), store.Options{})
+	s, err := postgres.Open(ctx, pgtest.DSN(t), postgres.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -43,7 +43,7 @@ func TestPrunerPaces(t *testing.T) {
 // at a time, however soon the batches follow each other.
 func TestBatchesPruneABacklog(t *testing.T) {
 	const rows, expired = 10, 45
-	p := openInternal(t, pgtest.DSN(t), store.Options{PruneRows: rows})
+	p := openInternal(t, pgtest.DSN(t), Options{Options: store.Options{PruneRows: rows}})
 	ctx := context.Background()
 	if _, err := p.pool.Exec(ctx, `INSERT INTO porch_rate_counters (key, window_start, window_ms, count, expires_at)
 		SELECT convert_to('rate:old:' || i, 'UTF8'), 0, 1000, 1, 1000 FROM generate_series(1, $1) AS i`, expired); err != nil {

@@ -37,9 +37,9 @@ var ErrNotDurable = errors.New("redis: the server cannot make a count durable be
 type Options struct {
 	// Options are the committer's: Clock (the wall clock, for headers
 	// only: windows are measured on the server's clock), QueueSize,
-	// MaxBatch, Observer, Logger and CommitDelay. PruneRows, KeyConns and
-	// ExecBudget do not apply: Redis expires keys itself, and holds no
-	// idempotency keys.
+	// MaxBatch, Observer, Logger and CommitDelay. Open refuses a PruneRows
+	// other than zero: Redis expires porch's keys itself, and there are no
+	// rows to prune.
 	store.Options
 	// Prefix starts every key porch writes. If empty, DefaultPrefix. It
 	// must not contain '{' or '}', which would move the keys' hash slot.
@@ -108,6 +108,9 @@ var (
 func Open(ctx context.Context, c goredis.UniversalClient, opt Options) (*Store, error) {
 	if c == nil {
 		return nil, errors.New("redis: Open needs a client")
+	}
+	if opt.PruneRows != 0 {
+		return nil, fmt.Errorf("redis: Open expects no Options.PruneRows, got %d: Redis expires porch's keys itself, and there are no rows to prune", opt.PruneRows)
 	}
 	if opt.Prefix == "" {
 		opt.Prefix = DefaultPrefix

@@ -296,7 +296,7 @@ func (s *Store) pruneResponses(ctx context.Context) (due int64, err error) {
 // back the owner's savepoint, or, in a bare pass, the batch (applyBare). A statement that fails on its own terms (a constraint, a bad query)
 // is store.ErrWriteFailed; anything else (a full disk) is the store failing.
 //
-// The owner's statements share one budget (store.Options.ExecBudget), so
+// The owner's statements share one budget (Options.ExecBudget), so
 // that one owner holds the committer, and every write queued behind it, for
 // at most that long however many statements it ran.
 func (s *Store) applyOwner(ctx context.Context, o commit.Op) error {
@@ -318,7 +318,7 @@ func (s *Store) applyOwner(ctx context.Context, o commit.Op) error {
 // not carry out (a full disk, an I/O error), which is not the owner's fault
 // and may pass on a retry.
 func ownersFault(err error) bool {
-	if errors.Is(err, store.ErrExecBudget) {
+	if errors.Is(err, ErrExecBudget) {
 		return true // it ran too long; another statement need not
 	}
 	var se sqlite3.Error
@@ -365,9 +365,9 @@ func (s *Store) execApp(ctx context.Context, e *commit.Statement) (err error) {
 	case s.refusal != "":
 		return fmt.Errorf("%w: %s: %w", ErrRefused, s.refusal, err)
 	case ctx.Err() != nil && err == nil:
-		return fmt.Errorf("%w: it finished after the budget ended", store.ErrExecBudget)
+		return fmt.Errorf("%w: it finished after the budget ended", ErrExecBudget)
 	case ctx.Err() != nil:
-		return fmt.Errorf("%w: %w", store.ErrExecBudget, err)
+		return fmt.Errorf("%w: %w", ErrExecBudget, err)
 	case err != nil:
 		return tooBig(err)
 	}
@@ -375,7 +375,7 @@ func (s *Store) execApp(ctx context.Context, e *commit.Statement) (err error) {
 }
 
 // budget derives from ctx the context an application's statements run
-// under in a commit: it ends after store.Options.ExecBudget, and the driver
+// under in a commit: it ends after Options.ExecBudget, and the driver
 // then interrupts the running statement (sqlite3_interrupt). Every write of
 // the process waits on the committer, so without it one slow statement
 // (6.4 s measured) stalled every limiter hit for as long.
@@ -387,12 +387,12 @@ func (s *Store) budget(ctx context.Context) (context.Context, context.CancelFunc
 	return context.WithTimeout(ctx, b)
 }
 
-// execBudget is store.Options.ExecBudget resolved: negative is none.
+// execBudget is Options.ExecBudget resolved: negative is none.
 func (s *Store) execBudget() time.Duration {
 	if b := s.opt.ExecBudget; b != 0 {
 		return b
 	}
-	return store.DefaultExecBudget
+	return DefaultExecBudget
 }
 
 // deferApp reports whether the batch's time for applications' statements

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/driver"
 	"github.com/writeonce/porch-go/porch/store/internal/commit"
 )
@@ -33,7 +32,7 @@ func BenchmarkWriteBatch(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			// No ExecBudget: under callgrind a batch runs 50 times slower,
 			// and owners past the budget would be deferred, unwritten.
-			s, err := Open(filepath.Join(b.TempDir(), "porch.db"), store.Options{ExecBudget: -1})
+			s, err := Open(filepath.Join(b.TempDir(), "porch.db"), Options{ExecBudget: -1})
 			if err != nil {
 				b.Fatal(err)
 			}

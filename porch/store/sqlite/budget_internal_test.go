@@ -22,7 +22,7 @@ func slowInsert(table string) string {
 }
 
 // An owner's statement that runs past ExecBudget is interrupted and fails
-// alone, as store.ErrWriteFailed wrapping store.ErrExecBudget: nothing of it
+// alone, as store.ErrWriteFailed wrapping ErrExecBudget: nothing of it
 // is stored, and every other write batched with it (a limiter's counter, an
 // earlier owner's statement and response, plain Execs) commits. SQLite
 // answers an interrupted write inside an explicit transaction by rolling
@@ -61,8 +61,8 @@ func TestOwnerPastBudgetFailsAlone(t *testing.T) {
 					t.Errorf("write %d: %v, want it committed", i, o.Failed)
 				}
 			}
-			if err := batch[3].Failed; !errors.Is(err, store.ErrWriteFailed) || !errors.Is(err, store.ErrExecBudget) {
-				t.Fatalf("the slow owner (after %s): got %v, want store.ErrWriteFailed wrapping store.ErrExecBudget", took, err)
+			if err := batch[3].Failed; !errors.Is(err, store.ErrWriteFailed) || !errors.Is(err, ErrExecBudget) {
+				t.Fatalf("the slow owner (after %s): got %v, want store.ErrWriteFailed wrapping ErrExecBudget", took, err)
 			}
 			var ids []string
 			rows, err := s.db.Query(`SELECT id FROM ledger UNION ALL SELECT id FROM bulk ORDER BY id`)

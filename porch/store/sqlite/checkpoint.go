@@ -20,7 +20,7 @@ const checkpointEvery = 64
 // finds little left and restarts the WAL (see Store.init).
 type checkpointer struct {
 	conn *sql.Conn
-	log  *slog.Logger  // store.Options.Logger; may be nil
+	log  *slog.Logger  // Options.Logger; may be nil
 	kick chan struct{} // buffered 1: a kick while one runs coalesces
 	done chan struct{}
 	once sync.Once // Close may be called more than once

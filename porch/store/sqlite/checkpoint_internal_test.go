@@ -8,14 +8,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/driver"
 )
 
 // Close truncates the WAL: a stopped store leaves no log to replay.
 func TestCheckpointerKeepsTheWALInCheck(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "porch.db")
-	s, err := Open(path, store.Options{})
+	s, err := Open(path, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,11 +12,12 @@ import (
 
 	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/driver"
+	"github.com/writeonce/porch-go/porch/store/sqlite"
 )
 
 func TestGroupCommit(t *testing.T) {
 	const writers, perWriter = 64, 50
-	s := openSQLite(t, dbPath(t), store.Options{Clock: fakeClock()})
+	s := openSQLite(t, dbPath(t), sqlite.Options{Options: store.Options{Clock: fakeClock()}})
 	release := holdCommitter(t, s)
 
 	var calls [writers * perWriter]atomic.Int32
@@ -76,7 +77,7 @@ func TestGroupCommit(t *testing.T) {
 func TestGroupCommitUnderRealConcurrency(t *testing.T) {
 	// No held commit here: writers race the committer itself.
 	const writers, perWriter = 64, 50
-	s := openSQLite(t, dbPath(t), store.Options{})
+	s := openSQLite(t, dbPath(t), sqlite.Options{})
 	var failed atomic.Int32
 	var wg sync.WaitGroup
 	for w := range writers {
@@ -108,7 +109,7 @@ func TestGroupCommitUnderRealConcurrency(t *testing.T) {
 
 func TestDoneRunsAfterCommit(t *testing.T) {
 	path := dbPath(t)
-	s := openSQLite(t, path, store.Options{Clock: fakeClock()})
+	s := openSQLite(t, path, sqlite.Options{Options: store.Options{Clock: fakeClock()}})
 	// Another connection sees only committed rows: WAL readers never see
 	// an open transaction's writes.
 	other, err := sql.Open("sqlite3", path)
@@ -148,7 +149,7 @@ func TestDoneRunsAfterCommit(t *testing.T) {
 }
 
 func TestFailedCommitIsReported(t *testing.T) {
-	s := openSQLite(t, dbPath(t), store.Options{Clock: fakeClock()})
+	s := openSQLite(t, dbPath(t), sqlite.Options{Options: store.Options{Clock: fakeClock()}})
 	execSQL(t, s.DB(), `CREATE TRIGGER boom BEFORE INSERT ON porch_rate_journal
 		BEGIN SELECT RAISE(ABORT, 'boom'); END`)
 
@@ -166,7 +167,7 @@ func TestFailedCommitIsReported(t *testing.T) {
 }
 
 func TestFailedBatchFailsEveryWrite(t *testing.T) {
-	s := openSQLite(t, dbPath(t), store.Options{Clock: fakeClock()})
+	s := openSQLite(t, dbPath(t), sqlite.Options{Options: store.Options{Clock: fakeClock()}})
 	release := holdCommitter(t, s)
 	execSQL(t, s.DB(), `CREATE TRIGGER boom BEFORE INSERT ON porch_rate_journal
 		WHEN NEW.key = 'bad' BEGIN SELECT RAISE(ABORT, 'boom'); END`)
@@ -191,7 +192,7 @@ func TestFailedBatchFailsEveryWrite(t *testing.T) {
 }
 
 func TestCounterWritesAppend(t *testing.T) {
-	s := openSQLite(t, dbPath(t), store.Options{Clock: fakeClock()})
+	s := openSQLite(t, dbPath(t), sqlite.Options{Options: store.Options{Clock: fakeClock()}})
 	execSQL(t, s.DB(), `CREATE TABLE test_log (op TEXT NOT NULL, key TEXT NOT NULL)`)
 	for _, op := range []string{"INSERT", "UPDATE", "DELETE"} {
 		execSQL(t, s.DB(), `CREATE TRIGGER log_`+op+` AFTER `+op+` ON porch_rate_journal
@@ -220,7 +221,7 @@ func TestCounterWritesAppend(t *testing.T) {
 }
 
 func TestBatchCollapsesWritesOfOneKey(t *testing.T) {
-	s := openSQLite(t, dbPath(t), store.Options{Clock: fakeClock()})
+	s := openSQLite(t, dbPath(t), sqlite.Options{Options: store.Options{Clock: fakeClock()}})
 	execSQL(t, s.DB(), `CREATE TABLE test_log (key TEXT NOT NULL, count INTEGER NOT NULL)`)
 	execSQL(t, s.DB(), `CREATE TRIGGER log_insert AFTER INSERT ON porch_rate_journal
 		BEGIN INSERT INTO test_log VALUES (NEW.key, NEW.count); END`)
@@ -273,7 +274,7 @@ func TestCommitPrunesBoundedly(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			clock := fakeClock()
-			s := openSQLite(t, dbPath(t), store.Options{Clock: clock, PruneRows: tt.pruneRows})
+			s := openSQLite(t, dbPath(t), sqlite.Options{Options: store.Options{Clock: clock, PruneRows: tt.pruneRows}})
 			// Stored responses, which the prune clears (counters are the
 			// journal's cleaning's; see journal_internal_test.go). Saved
 			// through the store, which learns from each save when the
@@ -309,7 +310,7 @@ func TestCommitPrunesBoundedly(t *testing.T) {
 
 func TestCloseFlushesQueuedWrites(t *testing.T) {
 	path := dbPath(t)
-	s := openSQLite(t, path, store.Options{Clock: fakeClock()})
+	s := openSQLite(t, path, sqlite.Options{Options: store.Options{Clock: fakeClock()}})
 	const n = 100
 	for i := range n {
 		if err := s.SaveCounter(driver.Counter{Key: fmt.Sprintf("k%d", i), WindowStart: s.Now(), Window: time.Hour, Count: 1}, nil); err != nil {
@@ -324,14 +325,14 @@ func TestCloseFlushesQueuedWrites(t *testing.T) {
 		t.Errorf("got SaveCounter after Close = %v, want ErrClosed", err)
 	}
 
-	s = openSQLite(t, path, store.Options{Clock: fakeClock()})
+	s = openSQLite(t, path, sqlite.Options{Options: store.Options{Clock: fakeClock()}})
 	if got := countRows(t, s.DB(), `SELECT count(*) FROM porch_rate_current`); got != n {
 		t.Errorf("after reopen: got %d rows, want %d", got, n)
 	}
 }
 
 func TestCloseHonoursContext(t *testing.T) {
-	s := openSQLite(t, dbPath(t), store.Options{Clock: fakeClock()})
+	s := openSQLite(t, dbPath(t), sqlite.Options{Options: store.Options{Clock: fakeClock()}})
 	release := holdCommitter(t, s)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()

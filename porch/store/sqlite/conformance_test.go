@@ -4,7 +4,6 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/driver"
 	"github.com/writeonce/porch-go/porch/store/sqlite"
 	"github.com/writeonce/porch-go/porch/store/storetest"
@@ -16,7 +15,7 @@ func TestConformance(t *testing.T) {
 	storetest.TestCounters(t, storetest.Harness{
 		DB: func(t *testing.T) string { return filepath.Join(t.TempDir(), "porch.db") },
 		Open: func(t *testing.T, db string) driver.Counters {
-			st, err := sqlite.Open(db, store.Options{})
+			st, err := sqlite.Open(db, sqlite.Options{})
 			if err != nil {
 				t.Fatalf("sqlite.Open: %v", err)
 			}
@@ -31,7 +30,7 @@ func TestKeysConformance(t *testing.T) {
 	storetest.TestKeys(t, storetest.KeysHarness{
 		DB: func(t *testing.T) string { return filepath.Join(t.TempDir(), "porch.db") },
 		Open: func(t *testing.T, db string) driver.KeyStore {
-			st, err := sqlite.Open(db, store.Options{})
+			st, err := sqlite.Open(db, sqlite.Options{})
 			if err != nil {
 				t.Fatalf("sqlite.Open: %v", err)
 			}

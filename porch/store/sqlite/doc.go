@@ -9,7 +9,7 @@
 // for the same file, fails with [ErrLocked] rather than multiplying every
 // limit.
 //
-//	st, err := sqlite.Open("app.db", store.Options{})
+//	st, err := sqlite.Open("app.db", sqlite.Options{})
 //	if err != nil { ... }
 //	defer st.Close(context.Background())
 //	createTables(st.DB()) // the application's own tables, same file

@@ -21,7 +21,7 @@ func ExampleOpen() {
 	defer os.RemoveAll(dir)
 	clock := porchtest.NewFakeClock(time.Date(2026, 8, 29, 12, 0, 0, 0, time.UTC))
 
-	s, err := sqlite.Open(filepath.Join(dir, "app.db"), store.Options{Clock: clock})
+	s, err := sqlite.Open(filepath.Join(dir, "app.db"), sqlite.Options{Options: store.Options{Clock: clock}})
 	if err != nil {
 		panic(err)
 	}
@@ -34,7 +34,7 @@ func ExampleOpen() {
 	s.Close(context.Background())
 
 	// Reopened, the store hands back the windows that are still open.
-	s, err = sqlite.Open(filepath.Join(dir, "app.db"), store.Options{Clock: clock})
+	s, err = sqlite.Open(filepath.Join(dir, "app.db"), sqlite.Options{Options: store.Options{Clock: clock}})
 	if err != nil {
 		panic(err)
 	}

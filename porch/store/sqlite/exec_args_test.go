@@ -9,6 +9,7 @@ import (
 
 	"github.com/writeonce/porch-go/porch/store"
 	porchdriver "github.com/writeonce/porch-go/porch/store/driver"
+	"github.com/writeonce/porch-go/porch/store/sqlite"
 )
 
 // panickingValue is an application's argument type whose Value panics.
@@ -34,7 +35,7 @@ func (b blockingValue) Value() (driver.Value, error) {
 // committer every limiter hit and stored response waited behind it,
 // beyond any ExecBudget.
 func TestExecArgumentValuesRunOnTheCaller(t *testing.T) {
-	s := openSQLite(t, dbPath(t), store.Options{})
+	s := openSQLite(t, dbPath(t), sqlite.Options{})
 	if _, err := s.DB().Exec(`CREATE TABLE ledger (id TEXT PRIMARY KEY, v)`); err != nil {
 		t.Fatal(err)
 	}

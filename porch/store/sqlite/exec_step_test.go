@@ -44,15 +44,15 @@ func TestExecLongStepFailsWithinBudget(t *testing.T) {
 		{"recursive CTE", `INSERT INTO t (x) WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c LIMIT ?) SELECT count(*) FROM c`, int64(5e7)},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			s := openSQLite(t, dbPath(t), store.Options{ExecBudget: stepBudget})
+			s := openSQLite(t, dbPath(t), sqlite.Options{ExecBudget: stepBudget})
 			execSQL(t, s.DB(), `CREATE TABLE t (x)`)
 			stop := startCounterLoad(t, s)
 			start := time.Now()
 			err := s.Exec(context.Background(), c.query, c.arg)
 			took := time.Since(start)
 			slowest := stop()
-			if !errors.Is(err, sqlite.ErrRefused) && !errors.Is(err, store.ErrExecBudget) {
-				t.Errorf("Exec: got %v, want sqlite.ErrRefused or store.ErrExecBudget", err)
+			if !errors.Is(err, sqlite.ErrRefused) && !errors.Is(err, sqlite.ErrExecBudget) {
+				t.Errorf("Exec: got %v, want sqlite.ErrRefused or sqlite.ErrExecBudget", err)
 			}
 			if n := countRows(t, s.DB(), `SELECT count(*) FROM t`); n != 0 {
 				t.Errorf("rows in t: got %d, want 0 (nothing committed)", n)
@@ -75,12 +75,12 @@ func TestStatementPastBudgetInOneStepDoesNotCommit(t *testing.T) {
 		terms[i] = `length(hex(randomblob(400000)))`
 	}
 	oneLongStep := `INSERT INTO t (x) VALUES (` + strings.Join(terms, " + ") + `)`
-	s := openSQLite(t, dbPath(t), store.Options{ExecBudget: 5 * time.Millisecond})
+	s := openSQLite(t, dbPath(t), sqlite.Options{ExecBudget: 5 * time.Millisecond})
 	execSQL(t, s.DB(), `CREATE TABLE t (x)`)
 	ctx := context.Background()
 
-	if err := s.Exec(ctx, oneLongStep); !errors.Is(err, store.ErrExecBudget) {
-		t.Errorf("Exec: got %v, want store.ErrExecBudget", err)
+	if err := s.Exec(ctx, oneLongStep); !errors.Is(err, sqlite.ErrExecBudget) {
+		t.Errorf("Exec: got %v, want sqlite.ErrExecBudget", err)
 	}
 	r, err := s.Reserve(ctx, "owner")
 	if err != nil {
@@ -90,8 +90,8 @@ func TestStatementPastBudgetInOneStepDoesNotCommit(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = r.Save(ctx, driver.Response{Digest: []byte{1}, Status: 201, Body: []byte("ok")}, time.Hour)
-	if !errors.Is(err, store.ErrWriteFailed) || !errors.Is(err, store.ErrExecBudget) {
-		t.Errorf("the owner's Save: got %v, want store.ErrWriteFailed wrapping store.ErrExecBudget", err)
+	if !errors.Is(err, store.ErrWriteFailed) || !errors.Is(err, sqlite.ErrExecBudget) {
+		t.Errorf("the owner's Save: got %v, want store.ErrWriteFailed wrapping sqlite.ErrExecBudget", err)
 	}
 	if n := countRows(t, s.DB(), `SELECT count(*) FROM t`); n != 0 {
 		t.Errorf("rows in t: got %d, want 0 (nothing committed)", n)

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/driver"
 	"github.com/writeonce/porch-go/porch/store/sqlite"
 )
@@ -15,7 +14,7 @@ import (
 // returns, and its own failure is its caller's alone — the counter written
 // in the same batch still commits.
 func TestExecJoinsGroupCommit(t *testing.T) {
-	s, err := sqlite.Open(filepath.Join(t.TempDir(), "porch.db"), store.Options{})
+	s, err := sqlite.Open(filepath.Join(t.TempDir(), "porch.db"), sqlite.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

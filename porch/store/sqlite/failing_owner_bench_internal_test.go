@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/driver"
 	"github.com/writeonce/porch-go/porch/store/internal/commit"
 )
@@ -20,7 +19,7 @@ import (
 func BenchmarkOneFailingOwner(b *testing.B) {
 	for _, fail := range []string{"none", "first-fails", "last-fails"} {
 		b.Run(fail, func(b *testing.B) {
-			s, err := Open(filepath.Join(b.TempDir(), "porch.db"), store.Options{ExecBudget: -1})
+			s, err := Open(filepath.Join(b.TempDir(), "porch.db"), Options{ExecBudget: -1})
 			if err != nil {
 				b.Fatal(err)
 			}

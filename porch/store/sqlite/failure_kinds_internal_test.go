@@ -18,7 +18,7 @@ import (
 // Each kind of failure in a batch's bare first pass and in the raw
 // response statement fails its own write alone.
 
-func failureStore(t *testing.T, opt store.Options) *Store {
+func failureStore(t *testing.T, opt Options) *Store {
 	t.Helper()
 	s, err := Open(filepath.Join(t.TempDir(), "porch.db"), opt)
 	if err != nil {
@@ -92,7 +92,7 @@ func TestEveryKindOfOwnerFailureFailsAlone(t *testing.T) {
 		for _, pos := range []string{"first", "middle", "last", "twice"} {
 			t.Run(name+"/"+pos, func(t *testing.T) {
 				t.Parallel()
-				s := failureStore(t, store.Options{ExecBudget: 30 * time.Millisecond})
+				s := failureStore(t, Options{ExecBudget: 30 * time.Millisecond})
 				good := func(k string) commit.Op {
 					return commit.Op{Response: failureResp(s, k), Owner: []commit.Statement{ins(k + "-1"), ins(k + "-2")}}
 				}
@@ -176,7 +176,7 @@ func TestEveryKindOfOwnerFailureFailsAlone(t *testing.T) {
 // batch still commits its counter, and each passes writes again at most
 // once per offender.
 func TestBatchWhereEveryoneFails(t *testing.T) {
-	s := failureStore(t, store.Options{ExecBudget: 30 * time.Millisecond})
+	s := failureStore(t, Options{ExecBudget: 30 * time.Millisecond})
 	now := s.Now()
 	var batch []commit.Op
 	i := 0
@@ -214,7 +214,7 @@ func TestBatchWhereEveryoneFails(t *testing.T) {
 // statements run before it in the bare pass; the driver's statement is
 // usable by the next batch, which stores every row it is given.
 func TestResponseRowFailureFailsClosed(t *testing.T) {
-	s := failureStore(t, store.Options{})
+	s := failureStore(t, Options{})
 	broken := failureResp(s, "broken")
 	broken.Digest = nil
 	batch := []commit.Op{

@@ -41,7 +41,7 @@ func TestWritesFailOnceTheFilesAreGone(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			path := dbPath(t)
-			s := openSQLite(t, path, store.Options{Clock: fakeClock()})
+			s := openSQLite(t, path, sqlite.Options{Options: store.Options{Clock: fakeClock()}})
 			c := driver.Counter{Key: "k", WindowStart: wall0, Window: time.Minute, Count: 1}
 			if err := saveCounter(t, s, c); err != nil {
 				t.Fatalf("write before: %v", err)
@@ -67,7 +67,7 @@ func remove(t *testing.T, name string) {
 
 // An empty path is refused as such, not reported as a missing directory.
 func TestOpenEmptyPath(t *testing.T) {
-	if _, err := sqlite.Open("", store.Options{}); err == nil || !strings.Contains(err.Error(), "path is empty") {
+	if _, err := sqlite.Open("", sqlite.Options{}); err == nil || !strings.Contains(err.Error(), "path is empty") {
 		t.Fatalf("Open(\"\"): got %v, want an error saying the path is empty", err)
 	}
 }
@@ -77,7 +77,7 @@ func TestOpenEmptyPath(t *testing.T) {
 // inside the owner's savepoint, the batch committed and /healthz said 200
 // while every checkout got 503.
 func TestUnsavableResponseFailsHealth(t *testing.T) {
-	s := openSQLite(t, dbPath(t), store.Options{Clock: fakeClock()})
+	s := openSQLite(t, dbPath(t), sqlite.Options{Options: store.Options{Clock: fakeClock()}})
 	if _, err := s.DB().Exec(`CREATE TABLE ledger (id TEXT PRIMARY KEY);
 		CREATE TRIGGER boom BEFORE INSERT ON porch_idem_responses BEGIN SELECT RAISE(ABORT, 'planted'); END`); err != nil {
 		t.Fatal(err)
@@ -114,14 +114,14 @@ func TestWatchedFilesFollowSQLitesName(t *testing.T) {
 		if err := os.Symlink(real, link); err != nil {
 			t.Fatal(err)
 		}
-		s := openSQLite(t, link, store.Options{Clock: fakeClock()})
+		s := openSQLite(t, link, sqlite.Options{Options: store.Options{Clock: fakeClock()}})
 		if err := saveCounter(t, s, driver.Counter{Key: "k", WindowStart: wall0, Window: time.Minute, Count: 1}); err != nil {
 			t.Fatalf("write through a symlink: %v", err)
 		}
 	})
 	t.Run("relative path, then chdir", func(t *testing.T) {
 		t.Chdir(t.TempDir())
-		s := openSQLite(t, "rel.db", store.Options{Clock: fakeClock()})
+		s := openSQLite(t, "rel.db", sqlite.Options{Options: store.Options{Clock: fakeClock()}})
 		t.Chdir(t.TempDir())
 		if err := saveCounter(t, s, driver.Counter{Key: "k", WindowStart: wall0, Window: time.Minute, Count: 1}); err != nil {
 			t.Fatalf("write after chdir: %v", err)

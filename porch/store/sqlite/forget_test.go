@@ -8,6 +8,7 @@ import (
 
 	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/driver"
+	"github.com/writeonce/porch-go/porch/store/sqlite"
 )
 
 // Inspect and Forget refuse a key an owner holds (store.ErrKeyHeld), and
@@ -16,7 +17,7 @@ import (
 func TestInspectAndForget(t *testing.T) {
 	ctx := context.Background()
 	path := dbPath(t)
-	s := openSQLite(t, path, store.Options{})
+	s := openSQLite(t, path, sqlite.Options{})
 	hold, err := s.Reserve(ctx, "k")
 	if err != nil {
 		t.Fatalf("reserve: %v", err)
@@ -38,7 +39,7 @@ func TestInspectAndForget(t *testing.T) {
 		t.Fatalf("forget: %v", err)
 	}
 	closeStore(t, s)
-	s = openSQLite(t, path, store.Options{})
+	s = openSQLite(t, path, sqlite.Options{})
 	if n := countRows(t, s.DB(), `SELECT count(*) FROM porch_idem_responses`); n != 0 {
 		t.Errorf("rows after forget and reopen: got %d, want 0", n)
 	}

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/writeonce/porch-go/porch/porchtest"
-	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/driver"
 	"github.com/writeonce/porch-go/porch/store/sqlite"
 )
@@ -24,7 +23,7 @@ func dbPath(t *testing.T) string {
 
 // openSQLite opens path and closes it when the test ends unless the test closed
 // it first with closeStore.
-func openSQLite(t *testing.T, path string, opt store.Options) *sqlite.Store {
+func openSQLite(t *testing.T, path string, opt sqlite.Options) *sqlite.Store {
 	t.Helper()
 	s, err := sqlite.Open(path, opt)
 	if err != nil {

@@ -21,7 +21,7 @@ var journalWall = time.Date(2026, 8, 29, 12, 0, 0, 0, time.UTC)
 // from minRows rows on.
 func openJournalStore(t *testing.T, path string, clk clock.Clock, minRows int) *Store {
 	t.Helper()
-	s, err := Open(path, store.Options{Clock: clk})
+	s, err := Open(path, Options{Options: store.Options{Clock: clk}})
 	if err != nil {
 		t.Fatalf("open: %v", err)
 	}

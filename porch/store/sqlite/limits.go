@@ -10,7 +10,7 @@ import (
 )
 
 // SQLite looks for an interrupt only between the steps of a statement, so
-// the budget (store.Options.ExecBudget) cannot stop a step once it has
+// the budget (Options.ExecBudget) cannot stop a step once it has
 // started: one that writes a 300 MiB argument, or builds a value with
 // zeroblob, printf or replace, ran for seconds past a 50 ms budget, and
 // every write of the process waited behind it. So while an application's

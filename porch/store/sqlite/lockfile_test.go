@@ -15,7 +15,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/sqlite"
 )
 
@@ -49,14 +48,14 @@ func names(t *testing.T, path string) []struct{ name, path string } {
 // first closes, and told which file holds it.
 func TestOpenSQLiteRefusesASecondOpener(t *testing.T) {
 	path := dbPath(t)
-	first, err := sqlite.Open(path, store.Options{})
+	first, err := sqlite.Open(path, sqlite.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	second := names(t, path)
 	for _, tc := range second {
 		t.Run(tc.name, func(t *testing.T) {
-			s, err := sqlite.Open(tc.path, store.Options{})
+			s, err := sqlite.Open(tc.path, sqlite.Options{})
 			if err == nil {
 				s.Close(context.Background())
 				t.Fatalf("OpenSQLite(%s) beside an open %s: got a store, want ErrLocked", tc.path, path)
@@ -73,7 +72,7 @@ func TestOpenSQLiteRefusesASecondOpener(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, tc := range second {
-		again, err := sqlite.Open(tc.path, store.Options{})
+		again, err := sqlite.Open(tc.path, sqlite.Options{})
 		if err != nil {
 			t.Fatalf("OpenSQLite(%s) after the first closed: %v", tc.path, err)
 		}
@@ -92,7 +91,7 @@ func TestLockHolderProcess(t *testing.T) {
 	if path == "" {
 		return
 	}
-	s, err := sqlite.Open(path, store.Options{})
+	s, err := sqlite.Open(path, sqlite.Options{})
 	if err != nil {
 		fmt.Println("open:", err)
 		os.Exit(1)
@@ -132,7 +131,7 @@ func TestOpenSQLiteRefusesAnotherProcess(t *testing.T) {
 	}
 	for _, tc := range names(t, path) {
 		t.Run(tc.name, func(t *testing.T) {
-			s, err := sqlite.Open(tc.path, store.Options{})
+			s, err := sqlite.Open(tc.path, sqlite.Options{})
 			if err == nil {
 				s.Close(context.Background())
 				t.Fatalf("OpenSQLite(%s) while another process holds %s: got a store, want ErrLocked", tc.path, path)

@@ -15,7 +15,6 @@ import (
 
 	"github.com/mattn/go-sqlite3"
 
-	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/sqlite"
 )
 
@@ -71,7 +70,7 @@ func TestOpenSQLiteErrorsNameThePathAndWhatToDo(t *testing.T) {
 			name: "damaged database",
 			setup: func(t *testing.T, dir string) string {
 				path := filepath.Join(dir, "porch.db")
-				closeStore(t, openSQLite(t, path, store.Options{}))
+				closeStore(t, openSQLite(t, path, sqlite.Options{}))
 				damage(t, path)
 				return path
 			},
@@ -94,7 +93,7 @@ func TestOpenSQLiteErrorsNameThePathAndWhatToDo(t *testing.T) {
 			name: "read-only directory",
 			setup: func(t *testing.T, dir string) string {
 				path := filepath.Join(dir, "porch.db")
-				closeStore(t, openSQLite(t, path, store.Options{}))
+				closeStore(t, openSQLite(t, path, sqlite.Options{}))
 				immutable(t, dir)
 				return path
 			},
@@ -105,7 +104,7 @@ func TestOpenSQLiteErrorsNameThePathAndWhatToDo(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			path := tc.setup(t, t.TempDir())
-			s, err := sqlite.Open(path, store.Options{})
+			s, err := sqlite.Open(path, sqlite.Options{})
 			if err == nil {
 				s.Close(context.Background())
 				t.Fatalf("OpenSQLite(%s): got a store, want an error", path)

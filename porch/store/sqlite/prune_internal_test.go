@@ -19,7 +19,7 @@ import (
 func TestResponsesPruneWaitsForTheNextExpiry(t *testing.T) {
 	ctx := context.Background()
 	clock := porchtest.NewFakeClock(journalWall)
-	s, err := Open(filepath.Join(t.TempDir(), "porch.db"), store.Options{Clock: clock, PruneRows: 5})
+	s, err := Open(filepath.Join(t.TempDir(), "porch.db"), Options{Options: store.Options{Clock: clock, PruneRows: 5}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -37,7 +37,7 @@ type Store struct {
 	ckpt     *checkpointer
 	commits  int // batches committed by writeBatch; only the committer touches it
 	stmts    preparedStmts
-	opt      store.Options
+	opt      Options
 	timeline timeline
 	c        *commit.Committer
 	seen     map[string]int // batch scratch: newest counter write per key
@@ -87,8 +87,8 @@ var (
 // Open opens (creating if needed) the database at path, migrates its
 // schema, anchors the timeline and starts the committer. It fails with
 // ErrLocked while another store has the file open.
-func Open(path string, opt store.Options) (*Store, error) {
-	opt = commit.WithDefaults(opt)
+func Open(path string, opt Options) (*Store, error) {
+	opt.Options = commit.WithDefaults(opt.Options)
 	if path == "" {
 		return nil, errors.New("sqlite: open: the path is empty; name a database file, such as ./porch.db")
 	}
@@ -456,7 +456,7 @@ func (s *Store) Close(ctx context.Context) error {
 //
 // The statement is held to an idempotency owner's rules (see
 // driver.Reservation.Exec): row writes to the application's tables only,
-// within store.Options.ExecBudget, since it runs on the same shared
+// within Options.ExecBudget, since it runs on the same shared
 // connection and holds up every other write while it runs.
 //
 // SQLite sees the budget's interrupt only between the steps of a
@@ -468,7 +468,7 @@ func (s *Store) Close(ctx context.Context) error {
 // patterns of at most 50 bytes. Writing or building one such value takes
 // milliseconds; a larger one goes through DB(), outside group commit. A
 // statement that still finishes past its budget in a step SQLite could not
-// interrupt is rolled back and fails with store.ErrExecBudget: it never
+// interrupt is rolled back and fails with ErrExecBudget: it never
 // commits, though its batch waits for it. Such steps remain, so the
 // budget does not bound what an application's statement can make its
 // batch wait: instr, replace, trim, ltrim, rtrim and unhex take time in

@@ -5,13 +5,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/writeonce/porch-go/porch/store"
 )
 
 func openInternal(t *testing.T, path string) *Store {
 	t.Helper()
-	s, err := Open(path, store.Options{})
+	s, err := Open(path, Options{})
 	if err != nil {
 		t.Fatalf("open: %v", err)
 	}

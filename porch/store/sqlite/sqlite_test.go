@@ -19,18 +19,18 @@ import (
 
 func TestReopen(t *testing.T) {
 	path := dbPath(t)
-	s := openSQLite(t, path, store.Options{Clock: fakeClock()})
+	s := openSQLite(t, path, sqlite.Options{Options: store.Options{Clock: fakeClock()}})
 	mustSaveCounter(t, s, driver.Counter{Key: "k", WindowStart: s.Now(), Window: time.Hour, Count: 9})
 	closeStore(t, s)
 
 	// A second open must find the schema current and the row intact.
-	s = openSQLite(t, path, store.Options{Clock: fakeClock()})
+	s = openSQLite(t, path, sqlite.Options{Options: store.Options{Clock: fakeClock()}})
 	if got, _, ok := counterRow(t, s.DB(), "k"); !ok || got != 9 {
 		t.Errorf("after reopen: got count %d (row %v), want 9", got, ok)
 	}
 	mustSaveCounter(t, s, driver.Counter{Key: "k", WindowStart: s.Now(), Window: time.Hour, Count: 10})
 	closeStore(t, s)
-	s = openSQLite(t, path, store.Options{Clock: fakeClock()})
+	s = openSQLite(t, path, sqlite.Options{Options: store.Options{Clock: fakeClock()}})
 	if got, _, _ := counterRow(t, s.DB(), "k"); got != 10 {
 		t.Errorf("after second reopen: got count %d, want 10", got)
 	}
@@ -38,10 +38,10 @@ func TestReopen(t *testing.T) {
 
 func TestOpenRefusesNewerSchema(t *testing.T) {
 	path := dbPath(t)
-	s := openSQLite(t, path, store.Options{})
+	s := openSQLite(t, path, sqlite.Options{})
 	execSQL(t, s.DB(), `PRAGMA user_version = 1000`)
 	closeStore(t, s)
-	if s, err := sqlite.Open(path, store.Options{}); err == nil {
+	if s, err := sqlite.Open(path, sqlite.Options{}); err == nil {
 		s.Close(context.Background())
 		t.Fatal("got a store over a schema from a newer build, want an error")
 	}
@@ -49,7 +49,7 @@ func TestOpenRefusesNewerSchema(t *testing.T) {
 
 func TestLoadCounters(t *testing.T) {
 	clock := fakeClock()
-	s := openSQLite(t, dbPath(t), store.Options{Clock: clock, PruneRows: -1})
+	s := openSQLite(t, dbPath(t), sqlite.Options{Options: store.Options{Clock: clock, PruneRows: -1}})
 	start := s.Now()
 	for _, c := range []driver.Counter{
 		{Key: "closed", WindowStart: start.Add(-2 * time.Minute), Window: time.Minute, Count: 4},
@@ -78,7 +78,7 @@ func TestCounterEnd(t *testing.T) {
 }
 
 func TestResponseRoundTrip(t *testing.T) {
-	s := openSQLite(t, dbPath(t), store.Options{Clock: fakeClock()})
+	s := openSQLite(t, dbPath(t), sqlite.Options{Options: store.Options{Clock: fakeClock()}})
 	now := s.Now()
 	want := driver.Response{
 		Key:         "idem:0::abc",
@@ -136,7 +136,7 @@ func TestDeleteResponseOnlyWhenExpired(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s := openSQLite(t, dbPath(t), store.Options{Clock: fakeClock(), PruneRows: -1})
+			s := openSQLite(t, dbPath(t), sqlite.Options{Options: store.Options{Clock: fakeClock(), PruneRows: -1}})
 			now := s.Now()
 			r := driver.Response{Key: "k", Digest: []byte{1}, Status: 200, Body: []byte("ok"), Created: now, Expires: now.Add(time.Hour)}
 			done := make(chan error, 1)
@@ -165,7 +165,7 @@ func TestDeleteResponseOnlyWhenExpired(t *testing.T) {
 
 func TestReservation(t *testing.T) {
 	clock := fakeClock()
-	s := openSQLite(t, dbPath(t), store.Options{Clock: clock, PruneRows: -1})
+	s := openSQLite(t, dbPath(t), sqlite.Options{Options: store.Options{Clock: clock, PruneRows: -1}})
 	ctx := context.Background()
 	res, err := s.Reserve(ctx, "idem:k")
 	if err != nil {
@@ -216,7 +216,7 @@ func TestReservation(t *testing.T) {
 }
 
 func TestSaveResponseEmptyBody(t *testing.T) {
-	s := openSQLite(t, dbPath(t), store.Options{Clock: fakeClock()})
+	s := openSQLite(t, dbPath(t), sqlite.Options{Options: store.Options{Clock: fakeClock()}})
 	ctx := context.Background()
 
 	done := make(chan error, 1)
@@ -268,7 +268,7 @@ func TestTimelineSurvivesReopen(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			path := dbPath(t)
-			s := openSQLite(t, path, store.Options{Clock: fakeClock(), PruneRows: -1})
+			s := openSQLite(t, path, sqlite.Options{Options: store.Options{Clock: fakeClock(), PruneRows: -1}})
 			at := wall0.Add(tt.persist)
 			if tt.response {
 				done := make(chan error, 1)
@@ -286,7 +286,7 @@ func TestTimelineSurvivesReopen(t *testing.T) {
 
 			// The wall clock reads wall0 again: as if it had been set back.
 			clock := fakeClock()
-			s = openSQLite(t, path, store.Options{Clock: clock})
+			s = openSQLite(t, path, sqlite.Options{Options: store.Options{Clock: clock}})
 			if got, want := s.Now(), wall0.Add(tt.wantNow); !got.Equal(want) {
 				t.Errorf("got Now %v, want %v", got, want)
 			}
@@ -313,7 +313,7 @@ func TestOpenSQLiteAnyPath(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := t.TempDir()
 			path := filepath.Join(dir, tt.file)
-			s, err := sqlite.Open(path, store.Options{})
+			s, err := sqlite.Open(path, sqlite.Options{})
 			if err != nil {
 				t.Fatalf("open %q: %v", path, err)
 			}

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/driver"
 	"github.com/writeonce/porch-go/porch/store/sqlite"
 )
@@ -50,7 +49,7 @@ func mustReplay(t *testing.T, s *sqlite.Store, key, body string) {
 func TestStoredKeysSurviveReopenAnyBytes(t *testing.T) {
 	path := dbPath(t)
 	keys := []string{"plain", "a\x00b", "\x00", "\xff\xfe", "tail\x00", string(make([]byte, 3000))}
-	s := openSQLite(t, path, store.Options{})
+	s := openSQLite(t, path, sqlite.Options{})
 	for _, k := range keys {
 		storeResponse(t, s, k, "v")
 	}
@@ -58,7 +57,7 @@ func TestStoredKeysSurviveReopenAnyBytes(t *testing.T) {
 		mustReplay(t, s, k, "v")
 	}
 	closeStore(t, s)
-	s = openSQLite(t, path, store.Options{})
+	s = openSQLite(t, path, sqlite.Options{})
 	for _, k := range keys {
 		mustReplay(t, s, k, "v")
 	}
@@ -68,7 +67,7 @@ func TestStoredKeysSurviveReopenAnyBytes(t *testing.T) {
 func TestForgetThenSaveAgain(t *testing.T) {
 	path := dbPath(t)
 	ctx := context.Background()
-	s := openSQLite(t, path, store.Options{})
+	s := openSQLite(t, path, sqlite.Options{})
 	storeResponse(t, s, "k", "one")
 	if err := s.Forget(ctx, "k"); err != nil {
 		t.Fatal(err)
@@ -76,7 +75,7 @@ func TestForgetThenSaveAgain(t *testing.T) {
 	storeResponse(t, s, "k", "two")
 	mustReplay(t, s, "k", "two")
 	closeStore(t, s)
-	s = openSQLite(t, path, store.Options{})
+	s = openSQLite(t, path, sqlite.Options{})
 	mustReplay(t, s, "k", "two")
 	if err := s.Forget(ctx, "k"); err != nil {
 		t.Fatal(err)
@@ -88,7 +87,7 @@ func TestForgetThenSaveAgain(t *testing.T) {
 // kill -9 right after Save returned: the reopened store must replay.
 func TestStoredKeysAfterKill9(t *testing.T) {
 	if p := os.Getenv("R19_CHILD_DB"); p != "" {
-		s, err := sqlite.Open(p, store.Options{})
+		s, err := sqlite.Open(p, sqlite.Options{})
 		if err != nil {
 			os.Exit(3)
 		}
@@ -112,7 +111,7 @@ func TestStoredKeysAfterKill9(t *testing.T) {
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != -1 {
 		t.Fatalf("child: %v %s", err, out)
 	}
-	s := openSQLite(t, path, store.Options{})
+	s := openSQLite(t, path, sqlite.Options{})
 	for _, k := range []string{"k1", "k2", "k3"} {
 		mustReplay(t, s, k, "v")
 	}

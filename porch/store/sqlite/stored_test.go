@@ -8,6 +8,7 @@ import (
 
 	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/driver"
+	"github.com/writeonce/porch-go/porch/store/sqlite"
 )
 
 // Load skips the read for a key that has no row (see storedKeys), so the
@@ -48,7 +49,7 @@ func TestLoadFindsResponsesSavedBeforeAndAfterOpen(t *testing.T) {
 		}
 		return ok
 	}
-	s := openSQLite(t, path, store.Options{Clock: clock})
+	s := openSQLite(t, path, sqlite.Options{Options: store.Options{Clock: clock}})
 	for i := range 3000 { // past a shard's first sweep
 		save(s, "before:"+strconv.Itoa(i))
 	}
@@ -58,7 +59,7 @@ func TestLoadFindsResponsesSavedBeforeAndAfterOpen(t *testing.T) {
 	if err := s.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	s = openSQLite(t, path, store.Options{Clock: clock})
+	s = openSQLite(t, path, sqlite.Options{Options: store.Options{Clock: clock}})
 	for i := range 3000 {
 		if !found(s, "before:"+strconv.Itoa(i)) {
 			t.Fatalf("before:%d, stored before the store opened: Load missed it", i)

@@ -23,7 +23,7 @@
 //		storetest.TestCounters(t, storetest.Harness{
 //			DB: func(t *testing.T) string { return filepath.Join(t.TempDir(), "porch.db") },
 //			Open: func(t *testing.T, db string) driver.Counters {
-//				st, err := sqlite.Open(db, store.Options{})
+//				st, err := sqlite.Open(db, sqlite.Options{})
 //				if err != nil {
 //					t.Fatal(err)
 //				}

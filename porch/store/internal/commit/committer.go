@@ -51,7 +51,7 @@ type Op struct {
 	Dropped bool
 	// Deferred is set by a batch writer that left this write for the next
 	// batch without running it: the batch's time for applications'
-	// statements (store.Options.ExecBudget) ran out on the ones before
+	// statements (sqlite.Options.ExecBudget) ran out on the ones before
 	// it. It is not answered with this batch; the committer carries it
 	// into the next one, first, so that it runs before anything queued
 	// after it.

@@ -8,7 +8,8 @@ import (
 )
 
 // WithDefaults returns o with every zero field that has a default set to
-// it, except KeyConns, which only the PostgreSQL driver reads and defaults.
+// it. A driver's own options (sqlite.Options.ExecBudget,
+// postgres.Options.KeyConns) are that driver's to default.
 func WithDefaults(o store.Options) store.Options {
 	if o.Clock == nil {
 		o.Clock = clock.System{}
