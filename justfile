@@ -71,3 +71,8 @@ fuzz time="30s":
 # against PORCH_TEST_POSTGRES (or -dsn DSN): the drivers are leaves.
 pgonly *args:
     CGO_ENABLED=0 go build -o /tmp/porch-pgonly ./internal/tools/pgonly && /tmp/porch-pgonly {{args}}
+
+# Rewrite api.txt, the record of porch's public API that CI holds the code
+# to, after a deliberate change to it (say what changed in CHANGELOG.md).
+api:
+    go run ./internal/tools/apilist > api.txt
