@@ -363,9 +363,9 @@ func newLimiter(pool *porch.Pool, st driver.Counters, limit int, window time.Dur
 	l.calls.New = l.newCall
 	switch c := st.(type) {
 	case driver.ExclusiveCounters:
-		l.counting = newLocal(l, c)
+		l.counting = newLocal(l.countingConfig(), c, l.prefix, ahead)
 	case driver.SharedCounters:
-		l.counting = newShared(l, c)
+		l.counting = newSharedCounting(l.countingConfig(), c, opt)
 	default:
 		panic(fmt.Sprintf("rate: New expects a store with counters (driver.ExclusiveCounters or driver.SharedCounters), got %T", st))
 	}
