@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/writeonce/porch-go/porch"
+	"github.com/writeonce/porch-go/porch/internal/actor"
 	"github.com/writeonce/porch-go/porch/store/driver"
 )
 
@@ -16,23 +17,27 @@ import (
 // Options.Lease); the sweeper that gives them back runs this often.
 const LeaseIdle = 100 * time.Millisecond
 
-// leases is a limiter's count-ahead on a shared store (Options.Lease): per
-// actor, the busy keys whose store trips asked for more than their request
-// needed, and how many of those counted hits this process has not yet
-// answered. A hit that finds one answers from memory, without a round trip;
-// the store already counted it, durably, before the lease was handed out,
-// so no answer runs ahead of its write. The store also holds them
+// leases is a limiter's count-ahead on a shared store (Options.Lease), in
+// front of the counting that asks the store: per actor, the busy keys
+// whose store trips asked for more than their request needed, and how
+// many of those counted hits this process has not yet answered. A hit
+// that finds one answers from memory, without a round trip; the store
+// already counted it, durably, before the lease was handed out, so no
+// answer runs ahead of its write. Any other hit goes on to next, asking
+// its trip to count the key's next lease beside it (call.lease), and
+// hears how it landed. The store also holds the lease's hits
 // (driver.Lease) until they are settled or given back, so that a reset on
 // any instance, which this one hears nothing of, keeps them counted: an
 // answer from memory after it is counted in its window too. Each shard's
 // map is touched only by its actor.
 type leases struct {
-	l        *Limiter
-	st       driver.SharedCounters
-	refusals *refusals                // the limiter's refusal cache; may be nil
-	most     int64                    // Options.Lease, at most the limit
-	hit      func(shard int, c *call) // the limiter's counting.hit, for hits that waited
-	shards   []leaseShard
+	next   counting
+	st     driver.SharedCounters // for giving a lease's hits back
+	pool   *actor.Pool
+	rule   rule
+	lost   func(error) // logs hits the store could not take back
+	most   int64       // Options.Lease, at most the limit
+	shards []leaseShard
 
 	// inflight counts the trips for a lease whose answer has not been
 	// applied; arrived is signalled as each answer is handed in, so that
@@ -104,9 +109,19 @@ type lease struct {
 	gen uint64
 }
 
-// newLeases makes the leases of l on st; the caller sets hit.
-func newLeases(l *Limiter, st driver.SharedCounters, cache *refusals, most int64) *leases {
-	c := &leases{l: l, st: st, refusals: cache, most: min(most, l.most), shards: make([]leaseShard, l.pool.Size()),
+var _ counting = (*leases)(nil)
+
+// leaseTrip is what leases keep of a hit they passed on, until its trip
+// lands: the lease's generation, and when the trip was sent (local).
+type leaseTrip struct {
+	gen  uint64
+	sent time.Time
+}
+
+// newLeases makes leases of up to most hits each on st, in front of next.
+func newLeases(cf countingConfig, st driver.SharedCounters, next counting, most int64) *leases {
+	c := &leases{next: next, st: st, pool: cf.pool, rule: cf.rule, lost: cf.lost, most: min(most, cf.most),
+		shards:  make([]leaseShard, cf.pool.Size()),
 		arrived: make(chan struct{}, 1), stop: make(chan struct{}), swept: make(chan struct{})}
 	for i := range c.shards {
 		c.shards[i].m = make(map[string]*lease)
@@ -116,15 +131,106 @@ func newLeases(l *Limiter, st driver.SharedCounters, cache *refusals, most int64
 
 // open starts the sweeper; New calls it once the limiter's policy is
 // claimed, so that a refused New leaves no goroutine behind.
-func (c *leases) open() {
+func (c *leases) open(ctx context.Context) error {
 	c.started.Store(true)
 	go c.sweeper()
+	return c.next.open(ctx)
+}
+
+// hit answers call from its key's lease if that holds enough; else it
+// waits for the key's trip for a lease in flight, or goes on to next,
+// asking its trip to count a lease beside it.
+func (c *leases) hit(shard int, call *call) {
+	c.apply(shard)
+	now := time.Now()
+	if v, start, ok := c.take(shard, call.key, call.n, now); ok {
+		call.start = start
+		call.reply.Send(v, nil)
+		return
+	}
+	if c.wait(shard, call) {
+		return
+	}
+	ls, gen := c.ask(shard, call.key, call.n, now)
+	call.lease, call.leased = ls, leaseTrip{gen: gen, sent: time.Now()}
+	call.above = append(call.above, c)
+	c.next.hit(shard, call)
+}
+
+// landed hands what call's trip came back with to its key's lease (see
+// answered). A trip whose lease did not fit, where the call alone might,
+// from the store or from the hits it now holds for the lease, is taken
+// back: decided again, without a lease, before the key's waiting hits.
+func (c *leases) landed(shard int, call *call) bool {
+	t, ls, key, n := &call.trip, call.lease, call.key, call.n
+	gen, sent := call.leased.gen, call.leased.sent
+	switch {
+	case !t.queued:
+		c.unask(shard, key, ls) // runs on the actor: no trip is in flight
+		return true
+	case t.err != nil:
+		c.answered(shard, key, ls, gen, sent, nil, Verdict{}, nil)
+		return true
+	}
+	h := t.h
+	if !h.Allowed && ls.Held > 0 && (t.room >= n || ls.Adopted >= n && h.State.Start.Equal(ls.Start)) {
+		c.answered(shard, key, ls, gen, sent, &h, Verdict{}, call)
+		return false
+	}
+	if !h.Allowed && ls.Adopted > 0 {
+		// The hits adopted stay held, and go back to the store once the
+		// lease ends: the count the store refused on comes down then.
+		t.fleeting = true
+	}
+	c.answered(shard, key, ls, gen, sent, &h, t.v, nil)
+	return true
+}
+
+// peek adds to what next answers the hits key's lease holds at now:
+// counted, and still to answer.
+func (c *leases) peek(shard int, key string, answer func(Verdict, error)) {
+	c.apply(shard)
+	held := c.held(shard, key, time.Now())
+	if held == 0 {
+		c.next.peek(shard, key, answer)
+		return
+	}
+	c.next.peek(shard, key, func(v Verdict, err error) {
+		if err == nil {
+			v.Remaining = min(v.Remaining+held, v.Limit)
+			if v.Remaining >= 1 {
+				v.Allowed, v.RetryAt = true, time.Time{}
+			}
+		}
+		answer(v, err)
+	})
+}
+
+// reset gives key's lease back before next resets it (see drop); the hits
+// that waited for a lease are decided after the reset, in the new epoch.
+func (c *leases) reset(shard int, key string, answer func(error)) {
+	c.apply(shard)
+	waited := c.drop(shard, key)
+	c.next.reset(shard, key, answer)
+	for _, w := range waited {
+		c.hit(shard, w)
+	}
+}
+
+// takeBack gives n back into key's lease if it can (see giveBack): counted
+// still, and answered again from it; else next takes them back.
+func (c *leases) takeBack(shard int, key string, start time.Time, n int64) {
+	c.apply(shard)
+	if c.giveBack(shard, key, start, n, time.Now()) {
+		return
+	}
+	c.next.takeBack(shard, key, start, n)
 }
 
 // cutoff is how long before its epoch's end a lease stops answering: the
 // algorithm's own margin (see algorithm.Rule.LeaseCutoff), for leases
 // given back once idle for LeaseIdle.
-func (c *leases) cutoff() time.Duration { return c.l.rule.LeaseCutoff(LeaseIdle) }
+func (c *leases) cutoff() time.Duration { return c.rule.LeaseCutoff(LeaseIdle) }
 
 // apply runs on shard's actor before anything reads the shard's leases:
 // the store's answers handed in since, in the order they came.
@@ -158,7 +264,7 @@ func (c *leases) handIn(shard int, f func()) {
 	}
 	if kick {
 		// A full mailbox: the answer waits for the shard's next job.
-		_ = c.l.pool.SendShard(shard, false, c.apply)
+		_ = c.pool.SendShard(shard, false, c.apply)
 	}
 }
 
@@ -275,8 +381,8 @@ func (c *leases) answered(shard int, key string, ls driver.Lease, gen uint64, se
 	var start time.Time
 	allowed := h != nil && h.Allowed
 	if h != nil {
-		end = sent.Add(h.State.Start.Add(c.l.rule.Window()).Sub(h.Now))
-		room = c.l.rule.Room(h.State, h.Now)
+		end = sent.Add(h.State.Start.Add(c.rule.Window()).Sub(h.Now))
+		room = c.rule.Room(h.State, h.Now)
 		start = h.State.Start
 	}
 	c.handIn(shard, func() {
@@ -302,7 +408,7 @@ func (c *leases) answered(shard int, key string, ls driver.Lease, gen uint64, se
 			return
 		}
 		if extra > 0 {
-			defer c.landed(shard, e)
+			defer c.resume(shard, e)
 		}
 		switch {
 		case h == nil:
@@ -321,7 +427,7 @@ func (c *leases) answered(shard int, key string, ls driver.Lease, gen uint64, se
 			if !until.After(time.Now()) {
 				// Too late in its epoch to answer anything: back to the
 				// store while the epoch still counts them.
-				c.giveToStore(shard, key, driver.Lease{Held: extra, Start: start}, c.l.takeBackDone)
+				c.giveToStore(shard, key, driver.Lease{Held: extra, Start: start}, c.lost)
 				e.room += extra
 				break
 			}
@@ -335,7 +441,7 @@ func (c *leases) answered(shard int, key string, ls driver.Lease, gen uint64, se
 			if over := e.tokens - c.most; over > 0 {
 				// Hits adopted while the trip was out filled the lease:
 				// never hold more than Lease.
-				c.giveToStore(shard, key, driver.Lease{Held: over, Start: start}, c.l.takeBackDone)
+				c.giveToStore(shard, key, driver.Lease{Held: over, Start: start}, c.lost)
 				e.tokens -= over
 				e.room += over
 			}
@@ -376,18 +482,18 @@ func (c *leases) adopt(shard int, key string, e *lease, ls driver.Lease, gen uin
 // counted, so that close waits for them.
 func (c *leases) returned() func(error) {
 	if !c.closing.Load() {
-		return c.l.takeBackDone
+		return c.lost
 	}
 	c.returns.Add(1)
 	return func(err error) {
-		c.l.takeBackDone(err)
+		c.lost(err)
 		c.returns.Done()
 	}
 }
 
-// landed runs on shard's actor when e's trip for a lease has been
+// resume runs on shard's actor when e's trip for a lease has been
 // answered: the hits that waited for it are decided now, in order.
-func (c *leases) landed(shard int, e *lease) {
+func (c *leases) resume(shard int, e *lease) {
 	e.asking = false
 	c.redo(shard, e)
 }
@@ -459,7 +565,7 @@ func (c *leases) sweeper() {
 		case <-t.C:
 			for shard := range c.shards {
 				// A full mailbox skips a round: the next one comes.
-				err := c.l.pool.SendShard(shard, false, func(i int) { c.sweep(i, time.Now()) })
+				err := c.pool.SendShard(shard, false, func(i int) { c.sweep(i, time.Now()) })
 				if errors.Is(err, porch.ErrClosed) {
 					return
 				}
@@ -500,9 +606,6 @@ func (c *leases) giveAllToStore(shard int, key string, e *lease) {
 		c.giveToStore(shard, key, driver.Lease{Held: e.tokens, Settled: e.answered, Start: e.start}, c.returned())
 	}
 	if e.adopted > 0 && !e.asking {
-		if c.refusals != nil {
-			c.refusals.forget(shard, key)
-		}
 		done := c.returned()
 		if err := c.st.TakeBack(key, e.start, e.adopted, done); err != nil {
 			done(err)
@@ -513,22 +616,28 @@ func (c *leases) giveAllToStore(shard int, key string, e *lease) {
 }
 
 // giveToStore ends a lease's hold on key's hits in the store (see
-// driver.SharedCounters.GiveBack), done getting the outcome: the key's
-// count may go down, so a refusal remembered for it no longer holds.
+// driver.SharedCounters.GiveBack), done getting the outcome.
 func (c *leases) giveToStore(shard int, key string, ls driver.Lease, done func(error)) {
-	if c.refusals != nil {
-		c.refusals.forget(shard, key)
-	}
 	if err := c.st.GiveBack(key, ls, done); err != nil {
 		done(err)
 	}
 }
 
-// close stops new leases and the sweeper, gives every lease back, waits
-// for the trips still asking for one (their hits go back to the store as
-// they land), and then for the store to have them all, or for ctx: Close
-// leaves exact counts in the store.
+// close gives every lease back (see giveAllBack), and then closes next;
+// it returns the first error.
 func (c *leases) close(ctx context.Context) error {
+	err := c.giveAllBack(ctx)
+	if nerr := c.next.close(ctx); err == nil {
+		err = nerr
+	}
+	return err
+}
+
+// giveAllBack stops new leases and the sweeper, gives every lease back,
+// waits for the trips still asking for one (their hits go back to the
+// store as they land), and then for the store to have them all, or for
+// ctx: Close leaves exact counts in the store.
+func (c *leases) giveAllBack(ctx context.Context) error {
 	c.closing.Store(true)
 	c.closeOnce.Do(func() { close(c.stop) })
 	if c.started.Load() {
@@ -557,7 +666,7 @@ func (c *leases) close(ctx context.Context) error {
 		var wg sync.WaitGroup
 		for shard := range c.shards {
 			wg.Add(1)
-			err := c.l.pool.SendShard(shard, true, func(i int) {
+			err := c.pool.SendShard(shard, true, func(i int) {
 				defer wg.Done()
 				c.apply(i)
 				s := &c.shards[i]

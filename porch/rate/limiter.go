@@ -378,9 +378,9 @@ func newLimiter(pool *porch.Pool, st driver.Counters, limit int, window time.Dur
 	l.rateLimitPrefix = `"` + opt.Name + `";r=`
 	l.calls.New = l.newCall
 	if exclusive {
-		l.counting = newLocal(l, st.(driver.ExclusiveCounters))
+		l.counting = newLocal(l.countingConfig(), st.(driver.ExclusiveCounters), l.prefix, ahead)
 	} else {
-		l.counting = newShared(l, st.(driver.SharedCounters))
+		l.counting = newSharedCounting(l.countingConfig(), st.(driver.SharedCounters), opt)
 	}
 	return l
 }

@@ -20,13 +20,15 @@ import (
 // covers its count (see bound.go). New loads the views; Close leaves exact
 // counts behind.
 type local struct {
-	l     *Limiter
-	st    driver.ExclusiveCounters
-	views []*view // indexed by pool shard; views[i] is touched only by actor i
+	countingConfig
+	st     driver.ExclusiveCounters
+	prefix string  // the limiter's counter keys', to load its own rows only
+	ahead  int64   // Options.WriteAhead, resolved
+	views  []*view // indexed by pool shard; views[i] is touched only by actor i
 }
 
-func newLocal(l *Limiter, st driver.ExclusiveCounters) *local {
-	c := &local{l: l, st: st, views: make([]*view, l.pool.Size())}
+func newLocal(cf countingConfig, st driver.ExclusiveCounters, prefix string, ahead int64) *local {
+	c := &local{countingConfig: cf, st: st, prefix: prefix, ahead: ahead, views: make([]*view, cf.pool.Size())}
 	for i := range c.views {
 		c.views[i] = newView(i)
 	}
@@ -39,21 +41,21 @@ func newLocal(l *Limiter, st driver.ExclusiveCounters) *local {
 // (see nextBound) commits. A hot key (see hot) queues its next write while
 // half its margin is left, so its hits seldom wait for a commit at all.
 func (c *local) hit(shard int, call *call) {
-	l, v, key, n := c.l, c.views[shard], call.key, call.n
+	v, key, n := c.views[shard], call.key, call.n
 	now := c.st.Now()
-	v.forget(now, l.rule.Life(), forgetPerHit)
+	v.forget(now, c.rule.Life(), forgetPerHit)
 	w, s := c.advance(v, key, now)
 	call.start = w.start
-	if room := l.rule.Room(s, now); n > room {
+	if room := c.rule.Room(s, now); n > room {
 		// Nothing changes, so nothing is written; a refusal never lets a
 		// request through, so it need not wait for earlier writes.
-		call.reply.Send(l.verdict(s, now, c.st.Wall(), false, n, room), nil)
+		call.reply.Send(c.verdict(s, now, c.st.Wall(), false, n, room), nil)
 		return
 	}
 	w.count += n
 	s.Count = w.count
-	room := l.rule.Room(s, now)
-	verdict := l.verdict(s, now, c.st.Wall(), true, n, room)
+	room := c.rule.Room(s, now)
+	verdict := c.verdict(s, now, c.st.Wall(), true, n, room)
 	// The highest count the store may hold for this epoch: what the state
 	// could still admit now. Writing further ahead would refuse, after a
 	// crash, requests no policy refuses.
@@ -97,11 +99,11 @@ func sendVerdict(reply actor.Reply[Verdict], v Verdict, err error) {
 // state.
 func (c *local) advance(v *view, key string, now time.Time) (tally, driver.State) {
 	w, ok := v.counts[key]
-	s := c.l.rule.Advance(w.state(), now)
+	s := c.rule.Advance(w.state(), now)
 	if !ok || !s.Start.Equal(w.start) {
 		old := w
 		w = v.open(key, s)
-		if _, carries := c.l.rule.Carried(old.start, 0, w.start); ok && carries {
+		if _, carries := c.rule.Carried(old.start, 0, w.start); ok && carries {
 			c.carry(old, &w)
 			v.counts[key] = w
 		}
@@ -126,7 +128,7 @@ func (c *local) advance(v *view, key string, now time.Time) (tally, driver.State
 // first count exactly: about one write per hit. The streak lets the
 // margin grow across such epochs as it grows within a window.
 func (c *local) carry(old tally, w *tally) {
-	w.streak = min(old.streak+old.count, c.l.ahead)
+	w.streak = min(old.streak+old.count, c.ahead)
 	if old.pending != nil {
 		if durable, failed := old.pending.state(); durable {
 			old.durable, old.pending, old.pendingAt = max(old.durable, old.pendingAt), nil, 0
@@ -135,7 +137,7 @@ func (c *local) carry(old tally, w *tally) {
 		}
 	}
 	covered := func(bound int64) int64 {
-		n, _ := c.l.rule.Carried(old.start, bound, w.start)
+		n, _ := c.rule.Carried(old.start, bound, w.start)
 		return n
 	}
 	w.durable = covered(old.durable)
@@ -145,11 +147,11 @@ func (c *local) carry(old tally, w *tally) {
 }
 
 // peek runs on key's actor: the key's state as its next hit would find it.
-func (c *local) peek(shard int, key string, reply actor.Reply[Verdict]) {
+func (c *local) peek(shard int, key string, answer func(Verdict, error)) {
 	now := c.st.Now()
 	w := c.views[shard].counts[key]
-	s := c.l.rule.Advance(w.state(), now)
-	reply.Send(c.l.peeked(s, now, c.st.Wall()), nil)
+	s := c.rule.Advance(w.state(), now)
+	answer(c.peeked(s, now, c.st.Wall()), nil)
 }
 
 // reset runs on key's actor. It opens a new, empty epoch in place of the
@@ -167,7 +169,7 @@ func (c *local) reset(shard int, key string, answer func(error)) {
 	v := c.views[shard]
 	now := c.st.Now()
 	w, ok := v.counts[key]
-	if !ok || !now.Before(c.l.rule.Expires(w.state())) {
+	if !ok || !now.Before(c.rule.Expires(w.state())) {
 		answer(nil) // nothing held back, here or in the store
 		return
 	}
@@ -210,21 +212,20 @@ func (c *local) takeBack(shard int, key string, start time.Time, n int64) {
 // counter is the row that makes count durable for key's tally w, in the
 // algorithm's form (see algorithm.Rule.Row).
 func (c *local) counter(key string, w tally, count int64) driver.Counter {
-	return c.l.rule.Row(key, w.state(), count)
+	return c.rule.Row(key, w.state(), count)
 }
 
 // open fills the views with the states still live in the store. It runs
 // before any actor can see the views; handing a job to an actor through
 // its mailbox publishes them.
 func (c *local) open(ctx context.Context) error {
-	l := c.l
 	now := c.st.Now()
 	err := c.st.LoadCounters(ctx, now, func(sc driver.Counter) {
-		if !strings.HasPrefix(sc.Key, l.prefix) {
+		if !strings.HasPrefix(sc.Key, c.prefix) {
 			return // another limiter's row
 		}
-		s := l.rule.Resume(sc, now)
-		v := c.views[l.pool.Shard(sc.Key)]
+		s := c.rule.Resume(sc, now)
+		v := c.views[c.pool.Shard(sc.Key)]
 		v.counts[sc.Key] = tally{start: s.Start, count: s.Count, prev: s.Prev, durable: s.Count}
 		v.expiry = append(v.expiry, opened{key: sc.Key, start: s.Start})
 	})
@@ -259,7 +260,7 @@ func (c *local) close(ctx context.Context) error {
 	}
 	for shard := range c.views {
 		wg.Add(1)
-		err := c.l.pool.SendShard(shard, true, func(i int) {
+		err := c.pool.SendShard(shard, true, func(i int) {
 			defer wg.Done()
 			v := c.views[i]
 			if t := v.timer; t != nil {
@@ -267,7 +268,7 @@ func (c *local) close(ctx context.Context) error {
 			}
 			now := c.st.Now()
 			for key, w := range v.counts {
-				if w.written() <= w.count || !now.Before(c.l.rule.Expires(w.state())) {
+				if w.written() <= w.count || !now.Before(c.rule.Expires(w.state())) {
 					continue
 				}
 				wg.Add(1)
@@ -304,7 +305,7 @@ func (c *local) close(ctx context.Context) error {
 // cool keys pile writes up in the committer's queue, and every first hit
 // would wait behind them.
 func (c *local) hot(w tally, most int64) bool {
-	ahead := c.l.ahead
+	ahead := c.ahead
 	return w.pending == nil && w.durable < most && w.count+w.streak >= ahead/2 && w.durable-w.count < ahead/2 &&
 		nextBound(w.count, w.count+w.streak, ahead, most) > w.durable
 }
@@ -319,7 +320,7 @@ func (c *local) writeAhead(key string, w *tally, most int64, answer func(error))
 	// The margin grows with the hits seen, this epoch's and, where epochs
 	// carry over, its streak's; the bound stays above what the tally already has
 	// written (a carried bound included; see carry).
-	w.pending, w.pendingAt = bw, max(nextBound(w.count, w.count+w.streak, c.l.ahead, most), w.written())
+	w.pending, w.pendingAt = bw, max(nextBound(w.count, w.count+w.streak, c.ahead, most), w.written())
 	if err := c.st.SaveCounter(c.counter(key, *w, w.pendingAt), bw.settle); err != nil {
 		bw.settle(err)
 	}
@@ -330,7 +331,7 @@ func (c *local) writeAhead(key string, w *tally, most int64, answer func(error))
 // a few ended states each; the timer is for an actor that gets no more
 // hits, whose keys would otherwise stay in memory for good.
 func (c *local) armForget(v *view, now time.Time) {
-	end, ok := v.oldest(c.l.rule.Life())
+	end, ok := v.oldest(c.rule.Life())
 	if v.armed || !ok {
 		return
 	}
@@ -351,9 +352,9 @@ func (c *local) armForget(v *view, now time.Time) {
 // again in a second while the mailbox is full (hits are forgetting
 // meanwhile). After Close the pool refuses, and the ticking stops.
 func (c *local) forgetTick(v *view) {
-	err := c.l.pool.SendShard(v.shard, false, func(int) {
+	err := c.pool.SendShard(v.shard, false, func(int) {
 		now := c.st.Now()
-		v.forget(now, c.l.rule.Life(), forgetPerTick)
+		v.forget(now, c.rule.Life(), forgetPerTick)
 		v.armed = false
 		c.armForget(v, now)
 	})

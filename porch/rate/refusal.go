@@ -39,11 +39,15 @@ const minRefusalsPerActor = 16
 // cache of a very short life does not wake its actors for every refusal.
 const minRefusalSweep = 100 * time.Millisecond
 
-// refusals is the local refusal cache of a limiter on a shared store (see
-// Options.RefusalCacheFor): per actor, the digests of the keys the store
-// refused and until when, on this process's monotonic clock, they are sure
-// to stay refused. Each shard is touched only by its actor, so the hot path
-// takes no lock.
+// refusals is the refusal cache of a limiter on a shared store (see
+// Options.RefusalCacheFor), in front of the counting that asks the store:
+// per actor, the digests of the keys the store refused and until when, on
+// this process's monotonic clock, they are sure to stay refused. A hit it
+// finds refused is answered at once; any other goes on to next, and its
+// trip's refusal, if the store refuses it, is remembered. A reset or a
+// take-back, which may bring a key's count down, lets the key's refusal
+// go on its way past. Each shard is touched only by its actor, so the hot
+// path takes no lock.
 //
 // An actor whose shard holds refusals has a sweep armed on a timer, every
 // RefusalCacheFor (at least minRefusalSweep), that lets the expired ones
@@ -51,7 +55,9 @@ const minRefusalSweep = 100 * time.Millisecond
 // RefusalCacheFor of expiring, with no request to prompt it. close lets
 // everything go and disarms the sweeps.
 type refusals struct {
+	next   counting
 	pool   *actor.Pool
+	rule   rule          // for when a refused request would fit
 	life   time.Duration // Options.RefusalCacheFor, resolved
 	most   int           // refusals one shard holds at most: its share of refusalBudget
 	seeds  [2]maphash.Seed
@@ -59,6 +65,8 @@ type refusals struct {
 	closed atomic.Bool // close has begun: nothing more is remembered
 	shards []refusalShard
 }
+
+var _ counting = (*refusals)(nil)
 
 type refusalShard struct {
 	// m is nil while the shard holds nothing, so that a swept shard keeps
@@ -96,9 +104,20 @@ type refusal struct {
 	v     Verdict
 }
 
-func newRefusals(pool *actor.Pool, life time.Duration) *refusals {
+// refusalTrip is what the cache keeps of a hit it passed on, until the
+// hit's trip lands: when it was sent, and the shard's generation then.
+type refusalTrip struct {
+	d    digest
+	sent time.Duration // on the cache's clock
+	gen  uint64
+}
+
+func newRefusals(cf countingConfig, next counting, life time.Duration) *refusals {
+	pool := cf.pool
 	return &refusals{
+		next:   next,
 		pool:   pool,
+		rule:   cf.rule,
 		life:   life,
 		most:   max(refusalBudget/refusalBytes/pool.Size(), minRefusalsPerActor),
 		seeds:  [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()},
@@ -106,6 +125,47 @@ func newRefusals(pool *actor.Pool, life time.Duration) *refusals {
 		shards: make([]refusalShard, pool.Size()),
 	}
 }
+
+// hit answers call from its key's refusal, if the cache holds one for its
+// weight; otherwise it passes call on, to hear of its trip (landed).
+func (c *refusals) hit(shard int, call *call) {
+	d, now := c.digest(call.key), c.now()
+	if v, ok := c.lookup(shard, d, call.n, now); ok {
+		call.reply.Send(v, nil) // refused: no start to give back from
+		return
+	}
+	call.refused = refusalTrip{d: d, sent: now, gen: c.gen(shard)}
+	call.above = append(call.above, c)
+	c.next.hit(shard, call)
+}
+
+// landed remembers the refusal call's trip came back with, queued on the
+// actor before the verdict is sent, so that the client's next request
+// finds it.
+func (c *refusals) landed(shard int, call *call) bool {
+	if t := &call.trip; t.err == nil && !t.h.Allowed && !t.fleeting {
+		r := call.refused
+		c.remember(shard, r.d, call.n, r.sent, r.gen, c.rule.RetryIn(t.h.State, t.h.Now, call.n), t.v)
+	}
+	return true
+}
+
+// peek asks next: a peek is what the store holds, never a cached refusal.
+func (c *refusals) peek(shard int, key string, answer func(Verdict, error)) {
+	c.next.peek(shard, key, answer)
+}
+
+func (c *refusals) reset(shard int, key string, answer func(error)) {
+	c.forget(shard, key)
+	c.next.reset(shard, key, answer)
+}
+
+func (c *refusals) takeBack(shard int, key string, start time.Time, n int64) {
+	c.forget(shard, key)
+	c.next.takeBack(shard, key, start, n)
+}
+
+func (c *refusals) open(ctx context.Context) error { return c.next.open(ctx) }
 
 // digest is key's name in the cache.
 func (c *refusals) digest(key string) digest {
@@ -246,11 +306,21 @@ func (c *refusals) sweep(shard int) {
 	}
 }
 
-// close lets every refusal go and disarms the sweeps, on each actor, or
+// close closes next, which may still be giving hits back, and then lets
+// the refusals go; it returns next's error, else its own.
+func (c *refusals) close(ctx context.Context) error {
+	err := c.next.close(ctx)
+	if cerr := c.drop(ctx); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// drop lets every refusal go and disarms the sweeps, on each actor, or
 // returns ctx.Err() first. Nothing is remembered once it has begun; a
 // pool already closed has nothing left to run, and its timers, if any,
 // stop when they next fire.
-func (c *refusals) close(ctx context.Context) error {
+func (c *refusals) drop(ctx context.Context) error {
 	c.closed.Store(true)
 	var wg sync.WaitGroup
 	for shard := range c.shards {

@@ -97,7 +97,7 @@ func drainActors(t *testing.T, l *Limiter) {
 // refusalsHeld is how many refusals l's cache holds, read on each actor.
 func refusalsHeld(t *testing.T, l *Limiter) int {
 	t.Helper()
-	c := l.counting.(shared).cache
+	c := l.counting.(*refusals)
 	held := 0
 	for shard := range l.pool.Size() {
 		onActor(t, l.pool, shard, func() { held += len(c.shards[shard].m) })
@@ -106,12 +106,12 @@ func refusalsHeld(t *testing.T, l *Limiter) int {
 }
 
 // setRefusalClock times l's refusal cache by c. Call it before l counts.
-func setRefusalClock(l *Limiter, c clock.Clock) { l.counting.(shared).cache.clock = c }
+func setRefusalClock(l *Limiter, c clock.Clock) { l.counting.(*refusals).clock = c }
 
 // sweepRefusals runs, on each of l's actors, the sweep its timer sends.
 func sweepRefusals(t *testing.T, l *Limiter) {
 	t.Helper()
-	c := l.counting.(shared).cache
+	c := l.counting.(*refusals)
 	for shard := range l.pool.Size() {
 		onActor(t, l.pool, shard, func() { c.sweep(shard) })
 	}
@@ -120,7 +120,7 @@ func sweepRefusals(t *testing.T, l *Limiter) {
 // refusalTimersArmed counts the actors of l with a sweep on its way.
 func refusalTimersArmed(t *testing.T, l *Limiter) int {
 	t.Helper()
-	c := l.counting.(shared).cache
+	c := l.counting.(*refusals)
 	armed := 0
 	for shard := range l.pool.Size() {
 		onActor(t, l.pool, shard, func() {

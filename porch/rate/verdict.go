@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/writeonce/porch-go/porch/internal/actor"
+	"github.com/writeonce/porch-go/porch/store/driver"
 )
 
 // Verdict is a limiter's decision for one request, with what the response
@@ -116,6 +117,7 @@ func (l *Limiter) await(ctx context.Context, c *call) (Verdict, time.Time, error
 	// sent and received, so nothing else can write to the call.
 	start := c.start
 	c.key, c.start, c.verdict = "", time.Time{}, Verdict{}
+	c.lease, c.leased, c.refused, c.trip, c.above = driver.Lease{}, leaseTrip{}, refusalTrip{}, trip{}, c.above[:0]
 	l.calls.Put(c)
 	return v, start, nil
 }
@@ -135,6 +137,18 @@ type call struct {
 	// settles (local counting): set on the actor before it waits.
 	verdict Verdict
 	answer  func(error) // bound once to this call, so that a hit waiting on a write allocates no waiter
+
+	// On a shared store, what the hit's trip carries and what it came
+	// back with (see shared), and what the layers in front of the store
+	// keep of it meanwhile. They live in the call, which is reused, so
+	// that a trip allocates no record of its own.
+	lease   driver.Lease // the hits a lease asks the trip to count ahead, settle or adopt
+	leased  leaseTrip    // the lease's part (leases)
+	refused refusalTrip  // the refusal cache's part (refusals)
+	trip    trip
+	// above is the layers the hit passed through on its way to the
+	// store, innermost last, that hear of its trip (see answerTrip).
+	above []landing
 }
 
 // newCall is Limiter.calls' New.
@@ -223,7 +237,7 @@ func (l *Limiter) Peek(ctx context.Context, principal string) (Verdict, error) {
 // peek reads the counter key on its actor.
 func (l *Limiter) peek(ctx context.Context, key string) (Verdict, error) {
 	reply := actor.NewReply[Verdict]()
-	err := l.pool.Send(key, func(shard int) { l.counting.peek(shard, key, reply) })
+	err := l.pool.Send(key, func(shard int) { l.counting.peek(shard, key, reply.Send) })
 	if err != nil {
 		return Verdict{}, err
 	}
@@ -293,7 +307,5 @@ func (l *Limiter) takeBack(key string, start time.Time, n int64) {
 
 // takeBackDone logs a take-back that failed; the count stays high.
 func (l *Limiter) takeBackDone(err error) {
-	if err != nil {
-		l.errs.Error(context.Background(), "rate: could not give back a refused request's hit; its count stays high until its window closes", "limiter", l.opt.Name, "err", err)
-	}
+	lostTakeBacks(l.errs, l.opt.Name)(err)
 }
