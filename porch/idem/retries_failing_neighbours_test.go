@@ -14,7 +14,7 @@ import (
 	"github.com/writeonce/porch-go/porch/store"
 )
 
-// From a hostile review of the batch path: concurrent retries of many keys through two
+// Concurrent retries of many keys through two
 // middlewares on one SQLite store, batched together (CommitDelay), where a
 // third of the owners' handlers make a second write that fails (a
 // constraint) and another third a refused statement. The good keys' side

@@ -1,6 +1,7 @@
 package rate_test
 
-// Hostile review of Options.Lease: store faults mid-lease. These held.
+// Options.Lease under store faults mid-lease: each must fail closed and
+// leave the count on the safe side.
 
 import (
 	"bytes"
@@ -101,7 +102,7 @@ func TestLeaseTripRedisKilledFailsClosed(t *testing.T) {
 	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr, MaxRetries: -1})
 	t.Cleanup(func() { c.Close() })
 	ctx := context.Background()
-	st, err := redis.Open(ctx, c, redis.Options{Prefix: "review:", Options: store.Options{}})
+	st, err := redis.Open(ctx, c, redis.Options{Prefix: "leasefaults:", Options: store.Options{}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,6 @@
 package redis
 
-// Hostile review of the Redis driver (r17): faults injected while hits are
+// Faults injected into the Redis driver while hits are
 // in flight, and the invariant every one of them must keep — a hit
 // answered allowed is counted in Redis (stored ≥ allowed), nothing is
 // counted twice or without a request (stored ≤ allowed + failed), and the

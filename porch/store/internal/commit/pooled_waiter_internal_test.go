@@ -14,7 +14,7 @@ import (
 	"github.com/writeonce/porch-go/porch/store"
 )
 
-// From a hostile review of the batch path: Do reuses its waiter from a sync.Pool. A caller whose
+// Do reuses its waiter from a sync.Pool. A caller whose
 // ctx ends leaves its waiter to the committer's late answer; the waiter must
 // never be handed to another Do, or that Do would read the abandoned write's
 // answer as its own. Each write here carries its own expected outcome (an

@@ -1,6 +1,8 @@
 package rate_test
 
-// Hostile review of Options.Lease (032c3ee, 39724d1): reproducers.
+// Options.Lease at its edges on PostgreSQL: a full mailbox, Resets racing
+// trips and give-backs, Close with trips in flight, weights, sliding
+// windows, give-backs past the lease.
 
 import (
 	"context"
@@ -19,7 +21,7 @@ import (
 	"github.com/writeonce/porch-go/porch/store/postgres"
 )
 
-// reviewPG opens a store on dsn, a pool of its own (opt), and a limiter.
+// leasePG opens a store on dsn, a pool of its own (opt), and a limiter.
 func leasePG(t *testing.T, dsn string, popt porch.PoolOptions, limit int, window time.Duration, opt rate.Options) (*postgres.Store, *porch.Pool, *rate.Limiter) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -90,7 +92,7 @@ func goAllow(lim *rate.Limiter, ctx context.Context, who string) chan outcome {
 	return ch
 }
 
-// Found in review, fixed: when the store callback's SendShard of a lease trip's
+// when the store callback's SendShard of a lease trip's
 // answer finds the actor's mailbox full, the answer is lost and the key's
 // lease stays `asking` forever. The hits that were waiting for the trip are
 // only redone by the sweeper once the key has been idle for 10*LeaseIdle;
@@ -153,7 +155,7 @@ func TestLeaseAnswerToAFullMailboxIsNotLost(t *testing.T) {
 	}
 }
 
-// Found in review, fixed: a hit given back (CountStatus) after a Reset of its key
+// a hit given back (CountStatus) after a Reset of its key
 // on this instance goes into the lease the Reset "dropped": drop zeroes the
 // tokens but keeps the lease's start and until, and giveBack checks only
 // those. The given-back hit was counted before the reset, which the store
@@ -204,7 +206,7 @@ func TestLeaseGiveBackAfterResetStaysCounted(t *testing.T) {
 	}
 }
 
-// Found in review, fixed: a lease trip in flight when its key is Reset, landing
+// a lease trip in flight when its key is Reset, landing
 // after the sweeper forgot the key and a new hit re-created its entry,
 // is applied to the new entry: every entry starts at gen 0, so the stale
 // answer's gen matches. Its extra hits were counted before the reset (which
@@ -252,7 +254,7 @@ func TestLeaseTripRacingResetIsGivenBack(t *testing.T) {
 	}
 }
 
-// Found in review, fixed: Close does not give back a lease trip still in flight
+// Close does not give back a lease trip still in flight
 // (its answer finds no entry and is dropped "on the safe side"), so Close
 // returns nil yet the store over-counts by that trip's extra hits, against
 // "Close gives unanswered hits back, leaving exact counts". Here the caller
@@ -286,7 +288,7 @@ func TestLeaseCloseWaitsForTripsInFlight(t *testing.T) {
 	}
 }
 
-// Found in review, fixed: with weights, a lease makes its own instance refuse a
+// with weights, a lease makes its own instance refuse a
 // request the exact count allows. The lease's tokens are counted in the
 // store but unanswered; a hit heavier than the tokens goes to the store for
 // its whole weight, where the tokens are already spent, and is refused
@@ -327,7 +329,7 @@ func TestLeaseNeverRefusesItsOwnWeightedHit(t *testing.T) {
 	}
 }
 
-// Found in review, fixed: on a SlidingWindow, the tokens a busy key's lease
+// on a SlidingWindow, the tokens a busy key's lease
 // still holds when its bucket ends are dropped, not given back (the store's
 // TakeBack only applies to the current bucket, and neither the sweeper,
 // answered's epoch switch, nor Close gives back past `until`). Those hits
@@ -379,7 +381,7 @@ func TestLeaseSlidingGivenBackBeforeItsWindowEnds(t *testing.T) {
 	}
 }
 
-// Found in review, fixed: giveBack adds to a lease's tokens without a cap, so a
+// giveBack adds to a lease's tokens without a cap, so a
 // burst of given-back hits (CountStatus) makes one instance hold far more
 // than Lease counted-but-unanswered hits: a kill -9 then over-counts by
 // more than "at most Lease per key per instance", and another instance is
