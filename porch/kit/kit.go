@@ -52,11 +52,11 @@ type Kit struct {
 var ErrNoStore = errors.New("kit: no store for this middleware")
 
 // Open returns a Kit on st, which holds both the limiters' counters and
-// the idempotency keys (SQLite's and PostgreSQL's stores do), with a pool
-// of porch's default size. It takes a driver's Open results as they come,
-// so that kit.Open(sqlite.Open(path, opt)) is one call: a non-nil err is
-// returned as it is. A store without idempotency keys (Redis) does not
-// compile here; give it to New.
+// the idempotency keys (the SQLite, PostgreSQL and memory stores do),
+// with a pool of porch's default size. It takes a driver's Open results
+// as they come, so that kit.Open(sqlite.Open(path, opt)) is one call: a
+// non-nil err is returned as it is. A store without idempotency keys
+// (Redis) does not compile here; give it to New.
 func Open[S interface {
 	driver.Counters
 	driver.KeyStore

@@ -28,8 +28,9 @@
 // rate-limit headers, and still serves nothing it could not count.
 // Options.ProblemBase moves the problem types under an application's URI.
 //
-// Options.Observer is told every decision as an [Outcome]; a metrics adapter
-// (porch/metrics/prom) implements [Observer].
+// Options.Observer is told every decision as an [Outcome] with its
+// [Verdict]; the metrics adapters (porch/metrics/prom, porch/metrics/otel)
+// implement [Observer].
 //
 //	pool := porch.NewPool(porch.PoolOptions{})
 //	st, _ := sqlite.Open("app.db", sqlite.Options{})
@@ -52,7 +53,8 @@
 // millisecond or above MaxWindow, an Options.Name that a counter key or a
 // header cannot hold, an option the store would ignore (Options.Lease and
 // Options.RefusalCacheFor are for a shared store, Options.WriteAhead for
-// SQLite). An error is
+// a store that is its counters' only writer: SQLite, the memory store). An
+// error is
 // returned only for what the store answers: the policy refused
 // (store.ErrPolicyConflict), or the store failing to record the policy or
 // to load the open windows. Past New the limiter does not panic: a hit it
@@ -93,9 +95,10 @@
 //
 // # Keys, weights and dry run
 //
-// Options.KeyFunc names what a request is counted against: a user
-// (KeyByHeader on a header your authentication set), a route (KeyByRoute),
-// or several joined by Keys. It exempts a request with porch.ErrSkip (served,
+// Options.KeyFunc, a [porch.KeyFunc], names what a request is counted
+// against: a user ([porch.KeyByHeader] on a header your authentication
+// set), a route ([porch.KeyByRoute]), or several joined by
+// [porch.JoinKeys]. It exempts a request with [porch.ErrSkip] (served,
 // uncounted, without headers); any other error fails the request closed
 // with a 500 of type rate-key-failed, because serving it uncounted would
 // make a failing lookup a way around the limit.

@@ -14,7 +14,7 @@ import (
 // stores can commit (the SQL store, and Redis when the limiter counts
 // there): a ping alone succeeds on a read-only file or a full
 // disk, where every count and every stored response fails. It is not rate
-// limited, so it must stay cheap: store.Health answers from the last commit
+// limited, so it must stay cheap: a store's Health answers from the last commit
 // and probes with at most one write a second, however often it is polled.
 func (s *shop) healthz(w http.ResponseWriter, r *http.Request) {
 	if err := s.db.PingContext(r.Context()); err != nil {

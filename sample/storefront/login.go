@@ -97,7 +97,7 @@ func decodeLogin(body io.Reader) (loginRequest, *porch.Problem) {
 }
 
 // loginUser is the login limiter's user part of the key: the body's user,
-// or "" when the body was refused, so that rate.Keys counts the attempt
+// or "" when the body was refused, so that porch.JoinKeys counts the attempt
 // against the client address alone (no user could be read; a malformed
 // body must not be charged to any account).
 func loginUser(r *http.Request) (string, error) {

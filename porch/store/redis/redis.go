@@ -159,7 +159,8 @@ func (s *Store) roundTrip(parent context.Context, f func(ctx context.Context) er
 		}
 		// Not wrapping context.DeadlineExceeded: the server failed to
 		// answer, which is a store failure to log and count, not a request
-		// that ended (porch.ErrorLog.FailClosed tells them apart by it).
+		// that ended (the middlewares' fail-closed answer tells them apart
+		// by it, and logs only the store failure).
 		return fmt.Errorf("redis: no reply within %s", s.opt.Timeout)
 	}
 }

@@ -140,8 +140,8 @@ func TestFailClosed(t *testing.T) {
 			t.Fatalf("%s: hit answered %+v, want an error", what, h)
 		}
 		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-			// porch.ErrorLog.FailClosed would call it a request that
-			// ended, and neither log it nor say the store failed.
+			// The middlewares' fail-closed answer would call it a request
+			// that ended, and neither log it nor say the store failed.
 			t.Errorf("%s: hit error %v wraps a context error; want a store failure", what, err)
 		}
 		if took := time.Since(began); took > timeout+500*time.Millisecond {

@@ -1,8 +1,10 @@
-// Package storetest is the conformance suite every store driver's rate
-// counters pass: a driver's tests call [TestCounters] with a [Harness]
-// that opens its stores, and the suite drives the store's counting
-// interfaces directly, with the rules of every algorithm porch counts
-// with (fixed, sliding, GCRA). It imports no middleware.
+// Package storetest holds the conformance suites store drivers pass: one
+// for the rate limiter's counters and one for idempotency keys. A
+// driver's tests call [TestCounters] with a [Harness] that opens its
+// stores, and the suite drives the store's counting interfaces directly,
+// with the rules of every algorithm porch counts with (fixed, sliding,
+// GCRA); a driver that keeps idempotency keys calls [TestKeys] with a
+// [KeysHarness] too. Neither imports a middleware.
 //
 // For a store that decides every hit ([driver.SharedCounters]) it checks
 // exact counts under parallel hits, plain and weighted, and across two
@@ -40,7 +42,20 @@
 // in memory (memory_test.go): the least a shared driver must do, and a
 // reference for what AddHit owes the rule.
 //
-// The windows are short (a fraction of a second), so the suite takes
+// [TestKeys] drives a [driver.KeyStore] as porch/idem does and checks what
+// idem relies on: a saved response comes back whole, to the next owner
+// and to Inspect, and as a copy of its own; it survives a close and
+// reopen; one owner holds a key at a time, and Release lets the next in;
+// an owner's Exec writes commit with its Save and never without it (with
+// [KeysHarness.Writes]; a store that runs no SQL fails Exec with
+// store.ErrWriteFailed); a response past its TTL is gone; Inspect and
+// Forget refuse a held key with store.ErrKeyHeld; an ended reservation
+// answers driver.ErrReleased; and a key of any bytes (NUL, invalid UTF-8,
+// past any index's length) is a key of its own. A store that keeps
+// nothing once closed sets Forgets in either harness, and the cases that
+// reopen it skip.
+//
+// The windows are short (a fraction of a second), so the counters suite takes
 // about a second of wall time per algorithm; its timing margins are wide
 // enough for a loaded machine.
 package storetest
