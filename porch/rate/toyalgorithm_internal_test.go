@@ -142,7 +142,11 @@ func TestToyAlgorithmCountersSuite(t *testing.T) {
 			},
 		}},
 	} {
-		t.Run(s.name, func(t *testing.T) { storetest.TestCounters(t, s.h, toy{}) })
+		t.Run(s.name, func(t *testing.T) {
+			h := s.h
+			h.Algorithms = []string{toy{}.Name()}
+			storetest.TestCounters(t, h)
+		})
 	}
 }
 

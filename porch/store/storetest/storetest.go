@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -30,6 +31,9 @@ type Harness struct {
 	// store): the cases that close a store and open another on its
 	// database skip, rather than pass through a back door.
 	Forgets bool
+	// Algorithms, if set, names the algorithms to run ("fixed",
+	// "sliding", "gcra"); if empty, every one.
+	Algorithms []string
 }
 
 // reopens skips t when h's store keeps nothing across a close.
@@ -44,17 +48,23 @@ func (h Harness) reopens(t *testing.T) {
 // driver that never answers fails the test instead of hanging it.
 const callTimeout = 20 * time.Second
 
-// TestCounters runs the conformance suite over h's stores for each of
-// algs, or, when none is given, for every algorithm porch counts with: a
-// subtest per algorithm, each with a subtest per property (see the
-// package doc). A shared store that has no statements for an algorithm
-// (its ClaimPolicy or AddHit fails with driver.ErrAlgorithm) skips it.
-func TestCounters(t *testing.T, h Harness, algs ...algorithm.Algorithm) {
+// TestCounters runs the conformance suite over h's stores for every
+// algorithm porch counts with (or those h.Algorithms names): a subtest per
+// algorithm, each with a subtest per property (see the package doc). A
+// shared store that has no statements for an algorithm (its ClaimPolicy or
+// AddHit fails with driver.ErrAlgorithm) skips it.
+func TestCounters(t *testing.T, h Harness) {
 	if h.DB == nil || h.Open == nil {
 		t.Fatal("storetest: Harness needs DB and Open")
 	}
+	var algs []algorithm.Algorithm
+	for _, alg := range algorithm.All() {
+		if len(h.Algorithms) == 0 || slices.Contains(h.Algorithms, alg.Name()) {
+			algs = append(algs, alg)
+		}
+	}
 	if len(algs) == 0 {
-		algs = algorithm.All()
+		t.Fatalf("storetest: no algorithm is named %q", h.Algorithms)
 	}
 	t.Run("Kind", func(t *testing.T) { testKind(t, h) })
 	for _, alg := range algs {
