@@ -207,6 +207,9 @@ func runFailover(t *testing.T, sync bool) *failover {
 	}
 	c.failOver(t)
 	f.promoted = time.Since(killed)
+	if f.promoted > time.Second { // PostgreSQL's doing, not porch's: its log says why
+		t.Logf("the promotion took %s; standby log:\n%s", f.promoted.Round(time.Millisecond), c.standby.log.String())
+	}
 	for range f.both {
 		<-healed
 	}
