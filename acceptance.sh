@@ -4,8 +4,10 @@
 # contracts over real HTTP and in the tables: SQLite, and PostgreSQL shared by
 # two instances (PORCH_TEST_POSTGRES, else a server at
 # postgres://postgres@127.0.0.1:5432/test, else a dockertest container, else
-# those legs skip; PORCH_REQUIRE_POSTGRES=1 makes a skip a failure, as .ci/run
-# does), Redis for the limiter's counters (PORCH_TEST_REDIS, else
+# those legs skip; the failover legs start a primary and a standby of their
+# own with initdb and pg_basebackup, found on PATH or in
+# /usr/lib/postgresql/N/bin, else skip; PORCH_REQUIRE_POSTGRES=1 makes a skip
+# a failure, as .ci/run does), Redis for the limiter's counters (PORCH_TEST_REDIS, else
 # 127.0.0.1:6379, with redis-server on PATH for the legs that kill or
 # cluster one; PORCH_REQUIRE_REDIS=1 likewise), then the chaos legs
 # (acceptance/chaos_test.go). The last line says which legs were skipped: a

@@ -24,5 +24,10 @@
 // redis: issue 17's counters on Redis, one server or a cluster, with
 // internal/redistest's server under PORCH_TEST_REDIS or PORCH_REQUIRE_REDIS,
 // and lease: -rate-lease, two instances on PostgreSQL and on Redis, stopped
-// by SIGTERM or kill -9).
+// by SIGTERM or kill -9, and pgfailover: two instances on a PostgreSQL
+// primary and standby of the gate's own, pgcluster_test.go, whose primary
+// is killed and whose standby is promoted; it needs the server's programs,
+// initdb, postgres and pg_basebackup, on PATH or in
+// /usr/lib/postgresql/N/bin, and runs them as the postgres user when the
+// gate runs as root).
 package acceptance
