@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/writeonce/porch-go/porch"
@@ -221,8 +222,9 @@ type Limiter struct {
 	// Header values fixed per limiter, built once.
 	limitValue, policyValue []string
 	rateLimitPrefix         string
-	prefix                  string // counter key prefix
-	release                 func() // ends the store's claim of this limiter's policy
+	prefix                  string      // counter key prefix
+	release                 func()      // ends the store's claim of this limiter's policy
+	closed                  atomic.Bool // set by Close: later hits fail with porch.ErrClosed
 	warnRewritten           sync.Once
 	dryLog                  throttledLog // would-be refusals in DryRun
 	calls                   sync.Pool    // of *call, see allow
@@ -456,8 +458,11 @@ func (l *Limiter) storePolicy() driver.Policy {
 // the store, and frees the limiter's Name for another policy. Call it after
 // the server has drained and before the pool and the store close; porch.App
 // runs closers in that order when the limiter is registered after them. It
-// returns the first write error, or ctx.Err().
+// returns the first write error, or ctx.Err(). A hit after Close fails
+// with porch.ErrClosed (the middleware answers 503): the Name is free for
+// another limiter, which must be the only one counting under it.
 func (l *Limiter) Close(ctx context.Context) error {
+	l.closed.Store(true)
 	// The policy's name is free for another limiter once this one is done
 	// counting, whether or not its flush finishes in time.
 	defer l.release()

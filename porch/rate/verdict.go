@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/internal/actor"
 	"github.com/writeonce/porch-go/porch/store/driver"
 )
@@ -154,7 +155,17 @@ type call struct {
 // newCall is Limiter.calls' New.
 func (l *Limiter) newCall() any {
 	c := &call{reply: actor.NewReply[Verdict]()}
-	c.run = func(shard int) { l.counting.hit(shard, c) }
+	c.run = func(shard int) {
+		// Checked on the actor: Close sets closed before it queues its
+		// flush there, so a hit that runs after the flush is refused
+		// rather than counted in a memory that is no longer written out,
+		// beside the limiter that takes the Name next.
+		if l.closed.Load() {
+			c.reply.Send(Verdict{}, porch.ErrClosed)
+			return
+		}
+		l.counting.hit(shard, c)
+	}
 	c.answer = func(err error) { sendVerdict(c.reply, c.verdict, err) }
 	return c
 }

@@ -72,6 +72,7 @@ func (s *Store) SaveCounter(c driver.Counter, done func(error)) error {
 	}
 	e.c = c
 	e.queued = s.d.expiry.queue(e.queued, c.End(), c.Key, false)
+	s.arm(now)
 	s.d.mu.Unlock()
 	s.committed()
 	if done != nil {

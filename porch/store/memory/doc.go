@@ -29,6 +29,9 @@
 // observer) has nothing to configure and Open takes its own [Options].
 //
 // Expired counters and responses are dropped as later writes pass them,
-// a bounded number per write, so memory follows the live keys rather than
-// every key ever seen.
+// a bounded number per write, and by a timer set for the earliest one,
+// with or without further traffic; once a quarter of the peak is left
+// the maps are rebuilt to its size. So memory follows the live keys
+// rather than every key ever seen, also after a burst of keys that never
+// come back.
 package memory

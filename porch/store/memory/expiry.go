@@ -5,6 +5,10 @@ import (
 	"time"
 )
 
+// sweepEach bounds the entries one timer-driven sweep drops before it lets
+// go of the lock, so that a backlog is let go in steps between calls.
+const sweepEach = 4096
+
 // expireEach bounds the entries one write drops, as SQLite's commits prune
 // a bounded number of rows: a write never pays for a whole backlog.
 const expireEach = 64
@@ -20,6 +24,10 @@ type expiry struct {
 	key      string
 	response bool // a response's entry, else a counter's
 }
+
+// shrinkFrom is the fewest entries a store must have held before shrink
+// rebuilds its maps: below it the memory to win is not worth a copy.
+const shrinkFrom = 1024
 
 func (h expiries) Len() int           { return len(h) }
 func (h expiries) Less(i, j int) bool { return h[i].at.Before(h[j].at) }
@@ -45,9 +53,45 @@ func (h *expiries) queue(queued, end time.Time, key string, response bool) time.
 	return end
 }
 
+// arm sets s's sweep to fire when the earliest queued entry may be let
+// go, unless it is set to fire by then already. Writes drop a few
+// entries each, but a store can go without writes for good while its
+// limiters answer from memory (they write ahead, and a refusal writes
+// nothing): the sweep is what lets a burst of keys go then. d.mu is held.
+func (s *Store) arm(now time.Time) {
+	if s.closed || len(s.d.expiry) == 0 {
+		return
+	}
+	next := s.d.expiry[0].at
+	if !s.sweepAt.IsZero() && !next.Before(s.sweepAt) {
+		return
+	}
+	s.sweepAt = next
+	// A millisecond late, so that the entry has ended when it fires.
+	s.sweep.Reset(max(next.Sub(now), 0) + time.Millisecond)
+}
+
+// sweepTick runs on s's sweep timer: it lets go of up to sweepEach ended
+// entries, and sets the timer again for the next.
+func (s *Store) sweepTick() {
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	if s.closed {
+		return
+	}
+	s.sweepAt = time.Time{}
+	now := s.Now()
+	s.d.expireUpTo(now, sweepEach)
+	s.arm(now)
+}
+
 // expire drops up to expireEach entries that ended by now. d.mu is held.
-func (d *data) expire(now time.Time) {
-	for range expireEach {
+func (d *data) expire(now time.Time) { d.expireUpTo(now, expireEach) }
+
+// expireUpTo drops up to n entries that ended by now. d.mu is held.
+func (d *data) expireUpTo(now time.Time, n int) {
+	defer d.shrink()
+	for range n {
 		if len(d.expiry) == 0 || d.expiry[0].at.After(now) {
 			return
 		}
@@ -75,4 +119,27 @@ func (d *data) expire(now time.Time) {
 			delete(d.counters, x.key)
 		}
 	}
+}
+
+// shrink rebuilds the maps and the expiry queue, sized for what is left,
+// once they hold a quarter of their peak, so that memory follows the live
+// keys after a burst. Each entry is copied once per halving of the peak
+// at most, which the writes that made the peak paid for. d.mu is held.
+func (d *data) shrink() {
+	live := len(d.counters) + len(d.responses)
+	d.peak = max(d.peak, live)
+	if d.peak < shrinkFrom || live >= d.peak/4 {
+		return
+	}
+	counters := make(map[string]*counterEntry, len(d.counters))
+	for k, e := range d.counters {
+		counters[k] = e
+	}
+	responses := make(map[string]*responseEntry, len(d.responses))
+	for k, e := range d.responses {
+		responses[k] = e
+	}
+	d.counters, d.responses = counters, responses
+	d.expiry = append(make(expiries, 0, len(d.expiry)), d.expiry...)
+	d.peak = live
 }

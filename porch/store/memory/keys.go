@@ -170,6 +170,7 @@ func (r *reservation) Save(_ context.Context, res driver.Response, ttl time.Dura
 	}
 	e.r = res
 	e.queued = r.s.d.expiry.queue(e.queued, res.Expires, r.key, true)
+	r.s.arm(now)
 	r.s.d.mu.Unlock()
 	r.s.committed()
 	return nil

@@ -33,6 +33,8 @@ type Store struct {
 	keys     keylock.Locks // idempotency keys held by owners
 	claims   policy.Claims // the rate policies the limiters count under
 	closed   bool          // protected by d.mu, so that no write lands after Close
+	sweep    *time.Timer   // lets expired entries go when no write passes them (see arm)
+	sweepAt  time.Time     // when sweep is set to fire, on the timeline; zero: not set. Protected by d.mu
 	commits  atomic.Int64
 	writes   atomic.Int64
 	failures atomic.Int64
@@ -78,7 +80,13 @@ func openOn(d *data, o Options) (*Store, error) {
 	if newest := d.newest(); newest.After(anchor) {
 		anchor = newest
 	}
-	return &Store{d: d, clock: o.Clock, anchor: anchor, mono: o.Clock.Monotonic()}, nil
+	s := &Store{d: d, clock: o.Clock, anchor: anchor, mono: o.Clock.Monotonic()}
+	// Made stopped and armed under d.mu, so that its callback cannot run
+	// before s.sweep is set.
+	s.sweep = time.AfterFunc(time.Hour, s.sweepTick)
+	s.sweep.Stop()
+	s.arm(s.Now())
+	return s, nil
 }
 
 // Now reads the store's timeline: the wall clock at open advanced by the
@@ -114,6 +122,7 @@ func (s *Store) Close(context.Context) error {
 	if !s.closed {
 		s.closed = true
 		s.d.open = false
+		s.sweep.Stop()
 	}
 	return nil
 }
@@ -143,6 +152,10 @@ type data struct {
 	counters  map[string]*counterEntry
 	responses map[string]*responseEntry
 	expiry    expiries
+	// peak is len(counters)+len(responses) at its largest since the maps
+	// were last rebuilt: Go maps and slices never give memory back as
+	// entries leave, so shrink rebuilds them once they hold a quarter.
+	peak int
 }
 
 func newData() *data {

@@ -185,3 +185,33 @@ func TestHealthAndStats(t *testing.T) {
 		t.Errorf("Stats after three writes: %+v, want 3 commits of 3 writes", s)
 	}
 }
+
+// With no further call, a store lets go of the counters and responses
+// whose windows and TTLs have ended, and of the room they took: a limiter
+// in front of it writes a busy key seldom (it writes ahead) and a refused
+// one never, so expiring only as writes pass would keep a burst of keys in
+// memory for good. The expiry queue's capacity stands in for the maps',
+// which Go does not report.
+func TestIdleStoreLetsExpiredEntriesGo(t *testing.T) {
+	st, err := Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close(context.Background()) })
+	const n = 2000
+	for i := range n {
+		saveCounter(t, st, fmt.Sprint("rate:default:", i), 10*time.Millisecond)
+		saveResponse(t, st, fmt.Sprint("idem:", i), 10*time.Millisecond)
+	}
+	var counters, responses, queued, room int
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		st.d.mu.Lock()
+		counters, responses, queued, room = len(st.d.counters), len(st.d.responses), len(st.d.expiry), cap(st.d.expiry)
+		st.d.mu.Unlock()
+		if counters+responses+queued == 0 && room < shrinkFrom {
+			return
+		}
+	}
+	t.Errorf("5s after %d counters' windows and %d responses' TTLs of 10ms ended, with no further call: %d counters, %d responses and %d queued expiries (room for %d) still in memory, want none (room for fewer than %d)",
+		n, n, counters, responses, queued, room, shrinkFrom)
+}
