@@ -91,7 +91,11 @@ func New(pool *porch.Pool, counters driver.Counters, keys driver.KeyStore) *Kit 
 func (k *Kit) Pool() *porch.Pool { return k.pool }
 
 // Limiter returns a limiter of limit requests per window (see rate.New)
-// on the Kit's counters. Close closes it first.
+// on the Kit's counters. Close closes it first. Like rate.New, it returns
+// an error for what the store answers (a policy conflict, a store that
+// fails) and panics on a programming error found before any I/O: a limit
+// out of range, or an option the Kit's store would ignore (Lease on
+// SQLite, WriteAhead on PostgreSQL).
 func (k *Kit) Limiter(limit int, window time.Duration, opt rate.Options) (*rate.Limiter, error) {
 	if k.counters == nil {
 		return nil, fmt.Errorf("%w: a limiter needs counters", ErrNoStore)

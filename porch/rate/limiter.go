@@ -187,7 +187,7 @@ type Options struct {
 	// "https://api.example.com/problems/", a refusal is
 	// "https://api.example.com/problems/rate-limited". Clients switch on
 	// the type, so an API that documents its own problem types wants them
-	// under its own URI. If empty, problemLimited and problemUnavailable.
+	// under its own URI. If empty, the types are under "https://porch.dev/problems/" (see the package doc).
 	ProblemBase string
 	// Observer is told of every request the limiter decides, with Name.
 	// If nil, nothing is observed.
