@@ -29,7 +29,7 @@ import (
 // so a failing schedule can be run again with `just chaos -seed N`; the
 // interleaving of real processes is not replayable, only the schedule.
 var (
-	chaosDuration = flag.Duration("duration", 30*time.Second, "chaos legs: how long faults are injected, per backend")
+	chaosDuration = flag.Duration("duration", 30*time.Second, "chaos legs: how long faults are injected, per backend (half at each -durability)")
 	chaosSeed     = flag.Uint64("seed", 0, "chaos legs: the schedule's seed (0: from the clock)")
 )
 
@@ -75,10 +75,11 @@ type chaosTarget interface {
 
 // chaosRun is one leg's state: the keys made so far and every response seen.
 type chaosRun struct {
-	seed   uint64
-	target chaosTarget
-	client *http.Client
-	pace   <-chan time.Time // one tick per operation, shared by the workers
+	seed     uint64
+	target   chaosTarget
+	duration time.Duration // how long faults are injected
+	client   *http.Client
+	pace     <-chan time.Time // one tick per operation, shared by the workers
 
 	mu     sync.Mutex // protects keys and seen
 	keys   []chaosKey
@@ -88,15 +89,15 @@ type chaosRun struct {
 	bursts atomic.Int64
 }
 
-func newChaosRun(t *testing.T, target chaosTarget) *chaosRun {
+func newChaosRun(t *testing.T, target chaosTarget, duration time.Duration) *chaosRun {
 	seed := *chaosSeed
 	if seed == 0 {
 		seed = uint64(time.Now().UnixNano())
 	}
 	t.Logf("chaos seed %d, duration %s (replay the schedule: just chaos -seed %d -duration %s -run %s)",
-		seed, *chaosDuration, seed, *chaosDuration, t.Name())
+		seed, duration, seed, *chaosDuration, t.Name())
 	return &chaosRun{
-		seed: seed, target: target,
+		seed: seed, target: target, duration: duration,
 		client: &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{
 			MaxIdleConnsPerHost: 2 * chaosWorkers, IdleConnTimeout: 5 * time.Second, DisableCompression: true,
 		}},
@@ -202,7 +203,7 @@ func (c *chaosRun) run(t *testing.T) {
 		wg.Go(func() { c.work(ctx, w) })
 	}
 	faults := map[string]int{}
-	deadline := time.After(*chaosDuration)
+	deadline := time.After(c.duration)
 	for done := false; !done; {
 		select {
 		case <-deadline:
@@ -351,17 +352,29 @@ func (c *chaosRun) check(t *testing.T, faults map[string]int) {
 var chaosFlags = []string{"-rate-limit", fmt.Sprint(chaosLimit), "-rate-window", "1h", "-trust-proxy",
 	"-checkout-delay", "3ms"}
 
+// chaosAtEachDurability runs a chaos leg at each -durability in turn
+// (not in parallel: each leg loads the machine), each for half of
+// -duration, so that the gate takes no longer for the second level.
+func chaosAtEachDurability(t *testing.T, leg func(t *testing.T, flags []string, duration time.Duration)) {
+	for _, level := range durabilityLevels {
+		t.Run(level, func(t *testing.T) {
+			leg(t, with(chaosFlags, "-durability", level), *chaosDuration/time.Duration(len(durabilityLevels)))
+		})
+	}
+}
+
 // sqliteChaos is one storefront on one SQLite file, killed and restarted.
 type sqliteChaos struct {
-	db  string
-	cur atomic.Pointer[storefront]
+	db    string
+	flags []string // chaosFlags and the leg's -durability
+	cur   atomic.Pointer[storefront]
 }
 
 func (s *sqliteChaos) url(*rand.Rand) string { return s.cur.Load().url }
 
 func (s *sqliteChaos) fault(t *testing.T, r *rand.Rand) string {
 	s.cur.Load().kill(t)
-	s.cur.Store(startStorefront(t, s.db, chaosFlags...))
+	s.cur.Store(startStorefront(t, s.db, s.flags...))
 	return "kill -9"
 }
 
@@ -408,17 +421,20 @@ func scanOrders(t *testing.T, rows rowScanner) map[string][]string {
 // TestChaosSQLite: one storefront on one SQLite file, killed with SIGKILL at
 // random moments and restarted on the same file.
 func TestChaosSQLite(t *testing.T) {
-	s := &sqliteChaos{db: newDB(t)}
-	s.cur.Store(startStorefront(t, s.db, chaosFlags...))
-	newChaosRun(t, s).run(t)
+	chaosAtEachDurability(t, func(t *testing.T, flags []string, duration time.Duration) {
+		s := &sqliteChaos{db: newDB(t), flags: flags}
+		s.cur.Store(startStorefront(t, s.db, flags...))
+		newChaosRun(t, s, duration).run(t)
+	})
 }
 
 // pgChaos is two storefronts sharing one PostgreSQL schema; either may be
 // killed and restarted, or have its database sessions terminated under it.
 type pgChaos struct {
-	dsn  string
-	pg   *pgDB
-	inst [2]atomic.Pointer[storefront]
+	dsn   string
+	pg    *pgDB
+	flags []string // chaosFlags and the leg's -durability
+	inst  [2]atomic.Pointer[storefront]
 }
 
 func (p *pgChaos) url(r *rand.Rand) string { return p.inst[r.IntN(2)].Load().url }
@@ -428,7 +444,7 @@ func (p *pgChaos) fault(t *testing.T, r *rand.Rand) string {
 	s := p.inst[i].Load()
 	if r.IntN(2) == 0 {
 		s.kill(t)
-		p.inst[i].Store(startOnPostgres(t, p.dsn, fmt.Sprintf("chaos%d", i), chaosFlags...))
+		p.inst[i].Store(startOnPostgres(t, p.dsn, fmt.Sprintf("chaos%d", i), p.flags...))
 		return "kill -9"
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), pgTimeout)
@@ -462,10 +478,12 @@ func (p *pgChaos) orders(t *testing.T) map[string][]string {
 // and restarted at random, or cut off from the database by
 // pg_terminate_backend of every session it holds.
 func TestChaosPostgres(t *testing.T) {
-	dsn := legDSN(t)
-	p := &pgChaos{dsn: dsn, pg: openPG(t, dsn)}
-	for i := range p.inst {
-		p.inst[i].Store(startOnPostgres(t, dsn, fmt.Sprintf("chaos%d", i), chaosFlags...))
-	}
-	newChaosRun(t, p).run(t)
+	chaosAtEachDurability(t, func(t *testing.T, flags []string, duration time.Duration) {
+		dsn := legDSN(t)
+		p := &pgChaos{dsn: dsn, pg: openPG(t, dsn), flags: flags}
+		for i := range p.inst {
+			p.inst[i].Store(startOnPostgres(t, dsn, fmt.Sprintf("chaos%d", i), flags...))
+		}
+		newChaosRun(t, p, duration).run(t)
+	})
 }

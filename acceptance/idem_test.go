@@ -360,7 +360,11 @@ func (s *storefront) raw(t *testing.T, request string) reply {
 // orders row is the retry's) and a further retry replays it.
 func TestIdemKill9MidHandler(t *testing.T) {
 	t.Parallel()
-	a := startStorefront(t, newDB(t), "-checkout-delay", "2s")
+	atEachDurability(t, testIdemKill9MidHandler)
+}
+
+func testIdemKill9MidHandler(t *testing.T, durability []string) {
+	a := startStorefront(t, newDB(t), with(durability, "-checkout-delay", "2s")...)
 	key := uuid.NewString()
 	killed := make(chan reply, 1)
 	go func() { killed <- a.checkout(key, mugOrder) }() // joined below
@@ -379,7 +383,7 @@ func TestIdemKill9MidHandler(t *testing.T) {
 		t.Fatalf("orders rows after kill -9 mid-handler: got %d, want 0", got)
 	}
 
-	b := startStorefront(t, a.db)
+	b := startStorefront(t, a.db, durability...)
 	retry := b.checkout(key, mugOrder)
 	id := fresh(t, retry)
 	checkOrders(t, sqliteOrders(t, a.db), id)

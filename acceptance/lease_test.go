@@ -196,8 +196,12 @@ func leaseAcross(t *testing.T, a, b *storefront, stored storedFunc) {
 // less than was served.
 func TestPostgresRateLeaseKill9(t *testing.T) {
 	t.Parallel()
+	atEachDurability(t, testPostgresRateLeaseKill9)
+}
+
+func testPostgresRateLeaseKill9(t *testing.T, durability []string) {
 	dsn := legDSN(t)
-	a, b := startPair(t, dsn, leaseFlags()...)
+	a, b := startPair(t, dsn, with(leaseFlags(), durability...)...)
 	pg := openPG(t, dsn)
 
 	// a's senders stop at their first request without an answer, once it

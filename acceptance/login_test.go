@@ -171,8 +171,12 @@ func TestLoginRestartSIGTERM(t *testing.T) {
 // next attempt, right password included.
 func TestLoginRestartKill9(t *testing.T) {
 	t.Parallel()
+	atEachDurability(t, testLoginRestartKill9)
+}
+
+func testLoginRestartKill9(t *testing.T, durability []string) {
 	const limit, window = 3, time.Hour
-	flags := loginFlags(limit, "1h")
+	flags := with(loginFlags(limit, "1h"), durability...)
 	a := startStorefront(t, newDB(t), flags...)
 	wantLogin(t, a.post(t, "/login", loginRight), http.StatusOK, "success")
 	for range limit {

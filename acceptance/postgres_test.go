@@ -108,8 +108,12 @@ func TestPostgresDuplicatesAcrossInstances(t *testing.T) {
 // handler there, once; a further retry on either instance replays it.
 func TestPostgresKill9Owner(t *testing.T) {
 	t.Parallel()
+	atEachDurability(t, testPostgresKill9Owner)
+}
+
+func testPostgresKill9Owner(t *testing.T, durability []string) {
 	dsn := legDSN(t)
-	a, b := startPair(t, dsn, "-checkout-delay", "2s")
+	a, b := startPair(t, dsn, with(durability, "-checkout-delay", "2s")...)
 	pg := openPG(t, dsn)
 	key := uuid.NewString()
 
@@ -138,7 +142,7 @@ func TestPostgresKill9Owner(t *testing.T) {
 	checkOrders(t, pg.orders(t), id)
 
 	checkReplay(t, b.checkout(key, mugOrder), rb)
-	a2 := startOnPostgres(t, dsn, "a2")
+	a2 := startOnPostgres(t, dsn, "a2", durability...)
 	checkReplay(t, a2.checkout(key, mugOrder), rb)
 	checkOrders(t, pg.orders(t), id)
 	t.Logf("a owned the key, b parked on its advisory lock; kill -9 a: b ran the handler (201 order %s, %s after the kill); replays on b and a restarted; 1 orders row",

@@ -218,9 +218,13 @@ func TestRateRestartAfterSIGTERM(t *testing.T) {
 // that plus the requests in flight: the safe side, and bounded.
 func TestRateKill9UnderLoad(t *testing.T) {
 	t.Parallel()
+	atEachDurability(t, testRateKill9UnderLoad)
+}
+
+func testRateKill9UnderLoad(t *testing.T, durability []string) {
 	const limit, window = 5000, time.Hour
 	const workers, killAfter, writeAhead = 32, 1500, 64
-	flags := []string{"-rate-limit", "5000", "-rate-window", "1h", "-rate-write-ahead", strconv.Itoa(writeAhead)}
+	flags := with(durability, "-rate-limit", "5000", "-rate-window", "1h", "-rate-write-ahead", strconv.Itoa(writeAhead))
 	a := startStorefront(t, newDB(t), flags...)
 
 	var served atomic.Int64

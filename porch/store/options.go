@@ -50,4 +50,33 @@ type Options struct {
 	// that failed, a changed rate policy). If nil, slog.Default() as of
 	// each line.
 	Logger *slog.Logger
+	// Durability is what a rate-limit count must survive before its
+	// verdict is answered. If zero, SurvivesPowerLoss. It never applies to
+	// stored idempotent responses or an application's writes, which always
+	// wait for the disk.
+	Durability Durability
 }
+
+// Durability is what a rate-limit count survives once its verdict is
+// answered: the trade durable databases offer as PostgreSQL's
+// synchronous_commit and SQLite's synchronous. The zero value is
+// SurvivesPowerLoss.
+type Durability int
+
+const (
+	// SurvivesPowerLoss answers a verdict once its count is on disk
+	// (fsynced): a power loss or a crash of the machine or of the
+	// database server loses no count that was answered.
+	SurvivesPowerLoss Durability = iota
+	// SurvivesProcessCrash answers a verdict once its count has reached
+	// the operating system (SQLite: committed to the WAL with
+	// synchronous=NORMAL) or the database server (PostgreSQL: committed
+	// with synchronous_commit off), without waiting for the disk. A kill
+	// -9 of the application still loses nothing; a power loss, or on
+	// PostgreSQL a crash of the server, may lose the last moments of
+	// counts (see docs/deploying.md), and clients then get that much
+	// allowance again. Stored idempotent responses and an application's
+	// writes still wait for the disk, and each of them also makes every
+	// count committed before it durable.
+	SurvivesProcessCrash
+)

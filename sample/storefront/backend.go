@@ -75,6 +75,7 @@ func openStores(cfg config, app *porch.App, queueSize int, obs store.Observer) (
 		Clock:       offsetClock{offset: cfg.wallOffset},
 		QueueSize:   queueSize,
 		CommitDelay: cfg.storeDelay,
+		Durability:  cfg.durability,
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

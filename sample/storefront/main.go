@@ -39,6 +39,15 @@
 // the default, is every hit decided by the store.
 //
 //	go run ./sample/storefront -postgres postgres://… -rate-lease 16
+//
+// -durability says what a rate-limit count survives once its verdict is
+// answered (store.Options.Durability): power-loss, the default, waits until
+// it is on disk; process-crash until the operating system (SQLite) or the
+// database server (PostgreSQL, Redis) has it, which a kill -9 of the
+// storefront cannot undo but a power loss can, for the last moments of
+// counts. Orders and stored responses always wait for the disk. Anything
+// else, or process-crash with -redis-require-durable, is refused with one
+// line and exit status 2.
 package main
 
 import (
@@ -57,6 +66,7 @@ import (
 	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/metrics/prom"
 	"github.com/writeonce/porch-go/porch/rate"
+	"github.com/writeonce/porch-go/porch/store"
 )
 
 // errFlagSyntax marks an error the flag package has already printed.
@@ -86,6 +96,7 @@ type config struct {
 	wallOffset     time.Duration
 	metricsAddr    string
 	redis          redisConfig
+	durability     store.Durability // store.Options.Durability of every store
 	serve          serveConfig
 }
 
@@ -103,7 +114,7 @@ type serveConfig struct {
 
 func parseFlags(args []string) (config, error) {
 	var c config
-	var algorithm, cluster string
+	var algorithm, cluster, durability string
 	fs := flag.NewFlagSet("storefront", flag.ContinueOnError)
 	fs.StringVar(&c.addr, "addr", "127.0.0.1:8080", "listen address (port 0 picks a free port)")
 	fs.StringVar(&c.db, "db", "storefront.db", "SQLite database file (ignored with -postgres)")
@@ -131,6 +142,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&cluster, "redis-cluster", "", "count rate limits on this Redis Cluster: its seed nodes, host:port,host:port,…")
 	fs.StringVar(&c.redis.prefix, "redis-prefix", "", "with -redis or -redis-cluster: start every key with this (empty: redis.DefaultPrefix)")
 	fs.BoolVar(&c.redis.requireDurable, "redis-require-durable", false, "with -redis or -redis-cluster: refuse to start unless Redis makes a count durable before it replies (appendonly yes, appendfsync always)")
+	fs.StringVar(&durability, "durability", "power-loss", "what a rate-limit count survives before its verdict: power-loss (on disk) or process-crash (with the operating system or the database server: a power loss may lose the last moments of counts); stored responses and orders always wait for the disk")
 	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at GET /metrics on this address, apart from -addr (port 0 picks a free port; empty: no metrics); see docs/observability.md")
 	fs.DurationVar(&c.serve.readTimeout, "read-timeout", 0, "time to read a whole request, header and body (0: porch.DefaultReadTimeout; negative: none)")
 	fs.DurationVar(&c.serve.writeTimeout, "write-timeout", 0, "time to write a response (0: porch.DefaultWriteTimeout; negative: none)")
@@ -150,6 +162,19 @@ func parseFlags(args []string) (config, error) {
 	var err error
 	if c.redis, err = c.redis.check(cluster); err != nil {
 		return c, err
+	}
+	switch durability {
+	case "power-loss":
+		c.durability = store.SurvivesPowerLoss
+	case "process-crash":
+		c.durability = store.SurvivesProcessCrash
+	default:
+		return c, fmt.Errorf("-durability must be power-loss or process-crash, got %q", durability)
+	}
+	if c.redis.requireDurable && c.durability == store.SurvivesProcessCrash {
+		// redis.Open would refuse the pair; refused here, it is one line
+		// and exit status 2, as every contradiction on the command line.
+		return c, errors.New("-redis-require-durable asks that a count be on Redis's disk before its reply, -durability process-crash that it need not be: give one")
 	}
 	if c.rateAlgorithm, err = rate.ParseAlgorithm(algorithm); err != nil {
 		return c, fmt.Errorf("-rate-algorithm must be fixed, sliding or gcra, got %q", algorithm)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/writeonce/porch-go/porch/rate"
+	"github.com/writeonce/porch-go/porch/store"
 )
 
 // The rate algorithm's flags as the limiter gets them.
@@ -83,6 +84,35 @@ var flagErrors = []struct {
 	{[]string{"-redis", "redis://127.0.0.1:6379/0", "-redis-prefix", "a{b}:"}, `-redis-prefix must not contain '{' or '}', got "a{b}:"`},
 	{[]string{"-redis-cluster", "127.0.0.1:7000,,127.0.0.1:7001"}, `-redis-cluster must be host:port,host:port,…, got "127.0.0.1:7000,,127.0.0.1:7001"`},
 	{[]string{"-redis", "http://127.0.0.1:6379"}, `-redis must be a redis:// or rediss:// URL, got "http://127.0.0.1:6379": redis: invalid URL scheme: http`},
+	{[]string{"-durability", "fast"}, `-durability must be power-loss or process-crash, got "fast"`},
+	{[]string{"-durability", ""}, `-durability must be power-loss or process-crash, got ""`},
+	{[]string{"-postgres", testDSN, "-durability", "Power-Loss"}, `-durability must be power-loss or process-crash, got "Power-Loss"`},
+	{[]string{"-redis", "redis://127.0.0.1:6379/0", "-redis-require-durable", "-durability", "process-crash"},
+		`-redis-require-durable asks that a count be on Redis's disk before its reply, -durability process-crash that it need not be: give one`},
+}
+
+// -durability as the stores get it.
+func TestParseFlagsDurability(t *testing.T) {
+	tests := []struct {
+		args []string
+		want store.Durability
+	}{
+		{nil, store.SurvivesPowerLoss},
+		{[]string{"-durability", "power-loss"}, store.SurvivesPowerLoss},
+		{[]string{"-durability=process-crash"}, store.SurvivesProcessCrash},
+		{[]string{"-postgres", testDSN, "-durability", "process-crash"}, store.SurvivesProcessCrash},
+		{[]string{"-redis", "redis://127.0.0.1:6379/0", "-durability", "process-crash"}, store.SurvivesProcessCrash},
+	}
+	for _, tt := range tests {
+		c, err := parseFlags(tt.args)
+		if err != nil {
+			t.Errorf("parseFlags(%q): %v", tt.args, err)
+			continue
+		}
+		if c.durability != tt.want {
+			t.Errorf("parseFlags(%q): durability %d, want %d", tt.args, c.durability, tt.want)
+		}
+	}
 }
 
 // The Redis flags as openRedis gets them.

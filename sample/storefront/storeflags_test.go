@@ -19,15 +19,15 @@ func TestShopOpensOnEveryStoreWithEveryFlag(t *testing.T) {
 		args func(t *testing.T) []string
 	}{
 		{"sqlite", func(t *testing.T) []string {
-			return []string{"-rate-write-ahead", "16", "-key-conns", "4"}
+			return []string{"-rate-write-ahead", "16", "-key-conns", "4", "-durability", "process-crash"}
 		}},
 		{"postgres", func(t *testing.T) []string {
-			return []string{"-postgres", pgtest.DSN(t), "-rate-write-ahead", "16", "-key-conns", "4", "-rate-lease", "8"}
+			return []string{"-postgres", pgtest.DSN(t), "-rate-write-ahead", "16", "-key-conns", "4", "-rate-lease", "8", "-durability", "process-crash"}
 		}},
 		{"redis", func(t *testing.T) []string {
 			c := redistest.Client(t)
 			return []string{"-redis", "redis://" + redistest.Addr(t), "-redis-prefix", redistest.Prefix(t, c),
-				"-rate-write-ahead", "-1", "-key-conns", "4", "-rate-lease", "8"}
+				"-rate-write-ahead", "-1", "-key-conns", "4", "-rate-lease", "8", "-durability", "process-crash"}
 		}},
 	}
 	for _, tt := range tests {

@@ -22,12 +22,16 @@ type row struct {
 	replays bool   // store the replay keys before the runs
 	alg     string // benchserver -algorithm for porch limiter rows; "" is fixed
 	lease   int    // benchserver -lease for porch limiter rows on a shared store
+	crash   bool   // benchserver -durability process-crash (else power-loss, the default)
 }
 
 // id names the row for -rows and -profile: mode/keys, with the algorithm
 // after the mode for the rows that are not a fixed window
 // (porch-sqlite-gcra/many), so that the fixed rows keep their ids.
 func (r row) id() string {
+	if r.crash {
+		return r.mode + "-crash/" + r.keys
+	}
 	if r.lease > 0 {
 		return r.mode + "-lease/" + r.keys
 	}
@@ -46,21 +50,24 @@ func rows(replayKeys int) []row {
 		label, mode, alg string
 		porch            bool
 		lease            int
+		crash            bool
 	}{
-		{"no limiter", "none", "", false, 0},
-		{"go-chi/httprate (memory)", "httprate", "", false, 0},
-		{"naive SQLite, commit per request", "naive", "", false, 0},
-		{"porch Limiter, SQLite", "porch-sqlite", "", true, 0},
-		{"porch Limiter, SQLite, sliding window", "porch-sqlite", "sliding", true, 0},
-		{"porch Limiter, SQLite, GCRA", "porch-sqlite", "gcra", true, 0},
-		{"porch Limiter, PostgreSQL", "porch-postgres", "", true, 0},
-		{"porch Limiter, PostgreSQL, sliding window", "porch-postgres", "sliding", true, 0},
-		{"porch Limiter, PostgreSQL, GCRA", "porch-postgres", "gcra", true, 0},
-		{"porch Limiter, PostgreSQL, Lease 64", "porch-postgres", "", true, 64},
+		{"no limiter", "none", "", false, 0, false},
+		{"go-chi/httprate (memory)", "httprate", "", false, 0, false},
+		{"naive SQLite, commit per request", "naive", "", false, 0, false},
+		{"porch Limiter, SQLite", "porch-sqlite", "", true, 0, false},
+		{"porch Limiter, SQLite, SurvivesProcessCrash", "porch-sqlite", "", true, 0, true},
+		{"porch Limiter, SQLite, sliding window", "porch-sqlite", "sliding", true, 0, false},
+		{"porch Limiter, SQLite, GCRA", "porch-sqlite", "gcra", true, 0, false},
+		{"porch Limiter, PostgreSQL", "porch-postgres", "", true, 0, false},
+		{"porch Limiter, PostgreSQL, SurvivesProcessCrash", "porch-postgres", "", true, 0, true},
+		{"porch Limiter, PostgreSQL, sliding window", "porch-postgres", "sliding", true, 0, false},
+		{"porch Limiter, PostgreSQL, GCRA", "porch-postgres", "gcra", true, 0, false},
+		{"porch Limiter, PostgreSQL, Lease 64", "porch-postgres", "", true, 64, false},
 	} {
 		out = append(out,
-			row{label: m.label, mode: m.mode, alg: m.alg, lease: m.lease, keys: "one", porch: m.porch, baseTo: "httprate/one"},
-			row{label: m.label, mode: m.mode, alg: m.alg, lease: m.lease, keys: "many", porch: m.porch, baseTo: "httprate/many", script: "xff.lua"})
+			row{label: m.label, mode: m.mode, alg: m.alg, lease: m.lease, crash: m.crash, keys: "one", porch: m.porch, baseTo: "httprate/one"},
+			row{label: m.label, mode: m.mode, alg: m.alg, lease: m.lease, crash: m.crash, keys: "many", porch: m.porch, baseTo: "httprate/many", script: "xff.lua"})
 	}
 	out = append(out, redisRows()...)
 	return append(out,
@@ -88,6 +95,9 @@ func (h *harness) serverArgs(r row, extra ...string) []string {
 	args := []string{"-mode", r.mode}
 	if r.alg != "" {
 		args = append(args, "-algorithm", r.alg)
+	}
+	if r.crash {
+		args = append(args, "-durability", "process-crash")
 	}
 	if r.lease > 0 {
 		args = append(args, "-lease", strconv.Itoa(r.lease))

@@ -46,6 +46,7 @@ import (
 
 	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/rate"
+	"github.com/writeonce/porch-go/porch/store"
 )
 
 // config is the command line.
@@ -67,13 +68,14 @@ type config struct {
 	lease      int
 	redis      string
 	redisAOF   string
+	durability store.Durability
 }
 
 const defaultPostgres = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
 
 func parseFlags(args []string) (config, error) {
 	var c config
-	var algorithm string
+	var algorithm, durability string
 	fs := flag.NewFlagSet("benchserver", flag.ContinueOnError)
 	fs.StringVar(&c.mode, "mode", "none", "limiter: none, httprate, naive, porch-sqlite, porch-postgres or porch-idem")
 	fs.StringVar(&c.addr, "addr", "127.0.0.1:0", "listen address (port 0 picks a free port)")
@@ -92,8 +94,16 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&algorithm, "algorithm", "fixed", "porch-sqlite/porch-postgres: the limiter's algorithm, fixed, sliding or gcra")
 	fs.IntVar(&c.burst, "burst", 0, "with -algorithm gcra: requests allowed at once (0: the limit)")
 	fs.IntVar(&c.lease, "lease", 0, "porch-postgres/porch-redis: rate.Options.Lease, the hits of a busy key counted ahead (0: none)")
+	fs.StringVar(&durability, "durability", "power-loss", "porch-sqlite/porch-postgres: store.Options.Durability, power-loss or process-crash")
 	if err := fs.Parse(args); err != nil {
 		return c, err
+	}
+	switch durability {
+	case "power-loss":
+	case "process-crash":
+		c.durability = store.SurvivesProcessCrash
+	default:
+		return c, fmt.Errorf("-durability must be power-loss or process-crash, got %q", durability)
 	}
 	alg, err := rate.ParseAlgorithm(algorithm)
 	if err != nil {

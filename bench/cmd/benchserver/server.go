@@ -102,7 +102,7 @@ func newLimiter(ctx context.Context, cfg config, app *porch.App, clk clock.Clock
 		return n.Handler, n, nil
 	}
 	pool := porch.NewPool(porch.PoolOptions{Size: cfg.pool, Mailbox: cfg.mailbox})
-	opt := store.Options{Clock: clk, QueueSize: pool.Size() * cfg.mailbox}
+	opt := store.Options{Clock: clk, QueueSize: pool.Size() * cfg.mailbox, Durability: cfg.durability}
 	var st interface {
 		driver.KeyStore
 		driver.Counters

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/driver"
 	"github.com/writeonce/porch-go/porch/store/internal/commit"
 )
@@ -44,11 +45,12 @@ type keyHits struct {
 // to one algorithm) and cannot deadlock; each key once, with the sum of
 // its hits' weights.
 type batchHits struct {
-	byKey map[string]*keyHits // by dbKey, as the add statements return it
-	adds  []addGroup          // by algorithm name
-	probe bool                // the batch carries Health's probe
-	peeks []*commit.Hit
-	opOf  map[*commit.Hit]*commit.Op // each hit's op, for countFitting's leftovers
+	byKey  map[string]*keyHits // by dbKey, as the add statements return it
+	adds   []addGroup          // by algorithm name
+	probe  bool                // the batch carries Health's probe
+	begins int                 // results of countHits' queueBegin, which sendFirst reads
+	peeks  []*commit.Hit
+	opOf   map[*commit.Hit]*commit.Op // each hit's op, for countFitting's leftovers
 	// prune marks a batch that carries the prunes (see pruner), and
 	// pruned is what they deleted from the counters and the responses.
 	prune  bool
@@ -272,6 +274,40 @@ func (p *Store) takeBacks(ctx context.Context, batch []commit.Op) {
 // on a round trip of its own.
 const pgBegin = `BEGIN ISOLATION LEVEL READ COMMITTED`
 
+// pgCommitAsync, queued after pgBegin, lets the transaction's COMMIT
+// answer once the server has the commit in its WAL buffers, before they
+// are flushed (see queueBegin).
+const pgCommitAsync = `SET LOCAL synchronous_commit = off`
+
+// queueBegin queues the transaction's BEGIN and, under
+// store.SurvivesProcessCrash, pgCommitAsync, and returns how many
+// results they answer. Only the committer's transactions of hits take it:
+// they carry rate-limit counts alone (an owner's writes and its response
+// commit in the owner's own transaction, at the server's level). A batch
+// carrying Health's probe keeps the server's level, so that the probe
+// still proves a commit can reach the disk. A later transaction that
+// waits for the flush (a stored response, another instance's batch)
+// flushes this one's commit with its own, since the WAL is flushed in
+// order.
+func (p *Store) queueBegin(pl *pgx.Batch, b *batchHits) int {
+	pl.Queue(pgBegin)
+	if p.opt.Durability != store.SurvivesProcessCrash || b.probe {
+		return 1
+	}
+	pl.Queue(pgCommitAsync)
+	return 2
+}
+
+// readBegin reads the n results queueBegin queued.
+func readBegin(br pgx.BatchResults, n int) error {
+	for range n {
+		if _, err := br.Exec(); err != nil {
+			return fmt.Errorf("postgres: begin: %w", err)
+		}
+	}
+	return nil
+}
+
 // countHits counts b in one transaction on conn, in two round trips
 // instead of one per statement: the first pipelines BEGIN, the add-hits
 // upsert, Health's probe (if the batch carries it) and the bounded prunes;
@@ -286,7 +322,7 @@ const pgBegin = `BEGIN ISOLATION LEVEL READ COMMITTED`
 // inside a transaction, which rolls it back).
 func (p *Store) countHits(ctx context.Context, conn *pgx.Conn, b *batchHits) error {
 	first := &pgx.Batch{}
-	first.Queue(pgBegin)
+	b.begins = p.queueBegin(first, b)
 	for i := range b.adds {
 		first.Queue(addStatements[b.adds[i].algorithm], b.adds[i].args()...)
 	}
@@ -371,7 +407,7 @@ func (b *batchHits) fits() bool {
 func (p *Store) countFitting(ctx context.Context, conn *pgx.Conn, b *batchHits) (rest []*commit.Op, err error) {
 	g := &b.adds[0]
 	pl := &pgx.Batch{}
-	pl.Queue(pgBegin)
+	begins := p.queueBegin(pl, b)
 	pl.Queue(pgAddFittingHits, byteKeys(g.keys), g.windows, g.hits, g.held, g.limits)
 	// The leases' settlement and adoption stand whether a key's hits fit
 	// or not, so they are queued for every key; those left over are
@@ -389,8 +425,8 @@ func (p *Store) countFitting(ctx context.Context, conn *pgx.Conn, b *batchHits) 
 	pl.Queue("COMMIT")
 	br := conn.SendBatch(ctx, pl)
 	defer br.Close()
-	if _, err := br.Exec(); err != nil {
-		return nil, fmt.Errorf("postgres: begin: %w", err)
+	if err := readBegin(br, begins); err != nil {
+		return nil, err
 	}
 	rows, err := br.Query()
 	if err != nil {
@@ -463,8 +499,8 @@ func (p *Store) countFitting(ctx context.Context, conn *pgx.Conn, b *batchHits) 
 func (p *Store) sendFirst(ctx context.Context, conn *pgx.Conn, first *pgx.Batch, b *batchHits) error {
 	br := conn.SendBatch(ctx, first)
 	defer br.Close()
-	if _, err := br.Exec(); err != nil {
-		return fmt.Errorf("postgres: begin: %w", err)
+	if err := readBegin(br, b.begins); err != nil {
+		return err
 	}
 	for i := range b.adds {
 		rows, err := br.Query()

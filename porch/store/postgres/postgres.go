@@ -75,6 +75,9 @@ var (
 // instances with skewed clocks agree.
 func Open(ctx context.Context, dsn string, opt Options) (*Store, error) {
 	opt.Options = commit.WithDefaults(opt.Options)
+	if err := commit.CheckDurability("postgres", opt.Durability); err != nil {
+		return nil, err
+	}
 	switch {
 	case opt.KeyConns == 0:
 		opt.KeyConns = DefaultKeyConns

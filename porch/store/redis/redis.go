@@ -50,7 +50,9 @@ type Options struct {
 	// only ever counts high. If zero, DefaultTimeout.
 	Timeout time.Duration
 	// RequireDurable makes Open refuse, with ErrNotDurable, a server that
-	// cannot make a count durable before it replies (see Open).
+	// cannot make a count durable before it replies (see Open). Open
+	// refuses it with Durability store.SurvivesProcessCrash, which asks
+	// for less.
 	RequireDurable bool
 }
 
@@ -97,6 +99,13 @@ var (
 //     allowance, never a second execution of anything, since idempotency
 //     keys never live here.
 //
+// Options.Durability changes nothing Redis does: a hit's verdict always
+// comes after the server's reply, so a kill -9 of the application loses no
+// count at either level, and what a crash of the server loses is its
+// appendfsync's to decide. With store.SurvivesProcessCrash, Open asks no
+// more of the server: it accepts appendonly yes with any appendfsync
+// without a warning, and refuses RequireDurable.
+//
 // The check reads INFO server and CONFIG GET appendonly/appendfsync; a
 // server where CONFIG is renamed or disabled counts as not durable unless
 // WAITAOF answers. It is made at Open only: a CONFIG SET afterwards is not
@@ -111,6 +120,12 @@ func Open(ctx context.Context, c goredis.UniversalClient, opt Options) (*Store, 
 	}
 	if opt.PruneRows != 0 {
 		return nil, fmt.Errorf("redis: Open expects no Options.PruneRows, got %d: Redis expires porch's keys itself, and there are no rows to prune", opt.PruneRows)
+	}
+	if err := commit.CheckDurability("redis", opt.Durability); err != nil {
+		return nil, err
+	}
+	if opt.RequireDurable && opt.Durability == store.SurvivesProcessCrash {
+		return nil, errors.New("redis: Options.RequireDurable asks that a count be on the server's disk before its reply, and Durability store.SurvivesProcessCrash that it need not be; set one of them")
 	}
 	if opt.Prefix == "" {
 		opt.Prefix = DefaultPrefix
@@ -250,6 +265,12 @@ func (s *Store) checkDurable(ctx context.Context) error {
 		}
 	}
 	if weak == nil {
+		return nil
+	}
+	if s.opt.Durability == store.SurvivesProcessCrash && weak.appendonly == "yes" {
+		// Asked for: the server logs each count to its AOF before it
+		// replies, and fsyncs per appendfsync (everysec: a crash of the
+		// server or its machine loses about the last second of counts).
 		return nil
 	}
 	if !s.opt.RequireDurable {

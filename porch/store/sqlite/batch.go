@@ -97,6 +97,10 @@ func (s *Store) writeBatchOnce(batch []commit.Op) (err error) {
 	if s.opt.CommitDelay > 0 {
 		time.Sleep(s.opt.CommitDelay) // fault injection: a slow disk
 	}
+	level := s.batchSynchronous(batch)
+	if err := s.setSynchronous(ctx, level); err != nil {
+		return err
+	}
 	if _, err := s.wconn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
 		return fmt.Errorf("sqlite: begin batch: %w", err)
 	}
@@ -143,8 +147,11 @@ func (s *Store) writeBatchOnce(batch []commit.Op) (err error) {
 	}
 	s.jr.commit()
 	s.responsesDue = min(due, s.savedDue) // a response saved in this batch may be due sooner
-	if s.commits++; s.commits%checkpointEvery == 0 {
+	switch s.commits++; {
+	case s.commits%checkpointEvery == 0:
 		s.ckpt.poke()
+	case level == synchronousNormal:
+		s.ckpt.syncSoon() // its counts are on disk within syncWithin
 	}
 	return nil
 }

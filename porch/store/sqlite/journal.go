@@ -298,6 +298,10 @@ func (j *journal) readHead(ctx context.Context, n int) error {
 // shutdown leaves exact counts in the table. It runs after the committer
 // has stopped.
 func (s *Store) foldJournal(ctx context.Context) (err error) {
+	// A clean shutdown's counts wait for the disk, whatever the level.
+	if err := s.setSynchronous(ctx, synchronousFull); err != nil {
+		return fmt.Errorf("sqlite: fold journal: %w", err)
+	}
 	if _, err := s.wconn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
 		return fmt.Errorf("sqlite: fold journal: %w", err)
 	}

@@ -27,7 +27,8 @@ import (
 var ErrLocked = errors.New("sqlite: database file already open")
 
 // Store is the embedded store: one SQLite file in WAL mode, written only by
-// its committer with synchronous=FULL. The process that opens it is the only
+// its committer with synchronous=FULL (NORMAL for a batch of counts alone
+// under store.SurvivesProcessCrash). The process that opens it is the only
 // writer of porch's rows, which is what lets a limiter keep an exact
 // in-memory view of its own keys. Create it with [Open]; it is safe for
 // concurrent use.
@@ -72,6 +73,10 @@ type Store struct {
 	savedDue     int64      // the earliest expiry saved by the batch being written
 	stored       storedKeys // keys that may have a live response; see stored.go
 	rows         responseRows
+	// synchronous is the writer's synchronous level (see
+	// batchSynchronous): FULL as the DSN opens it. Only the committer
+	// touches it, and Close once the committer has stopped.
+	synchronous string
 }
 
 type preparedStmts struct {
@@ -89,6 +94,9 @@ var (
 // ErrLocked while another store has the file open.
 func Open(path string, opt Options) (*Store, error) {
 	opt.Options = commit.WithDefaults(opt.Options)
+	if err := commit.CheckDurability("sqlite", opt.Durability); err != nil {
+		return nil, err
+	}
 	if path == "" {
 		return nil, errors.New("sqlite: open: the path is empty; name a database file, such as ./porch.db")
 	}
@@ -110,7 +118,7 @@ func Open(path string, opt Options) (*Store, error) {
 	// Idle readers close, and their page caches go with them: memory
 	// follows the load rather than its peak.
 	db.SetConnMaxIdleTime(time.Minute)
-	s := &Store{db: db, opt: opt, seen: make(map[string]int), unlock: unlock}
+	s := &Store{db: db, opt: opt, seen: make(map[string]int), unlock: unlock, synchronous: synchronousFull}
 	if err := s.init(context.Background()); err != nil {
 		s.closeDB()
 		unlock()

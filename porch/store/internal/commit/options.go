@@ -1,6 +1,7 @@
 package commit
 
 import (
+	"fmt"
 	"log/slog"
 
 	"github.com/writeonce/porch-go/porch/clock"
@@ -33,4 +34,15 @@ func Log(l *slog.Logger) *slog.Logger {
 		return l
 	}
 	return slog.Default()
+}
+
+// CheckDurability refuses a store.Durability that names no level, so
+// that a value the store does not know is never taken for one it does.
+// driver prefixes the error ("sqlite", "postgres", "redis").
+func CheckDurability(driver string, d store.Durability) error {
+	switch d {
+	case store.SurvivesPowerLoss, store.SurvivesProcessCrash:
+		return nil
+	}
+	return fmt.Errorf("%s: Options.Durability must be store.SurvivesPowerLoss or store.SurvivesProcessCrash, got %d", driver, int(d))
 }
