@@ -24,7 +24,7 @@ import (
 // shared store, each counting a busy client's hits up to leaseN ahead in
 // the store and answering them from memory. Never over the limit; at
 // most leaseN per instance counted and not answered while they run, given
-// back when the client idles (rate.LeaseIdle) and on SIGTERM, so that the
+// back when the client idles (100 ms) and on SIGTERM, so that the
 // store then holds exactly what was served; a kill -9 over-counts by at
 // most leaseN and the requests the killed instance was answering.
 
@@ -95,7 +95,7 @@ func TestRedisRateLease(t *testing.T) {
 //  1. One client's parallel burst over both: served at most the limit, and
 //     at least the limit less what the two leases may hold unanswered;
 //     then, both still running, the store comes down to exactly what was
-//     served once the client idles (rate.LeaseIdle).
+//     served once the client idles (100 ms).
 //  2. Another client's steady load, well under its limit: the store is
 //     written far less often than requests are served (the leases answer
 //     the rest; without them every request is a write), and once the load

@@ -27,3 +27,6 @@ const (
 	ProblemKeyFailed   = problemKeyFailed
 	ProblemOverLimit   = problemOverLimit
 )
+
+// LeaseIdle is how long a key idles before its lease is given back.
+const LeaseIdle = leaseIdle

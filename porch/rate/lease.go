@@ -12,10 +12,10 @@ import (
 	"github.com/writeonce/porch-go/porch/store/driver"
 )
 
-// LeaseIdle is how long a key may go without a hit on this process before
+// leaseIdle is how long a key may go without a hit on this process before
 // the hits its lease still holds are given back to the shared store (see
 // Options.Lease); the sweeper that gives them back runs this often.
-const LeaseIdle = 100 * time.Millisecond
+const leaseIdle = 100 * time.Millisecond
 
 // leases is a limiter's count-ahead on a shared store (Options.Lease), in
 // front of the counting that asks the store: per actor, the busy keys
@@ -62,7 +62,7 @@ type leaseShard struct {
 	// actor may be blocked queueing a write to that same goroutine). The
 	// actor applies them before it touches the map, so an answer is never
 	// lost to a full mailbox: at worst it waits for the shard's next job,
-	// which the sweeper sends every LeaseIdle.
+	// which the sweeper sends every leaseIdle.
 	mu      sync.Mutex
 	inbox   []func()
 	pending atomic.Int32
@@ -229,8 +229,8 @@ func (c *leases) takeBack(shard int, key string, start time.Time, n int64) {
 
 // cutoff is how long before its epoch's end a lease stops answering: the
 // algorithm's own margin (see algorithm.Rule.LeaseCutoff), for leases
-// given back once idle for LeaseIdle.
-func (c *leases) cutoff() time.Duration { return c.rule.LeaseCutoff(LeaseIdle) }
+// given back once idle for leaseIdle.
+func (c *leases) cutoff() time.Duration { return c.rule.LeaseCutoff(leaseIdle) }
 
 // apply runs on shard's actor before anything reads the shard's leases:
 // the store's answers handed in since, in the order they came.
@@ -303,7 +303,7 @@ func (c *leases) wait(shard int, cl *call) bool {
 // store: how many hits more the trip should count, to hold as the key's
 // lease (in the lease it returns, Held), and the lease's generation to
 // hand back with the answer. A key's first trip asks for none; it is only
-// remembered, so that its next trip, if it comes before LeaseIdle, asks
+// remembered, so that its next trip, if it comes before leaseIdle, asks
 // for some. Tokens too few for n, or past their until, are given back
 // first, ordered before the trip, so that the store has room for all of
 // n: a weighted request is never refused for hits this process holds
@@ -552,11 +552,11 @@ func (c *leases) drop(shard int, key string) []*call {
 	return ws
 }
 
-// sweeper runs sweep on every shard each LeaseIdle, until close or until
+// sweeper runs sweep on every shard each leaseIdle, until close or until
 // the pool has closed under it (a limiter never closed).
 func (c *leases) sweeper() {
 	defer close(c.swept)
-	t := time.NewTicker(LeaseIdle)
+	t := time.NewTicker(leaseIdle)
 	defer t.Stop()
 	for {
 		select {
@@ -574,7 +574,7 @@ func (c *leases) sweeper() {
 	}
 }
 
-// sweep runs on shard's actor. A key idle since LeaseIdle before now gives
+// sweep runs on shard's actor. A key idle since leaseIdle before now gives
 // its lease's hits back to the store, and settles its answered ones, and
 // is forgotten, and so is a key whose trip for a lease seems lost; a lease
 // past its until gives its hits back, while the store still counts them
@@ -587,7 +587,7 @@ func (c *leases) sweep(shard int, now time.Time) {
 		if (e.tokens > 0 || e.adopted > 0) && !now.Before(e.until) {
 			c.giveAllToStore(shard, key, e)
 		}
-		if e.asking || now.Sub(e.used) < LeaseIdle {
+		if e.asking || now.Sub(e.used) < leaseIdle {
 			continue
 		}
 		delete(s.m, key)

@@ -140,7 +140,7 @@ type Options struct {
 	WriteAhead int
 	// Lease lets a limiter on a shared store (PostgreSQL, Redis) count a
 	// busy key's hits ahead, as WriteAhead does on SQLite: once a key hits
-	// this process again within LeaseIdle, its store trips count up to
+	// this process again within 100 ms, its store trips count up to
 	// Lease hits more than the request needs (doubling from 1 while the key
 	// stays busy), and the key's next requests are answered from those,
 	// in memory, without a round trip. Every hit so answered was counted,
@@ -151,7 +151,7 @@ type Options struct {
 	// count would otherwise have allowed. A lease takes at most half of
 	// what the store has left, so that near the limit leases shrink to
 	// nothing and every hit is decided by the store; its hits are given
-	// back once the key has been idle here for LeaseIdle, once the lease
+	// back once the key has been idle here for 100 ms, once the lease
 	// stops answering near its window's end, and by Close. A Reset on this process gives its lease back first; on
 	// another, which cannot reach this one's memory, the new window counts
 	// the hits leases still hold, so the limit holds across a Reset too

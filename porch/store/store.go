@@ -30,11 +30,3 @@ type Stats struct {
 	Writes  int64 // writes those transactions carried, before collapsing
 	Failed  int64 // transactions that failed; their writes' callers got the error
 }
-
-// MeanBatch is the mean number of writes per commit.
-func (s Stats) MeanBatch() float64 {
-	if s.Commits == 0 {
-		return 0
-	}
-	return float64(s.Writes) / float64(s.Commits)
-}

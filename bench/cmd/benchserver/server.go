@@ -167,7 +167,7 @@ func statsHandler(s statser) http.HandlerFunc {
 		var out stats
 		if s != nil {
 			st := s.Stats()
-			out = stats{Commits: st.Commits, Writes: st.Writes, Failed: st.Failed, MeanBatch: st.MeanBatch()}
+			out = stats{Commits: st.Commits, Writes: st.Writes, Failed: st.Failed, MeanBatch: meanBatch(st)}
 		}
 		var ms runtime.MemStats
 		runtime.ReadMemStats(&ms)
@@ -203,4 +203,12 @@ func (c *skipClock) advanceHandler(w http.ResponseWriter, r *http.Request) {
 	}
 	c.skip.Add(int64(by))
 	fmt.Fprintf(w, "advanced %s\n", by)
+}
+
+// meanBatch is the mean number of writes a commit carried.
+func meanBatch(st store.Stats) float64 {
+	if st.Commits == 0 {
+		return 0
+	}
+	return float64(st.Writes) / float64(st.Commits)
 }

@@ -342,22 +342,3 @@ func TestCloseHonoursContext(t *testing.T) {
 	release()
 	closeStore(t, s)
 }
-
-func TestStatsMeanBatch(t *testing.T) {
-	tests := []struct {
-		name  string
-		stats store.Stats
-		want  float64
-	}{
-		{"no commits", store.Stats{}, 0},
-		{"one write per commit", store.Stats{Commits: 4, Writes: 4}, 1},
-		{"batched", store.Stats{Commits: 2, Writes: 5}, 2.5},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if got := tt.stats.MeanBatch(); got != tt.want {
-				t.Errorf("got MeanBatch %v, want %v", got, tt.want)
-			}
-		})
-	}
-}
