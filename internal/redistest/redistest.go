@@ -1,6 +1,7 @@
 // Package redistest gives tests a real Redis to talk to, under a key
-// prefix of their own, and starts throwaway servers (one, or a three-node
-// cluster) for tests that must kill or reconfigure them.
+// prefix of their own, and starts throwaway servers (one, a primary with
+// replicas watched by Sentinels, or a three-node cluster) for tests that
+// must kill or reconfigure them.
 //
 // The shared server is, in order: the address or redis:// URL in
 // PORCH_TEST_REDIS; else a local server at LocalAddr, when it answers PING
@@ -8,7 +9,8 @@
 // names PORCH_TEST_REDIS. Set PORCH_REQUIRE_REDIS=1 to turn that skip into
 // a failure, as CI does, so a missing server cannot pass silently.
 //
-// StartServer and StartCluster run redis-server (and redis-cli) from PATH;
+// StartServer, StartReplica, StartSentinels and StartCluster run
+// redis-server (and redis-cli) from PATH;
 // without them the test is skipped, or fails under PORCH_REQUIRE_REDIS.
 package redistest
 
