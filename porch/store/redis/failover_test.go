@@ -329,3 +329,71 @@ func TestNewPrimaryNotDurableFailsClosed(t *testing.T) {
 		t.Errorf("Health once the new primary is durable: %v", err)
 	}
 }
+
+// On a cluster, each node's share of a batch waits for that node's own
+// replicas: with the replica of one key's master stopped, a hit on that
+// key fails closed, naming the master, while a hit on a key of another
+// master is answered.
+func TestReplicaAckPerClusterNode(t *testing.T) {
+	nodes := redistest.StartClusterServers(t, 3, 1)
+	byAddr := make(map[string]*redistest.Server)
+	var addrs []string
+	for _, n := range nodes {
+		byAddr[n.Addr] = n
+		addrs = append(addrs, n.Addr)
+	}
+	cc := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: addrs})
+	t.Cleanup(func() { cc.Close() })
+	st := open(t, cc, redis.Options{Replicas: 1, Timeout: 300 * time.Millisecond})
+	rule := algorithm.MustRule(algorithm.Fixed, 100, time.Hour, 0)
+	ctx := context.Background()
+	// Two keys whose counters live on different masters.
+	var keys []string
+	var masters []*goredis.Client
+	for i := 0; len(keys) < 2; i++ {
+		key := "rate:x:p:" + strings.Repeat("k", i+1)
+		m, err := cc.MasterForKey(ctx, st.CounterKey(key))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(masters) == 0 || masters[0].Options().Addr != m.Options().Addr {
+			keys, masters = append(keys, key), append(masters, m)
+		}
+	}
+	for _, key := range keys {
+		if h, err := addHit(st, key, rule); err != nil || !h.Allowed {
+			t.Fatalf("hit on %s with every replica up: %+v, %v; want allowed", key, h, err)
+		}
+	}
+	info, err := masters[0].Info(ctx, "replication").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	repl, _, _ := strings.Cut(field(info, "slave0"), ",state")
+	host, port := "", ""
+	for _, kv := range strings.Split(repl, ",") {
+		if v, ok := strings.CutPrefix(kv, "ip="); ok {
+			host = v
+		}
+		if v, ok := strings.CutPrefix(kv, "port="); ok {
+			port = v
+		}
+	}
+	replica := byAddr[host+":"+port]
+	if replica == nil {
+		t.Fatalf("no started server is the replica of %s: %q", masters[0].Options().Addr, info)
+	}
+	replica.Pause()
+	if h, err := addHit(st, keys[0], rule); err == nil || !strings.Contains(err.Error(), masters[0].Options().Addr) ||
+		!strings.Contains(err.Error(), "0 of 1 replicas acknowledged") {
+		t.Errorf("hit on %s with its master's replica stopped: %+v, %v; want an error naming %s and the missing acknowledgement",
+			keys[0], h, err, masters[0].Options().Addr)
+	}
+	if h := untilHit(t, st, keys[1], rule); !h.Allowed {
+		t.Errorf("hit on %s, on another master, meanwhile: %+v, want allowed", keys[1], h)
+	}
+	replica.Resume()
+	if h := untilHit(t, st, keys[0], rule); !h.Allowed {
+		t.Errorf("hit on %s once the replica answers again: %+v, want allowed", keys[0], h)
+	}
+}
