@@ -112,10 +112,16 @@ var (
 //     allowance, never a second execution of anything, since idempotency
 //     keys never live here.
 //
-// The check reads INFO server and CONFIG GET appendonly/appendfsync; a
-// server where CONFIG is renamed or disabled counts as not durable unless
-// WAITAOF answers. It is made at Open only: a CONFIG SET afterwards is not
-// noticed.
+// With Options.Replicas, Open also refuses a primary with fewer replicas
+// online than it.
+//
+// The check reads INFO server and replication and CONFIG GET
+// appendonly/appendfsync; a server where CONFIG is renamed or disabled
+// counts as not durable unless WAITAOF answers. With RequireDurable or
+// Replicas, it is made again on every new primary and every second (see
+// the package doc), and Open adds a hook to a non-cluster c to learn of
+// its new connections; without them it is made at Open only, and a CONFIG
+// SET afterwards is not noticed.
 //
 // The caller owns c: Close does not close it. A client with
 // ContextTimeoutEnabled drops a connection whose round trip outlasted
