@@ -101,10 +101,10 @@ func (s *Sentinels) Addrs() []string {
 }
 
 // StartSentinels runs n Sentinels (quorum n/2+1) that monitor primary
-// under name, with SentinelDownAfter, and waits until each of them knows
-// every one of primary's replicas and every other Sentinel and can
-// authorize a failover, so that a primary killed after this returns is
-// replaced. They are killed when tb ends.
+// under name, with SentinelDownAfter, and waits until each of them has a
+// working link to every one of replicas (which have been started with
+// StartReplica) and knows every other Sentinel, and can authorize a
+// failover, so that a primary killed after this returns is replaced. They are killed when tb ends.
 func StartSentinels(tb testing.TB, name string, primary *Server, replicas []*Server, n int) *Sentinels {
 	tb.Helper()
 	bin := tool(tb, "redis-server")
@@ -144,8 +144,17 @@ func StartSentinels(tb testing.TB, name string, primary *Server, replicas []*Ser
 			if err != nil {
 				return false, err
 			}
-			state = fmt.Sprintf("%d replicas, %d other sentinels", len(rs), len(others))
-			if len(rs) < len(replicas) || len(others) < n-1 {
+			// A replica Sentinel has only heard of (from the primary's INFO)
+			// is "disconnected" until it has its own link, and no failover
+			// would pick it.
+			ready := 0
+			for _, r := range rs {
+				if r["flags"] == "slave" && r["master-link-status"] == "ok" {
+					ready++
+				}
+			}
+			state = fmt.Sprintf("%d replicas ready of %d, %d other sentinels", ready, len(rs), len(others))
+			if ready < len(replicas) || len(others) < n-1 {
 				return false, nil
 			}
 			return c.CkQuorum(ctx, name).Err() == nil, nil
