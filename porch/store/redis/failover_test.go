@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -145,7 +146,7 @@ func TestReplicaAckKeepsAnsweredHitsThroughPromotion(t *testing.T) {
 		{replicas: 0, loses: true},
 		{replicas: 1, loses: false},
 	} {
-		t.Run("replicas="+string(rune('0'+tt.replicas)), func(t *testing.T) {
+		t.Run("replicas="+strconv.Itoa(tt.replicas), func(t *testing.T) {
 			primary := redistest.StartServer(t)
 			replica := redistest.StartReplica(t, primary)
 			// The servers are the test's own: no prefix to clean up.

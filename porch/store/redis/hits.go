@@ -328,7 +328,12 @@ func (s *Store) sendNodes(ctx context.Context, cc *goredis.ClusterClient, calls 
 			break
 		}
 	}
-	return errors.Join(errs...)
+	for _, err := range errs {
+		if err != nil {
+			return err // one line: every node's would say much the same
+		}
+	}
+	return nil
 }
 
 // pipe runs calls in one pipeline on on, ended by WAITAOF and WAIT when the
