@@ -5,9 +5,11 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -397,4 +399,41 @@ func TestReplicaAckPerClusterNode(t *testing.T) {
 	if h := untilHit(t, st, keys[0], rule); !h.Allowed {
 		t.Errorf("hit on %s once the replica answers again: %+v, want allowed", keys[0], h)
 	}
+}
+
+// A client that reaches another server on its next connection, as a
+// failover client does once Sentinel names a new primary, has it judged
+// before any batch it carried is answered, even when no batch failed on
+// the way: the old server closed the connections, the client dropped them
+// unused, and dialled the new one.
+func TestNewPrimaryJudgedBeforeItAnswers(t *testing.T) {
+	durable := redistest.StartServer(t, "--appendonly", "yes", "--appendfsync", "always")
+	forgetful := redistest.StartServer(t) // appendonly no
+	var target atomic.Value
+	target.Store(durable.Addr)
+	c := goredis.NewClient(&goredis.Options{Addr: "primary", Dialer: func(ctx context.Context, network, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, network, target.Load().(string))
+	}})
+	t.Cleanup(func() { c.Close() })
+	st := open(t, c, redis.Options{RequireDurable: true})
+	rule := algorithm.MustRule(algorithm.Fixed, 100, time.Hour, 0)
+	if _, err := addHit(st, "rate:x:p:a", rule); err != nil {
+		t.Fatalf("hit on the durable server: %v", err)
+	}
+	target.Store(forgetful.Addr)
+	if err := client(t, durable.Addr).ClientKillByFilter(context.Background(), "type", "normal").Err(); err != nil {
+		t.Fatal(err)
+	}
+	for range 10 {
+		h, err := addHit(st, "rate:x:p:a", rule)
+		if err == nil {
+			t.Fatalf("hit after the switch to a server with appendonly no: answered %+v, want ErrNotDurable", h)
+		}
+		if errors.Is(err, redis.ErrNotDurable) {
+			return
+		}
+		t.Logf("hit during the switch: %v", err) // a connection the client had not yet dropped
+	}
+	t.Fatal("hits after the switch fail, but none with ErrNotDurable")
 }

@@ -226,7 +226,7 @@ func (s *Store) writeBatch(batch []commit.Op) error {
 	if len(calls) == 0 {
 		return nil
 	}
-	err := s.watched(func() error { return s.run(calls) })
+	err := s.watched(calls)
 	if s.opt.Replicas > 0 {
 		s.logShort(err)
 	}

@@ -218,22 +218,22 @@ func (s *Store) verify(ctx context.Context) (why, err error) {
 	return why, nil
 }
 
-// watched sends a batch (run) under the primary watch: the primaries are
-// judged before it if a failed batch or the heartbeat asked, or a
-// connection was dialled since they last were, and after it if one was
-// dialled meanwhile. An error from either judgement fails the batch, as
-// run's does.
-func (s *Store) watched(run func() error) error {
+// watched sends a batch's calls (run) under the primary watch: the
+// primaries are judged before it if a failed batch or the heartbeat
+// asked, or a connection was dialled since they last were, and after it if
+// one was dialled meanwhile. An error from either judgement fails the
+// batch, as run's does.
+func (s *Store) watched(calls []*call) error {
 	w := &s.watch
 	if !s.watching() {
-		return run()
+		return s.run(calls)
 	}
 	if w.stale.Load() || w.dials.Load() != w.judged {
 		if err := s.judge(); err != nil {
 			return err
 		}
 	}
-	if err := run(); err != nil {
+	if err := s.run(calls); err != nil {
 		// The server failed the batch: it may be another one now (a
 		// failover), to judge before the next batch is sent.
 		w.stale.Store(true)
@@ -241,9 +241,14 @@ func (s *Store) watched(run func() error) error {
 	}
 	if w.dials.Load() != w.judged {
 		// The batch may have run on a connection to a server not judged
-		// yet: its hits counted there, but are not answered unless it
-		// may count.
-		return s.judge()
+		// yet: its hits counted there, but none is answered, each op's own
+		// outcome included, unless that server may count.
+		if err := s.judge(); err != nil {
+			for _, c := range calls {
+				c.op.Settled, c.op.Failed = false, nil
+			}
+			return err
+		}
 	}
 	return nil
 }
