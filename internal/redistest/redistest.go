@@ -1,6 +1,7 @@
 // Package redistest gives tests a real Redis to talk to, under a key
-// prefix of their own, and starts throwaway servers (one, or a three-node
-// cluster) for tests that must kill or reconfigure them.
+// prefix of their own, and starts throwaway servers (one, a primary with
+// replicas watched by Sentinels, or a three-node cluster) for tests that
+// must kill or reconfigure them.
 //
 // The shared server is, in order: the address or redis:// URL in
 // PORCH_TEST_REDIS; else a local server at LocalAddr, when it answers PING
@@ -8,7 +9,8 @@
 // names PORCH_TEST_REDIS. Set PORCH_REQUIRE_REDIS=1 to turn that skip into
 // a failure, as CI does, so a missing server cannot pass silently.
 //
-// StartServer and StartCluster run redis-server (and redis-cli) from PATH;
+// StartServer, StartReplica, StartSentinels, StartCluster and
+// StartClusterServers run redis-server (and redis-cli) from PATH;
 // without them the test is skipped, or fails under PORCH_REQUIRE_REDIS.
 package redistest
 
@@ -284,7 +286,25 @@ func (s *Server) Logs() string {
 // when tb ends.
 func StartCluster(tb testing.TB, n int, args ...string) []string {
 	tb.Helper()
+	nodes := StartClusterServers(tb, n, 0, args...)
+	addrs := make([]string, n)
+	for i, s := range nodes {
+		addrs[i] = s.Addr
+	}
+	return addrs
+}
+
+// StartClusterServers starts masters (at least 3) cluster-enabled servers
+// and replicas replicas of each, joins them with redis-cli --cluster
+// create, and waits until every node reports cluster_state:ok and every
+// master counts its replicas online. It returns every server, masters and
+// replicas as redis-cli chose them (ask a node: ROLE, INFO replication).
+// They are killed when tb ends.
+func StartClusterServers(tb testing.TB, masters, replicas int, args ...string) []*Server {
+	tb.Helper()
 	cli := tool(tb, "redis-cli")
+	n := masters * (1 + replicas)
+	nodes := make([]*Server, n)
 	addrs := make([]string, n)
 	for i := range n {
 		bin := tool(tb, "redis-server")
@@ -295,10 +315,10 @@ func StartCluster(tb testing.TB, n int, args ...string) []string {
 			"--cluster-config-file", filepath.Join(s.Dir, "nodes.conf"), "--cluster-node-timeout", "5000"}, args...)
 		s.start(bin)
 		tb.Cleanup(func() { s.Kill9() })
-		addrs[i] = s.Addr
+		nodes[i], addrs[i] = s, s.Addr
 	}
 	create := exec.Command(cli, append(append([]string{"--cluster", "create"}, addrs...),
-		"--cluster-replicas", "0", "--cluster-yes")...)
+		"--cluster-replicas", strconv.Itoa(replicas), "--cluster-yes")...)
 	if out, err := create.CombinedOutput(); err != nil {
 		tb.Fatalf("redistest: redis-cli --cluster create: %v\n%s", err, out)
 	}
@@ -306,7 +326,11 @@ func StartCluster(tb testing.TB, n int, args ...string) []string {
 	for _, a := range addrs {
 		for {
 			info, err := clusterInfo(a)
-			if err == nil && strings.Contains(info, "cluster_state:ok") && strings.Contains(info, "cluster_slots_ok:16384") {
+			ok := err == nil && strings.Contains(info, "cluster_state:ok") && strings.Contains(info, "cluster_slots_ok:16384")
+			if ok && replicas > 0 {
+				ok, err = replicasOnline(a, replicas)
+			}
+			if ok {
 				break
 			}
 			if time.Now().After(deadline) {
@@ -315,7 +339,24 @@ func StartCluster(tb testing.TB, n int, args ...string) []string {
 			time.Sleep(50 * time.Millisecond) // polling the node's own report
 		}
 	}
-	return addrs
+	return nodes
+}
+
+// replicasOnline reports whether the node at addr is a replica, or a
+// master with at least n replicas online.
+func replicasOnline(addr string, n int) (bool, error) {
+	c := goredis.NewClient(&goredis.Options{Addr: addr, MaxRetries: -1})
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	info, err := c.Info(ctx, "replication").Result()
+	if err != nil {
+		return false, err
+	}
+	if strings.Contains(info, "role:slave") {
+		return strings.Contains(info, "master_link_status:up"), nil
+	}
+	return strings.Count(info, ",state=online,") >= n, nil
 }
 
 func clusterInfo(addr string) (string, error) {

@@ -16,27 +16,35 @@
 //	go run ./sample/storefront -rate-algorithm gcra -rate-limit 600 -rate-window 1m -rate-burst 20
 //
 // With -redis URL (redis://host:port/db or rediss://…) the limiter counts
-// on one Redis server, with -redis-cluster ADDR,ADDR,… on a Redis Cluster
-// (its seed nodes), shared by every instance that names it; idempotency
-// keys and orders stay on -db or -postgres, whose transaction holds the
-// order and its stored response together. -redis-require-durable refuses
-// to start (exit 1) on a server that would forget a count it replied to
-// (see redis.Options.RequireDurable); -redis-prefix starts every key.
-// -redis with -redis-cluster, or -redis-require-durable or -redis-prefix
-// with neither, is refused with one line and exit status 2.
+// on one Redis server, with -redis-sentinel ADDR,ADDR,… and -redis-master
+// NAME on the primary those Sentinels name (followed through a failover),
+// with -redis-cluster ADDR,ADDR,… on a Redis Cluster (its seed nodes),
+// shared by every instance that names it; idempotency keys and orders stay
+// on -db or -postgres, whose transaction holds the order and its stored
+// response together. -redis-require-durable refuses to start (exit 1) on a
+// server that would forget a count it replied to, and fails requests
+// closed (503) after a failover to one (see redis.Options.RequireDurable);
+// -redis-replicas N answers a request only once N replicas hold its hit,
+// else 503, so that a failover cannot forget it (redis.Options.Replicas);
+// -redis-prefix starts every key. More than one of -redis, -redis-sentinel
+// and -redis-cluster, -redis-sentinel without -redis-master or the
+// reverse, a negative -redis-replicas, or -redis-require-durable,
+// -redis-prefix or -redis-replicas with none of them, is refused with one
+// line and exit status 2.
 //
 //	go run ./sample/storefront -redis redis://127.0.0.1:6379/0 -postgres postgres://…
+//	go run ./sample/storefront -redis-sentinel 10.0.0.1:26379,10.0.0.2:26379,10.0.0.3:26379 -redis-master porch -redis-replicas 1 -postgres postgres://…
 //
-// With -rate-lease N on a shared store (-postgres, -redis or
-// -redis-cluster) the limiter counts a busy client's hits up to N ahead in
-// the store and answers them from memory (rate.Options.Lease): never over
+// With -rate-lease N on a shared store (-postgres or a Redis flag) the
+// limiter counts a busy client's hits up to N ahead in the store and
+// answers them from memory (rate.Options.Lease): never over
 // -rate-limit, given back when the client idles and on SIGTERM, at most N
 // over-counted per client by a kill -9, and meanwhile another instance may
 // refuse a request the count would have allowed. It applies to the general
 // limiter, not to /login's. A negative N, N over rate.MaxLimit, N with
-// -rate-algorithm gcra, or N on SQLite alone (no -postgres, -redis or
-// -redis-cluster) is refused with one line and exit status 2; -rate-lease 0,
-// the default, is every hit decided by the store.
+// -rate-algorithm gcra, or N on SQLite alone (no -postgres or Redis flag)
+// is refused with one line and exit status 2; -rate-lease 0, the default,
+// is every hit decided by the store.
 //
 //	go run ./sample/storefront -postgres postgres://… -rate-lease 16
 //
@@ -114,7 +122,7 @@ type serveConfig struct {
 
 func parseFlags(args []string) (config, error) {
 	var c config
-	var algorithm, cluster, durability string
+	var algorithm, cluster, sentinel, durability string
 	fs := flag.NewFlagSet("storefront", flag.ContinueOnError)
 	fs.StringVar(&c.addr, "addr", "127.0.0.1:8080", "listen address (port 0 picks a free port)")
 	fs.StringVar(&c.db, "db", "storefront.db", "SQLite database file (ignored with -postgres)")
@@ -125,10 +133,10 @@ func parseFlags(args []string) (config, error) {
 	// with the whole usage, and a start-up error is one line.
 	fs.StringVar(&algorithm, "rate-algorithm", "fixed", "how requests are counted against -rate-limit per -rate-window: fixed, sliding or gcra")
 	fs.IntVar(&c.rateBurst, "rate-burst", 0, "with -rate-algorithm gcra: requests allowed at once on top of the steady rate (0: -rate-limit)")
-	fs.IntVar(&c.rateLease, "rate-lease", 0, "with -postgres, -redis or -redis-cluster, and -rate-algorithm fixed or sliding: hits a busy client's store trip may count ahead, answered later from memory (0: every hit is decided by the store); see rate.Options.Lease")
+	fs.IntVar(&c.rateLease, "rate-lease", 0, "with -postgres, -redis, -redis-sentinel or -redis-cluster, and -rate-algorithm fixed or sliding: hits a busy client's store trip may count ahead, answered later from memory (0: every hit is decided by the store); see rate.Options.Lease")
 	fs.IntVar(&c.loginLimit, "login-limit", 5, "POST /login: failed attempts allowed per user and client address per -login-window (successes are not counted)")
 	fs.DurationVar(&c.loginWindow, "login-window", 15*time.Minute, "POST /login: the failed-attempts window (a fixed window)")
-	fs.IntVar(&c.rateWriteAhead, "rate-write-ahead", 0, "on SQLite (without -postgres, -redis or -redis-cluster): how far a stored count may run ahead of the true one (0: rate.DefaultWriteAhead; negative: write every hit exactly); see rate.Options.WriteAhead")
+	fs.IntVar(&c.rateWriteAhead, "rate-write-ahead", 0, "on SQLite (without -postgres or a Redis flag): how far a stored count may run ahead of the true one (0: rate.DefaultWriteAhead; negative: write every hit exactly); see rate.Options.WriteAhead")
 	fs.IntVar(&c.keyConns, "key-conns", 0, "with -postgres: idempotency keys held at once, one connection each (0: postgres.DefaultKeyConns)")
 	fs.BoolVar(&c.noRateLimit, "no-rate-limit", false, "serve without the rate limiter: a baseline for load runs only")
 	fs.BoolVar(&c.trustProxy, "trust-proxy", false, "key clients on X-Forwarded-For as set by one trusted proxy hop")
@@ -139,9 +147,12 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&c.storeDelay, "store-delay", 0, "fault injection: every store commit takes at least this long")
 	fs.DurationVar(&c.wallOffset, "wall-offset", 0, "added to the wall clock this process reads (simulates a clock jump)")
 	fs.StringVar(&c.redis.url, "redis", "", "count rate limits on this Redis server (redis://host:port/db or rediss://…); idempotency keys stay on -db or -postgres")
+	fs.StringVar(&sentinel, "redis-sentinel", "", "count rate limits on the Redis primary these Sentinels name (host:port,host:port,…), followed through failovers; with -redis-master")
+	fs.StringVar(&c.redis.master, "redis-master", "", "with -redis-sentinel: the name the Sentinels monitor the primary under")
 	fs.StringVar(&cluster, "redis-cluster", "", "count rate limits on this Redis Cluster: its seed nodes, host:port,host:port,…")
-	fs.StringVar(&c.redis.prefix, "redis-prefix", "", "with -redis or -redis-cluster: start every key with this (empty: redis.DefaultPrefix)")
-	fs.BoolVar(&c.redis.requireDurable, "redis-require-durable", false, "with -redis or -redis-cluster: refuse to start unless Redis makes a count durable before it replies (appendonly yes, appendfsync always)")
+	fs.StringVar(&c.redis.prefix, "redis-prefix", "", "with -redis, -redis-sentinel or -redis-cluster: start every key with this (empty: redis.DefaultPrefix)")
+	fs.BoolVar(&c.redis.requireDurable, "redis-require-durable", false, "with -redis, -redis-sentinel or -redis-cluster: refuse to start, and fail closed after a failover, unless the primary makes a count durable before it replies (appendonly yes, appendfsync always)")
+	fs.IntVar(&c.redis.replicas, "redis-replicas", 0, "with -redis, -redis-sentinel or -redis-cluster: replicas that must hold a hit before it is answered, else 503 (Redis WAIT; 0: none, and a failover may forget answered hits); see redis.Options.Replicas")
 	fs.StringVar(&durability, "durability", "power-loss", "what a rate-limit count survives before its verdict: power-loss (on disk) or process-crash (with the operating system or the database server: a power loss may lose the last moments of counts); stored responses and orders always wait for the disk")
 	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at GET /metrics on this address, apart from -addr (port 0 picks a free port; empty: no metrics); see docs/observability.md")
 	fs.DurationVar(&c.serve.readTimeout, "read-timeout", 0, "time to read a whole request, header and body (0: porch.DefaultReadTimeout; negative: none)")
@@ -157,10 +168,13 @@ func parseFlags(args []string) (config, error) {
 		}
 		return c, fmt.Errorf("%w: %w", errFlagSyntax, err)
 	}
-	burstSet := false
-	fs.Visit(func(f *flag.Flag) { burstSet = burstSet || f.Name == "rate-burst" })
+	burstSet, replicasSet := false, false
+	fs.Visit(func(f *flag.Flag) {
+		burstSet = burstSet || f.Name == "rate-burst"
+		replicasSet = replicasSet || f.Name == "redis-replicas"
+	})
 	var err error
-	if c.redis, err = c.redis.check(cluster); err != nil {
+	if c.redis, err = c.redis.check(sentinel, cluster, replicasSet); err != nil {
 		return c, err
 	}
 	switch durability {
@@ -201,7 +215,7 @@ func parseFlags(args []string) (config, error) {
 	case c.rateLease > 0 && c.postgres == "" && !c.redis.enabled():
 		// SQLite would ignore it: its limiter counts in memory already,
 		// -rate-write-ahead ahead of the file.
-		return c, fmt.Errorf("-rate-lease needs -postgres, -redis or -redis-cluster: on SQLite the limiter already counts in memory (see -rate-write-ahead)")
+		return c, fmt.Errorf("-rate-lease needs -postgres, -redis, -redis-sentinel or -redis-cluster: on SQLite the limiter already counts in memory (see -rate-write-ahead)")
 	}
 	switch {
 	case c.rateLimit < 1:

@@ -76,11 +76,24 @@ var flagErrors = []struct {
 	{[]string{"-postgres", testDSN, "-rate-lease", "1099511627777"}, `-rate-lease must be at most 1099511627776, got 1099511627777`},
 	{[]string{"-postgres", testDSN, "-rate-algorithm", "gcra", "-rate-lease", "16"}, `-rate-lease is for -rate-algorithm fixed or sliding, got -rate-lease 16 with gcra`},
 	{[]string{"-redis", "redis://127.0.0.1:6379/0", "-rate-algorithm", "gcra", "-rate-burst", "5", "-rate-lease", "1"}, `-rate-lease is for -rate-algorithm fixed or sliding, got -rate-lease 1 with gcra`},
-	{[]string{"-rate-lease", "16"}, `-rate-lease needs -postgres, -redis or -redis-cluster: on SQLite the limiter already counts in memory (see -rate-write-ahead)`},
-	{[]string{"-rate-algorithm", "sliding", "-rate-lease=1"}, `-rate-lease needs -postgres, -redis or -redis-cluster: on SQLite the limiter already counts in memory (see -rate-write-ahead)`},
-	{[]string{"-redis", "redis://127.0.0.1:6379/0", "-redis-cluster", "127.0.0.1:7000"}, `-redis and -redis-cluster are exclusive: give one server's URL or the cluster's seed nodes`},
-	{[]string{"-redis-require-durable"}, `-redis-require-durable needs -redis or -redis-cluster`},
-	{[]string{"-redis-prefix", "shop:"}, `-redis-prefix needs -redis or -redis-cluster`},
+	{[]string{"-rate-lease", "16"}, `-rate-lease needs -postgres, -redis, -redis-sentinel or -redis-cluster: on SQLite the limiter already counts in memory (see -rate-write-ahead)`},
+	{[]string{"-rate-algorithm", "sliding", "-rate-lease=1"}, `-rate-lease needs -postgres, -redis, -redis-sentinel or -redis-cluster: on SQLite the limiter already counts in memory (see -rate-write-ahead)`},
+	{[]string{"-redis", "redis://127.0.0.1:6379/0", "-redis-cluster", "127.0.0.1:7000"}, redisExclusive},
+	{[]string{"-redis", "redis://127.0.0.1:6379/0", "-redis-sentinel", "127.0.0.1:26379", "-redis-master", "porch"}, redisExclusive},
+	{[]string{"-redis-sentinel", "127.0.0.1:26379", "-redis-master", "porch", "-redis-cluster", "127.0.0.1:7000"}, redisExclusive},
+	{[]string{"-redis-sentinel", "127.0.0.1:26379"}, `-redis-sentinel needs -redis-master: the name the Sentinels monitor the primary under`},
+	{[]string{"-redis-sentinel", "127.0.0.1:26379,127.0.0.1:26380", "-redis-replicas", "1"}, `-redis-sentinel needs -redis-master: the name the Sentinels monitor the primary under`},
+	{[]string{"-redis-master", "porch"}, `-redis-master needs -redis-sentinel`},
+	{[]string{"-redis", "redis://127.0.0.1:6379/0", "-redis-master", "porch"}, `-redis-master needs -redis-sentinel`},
+	{[]string{"-redis-sentinel", "127.0.0.1", "-redis-master", "porch"}, `-redis-sentinel must be host:port,host:port,…, got "127.0.0.1"`},
+	{[]string{"-redis-replicas", "1"}, `-redis-replicas needs -redis, -redis-sentinel or -redis-cluster`},
+	{[]string{"-redis-replicas", "0"}, `-redis-replicas needs -redis, -redis-sentinel or -redis-cluster`},
+	{[]string{"-postgres", testDSN, "-redis-replicas", "2"}, `-redis-replicas needs -redis, -redis-sentinel or -redis-cluster`},
+	{[]string{"-redis", "redis://127.0.0.1:6379/0", "-redis-replicas", "-1"}, `-redis-replicas must not be negative, got -1`},
+	{[]string{"-redis-sentinel", "127.0.0.1:26379", "-redis-master", "porch", "-redis-replicas=-2"}, `-redis-replicas must not be negative, got -2`},
+	{[]string{"-redis-replicas", "-1"}, `-redis-replicas must not be negative, got -1`},
+	{[]string{"-redis-require-durable"}, `-redis-require-durable needs -redis, -redis-sentinel or -redis-cluster`},
+	{[]string{"-redis-prefix", "shop:"}, `-redis-prefix needs -redis, -redis-sentinel or -redis-cluster`},
 	{[]string{"-redis", "redis://127.0.0.1:6379/0", "-redis-prefix", "a{b}:"}, `-redis-prefix must not contain '{' or '}', got "a{b}:"`},
 	{[]string{"-redis-cluster", "127.0.0.1:7000,,127.0.0.1:7001"}, `-redis-cluster must be host:port,host:port,…, got "127.0.0.1:7000,,127.0.0.1:7001"`},
 	{[]string{"-redis", "http://127.0.0.1:6379"}, `-redis must be a redis:// or rediss:// URL, got "http://127.0.0.1:6379": redis: invalid URL scheme: http`},
@@ -115,6 +128,9 @@ func TestParseFlagsDurability(t *testing.T) {
 	}
 }
 
+// redisExclusive refuses more than one way to reach Redis.
+const redisExclusive = `-redis, -redis-sentinel and -redis-cluster are exclusive: give one server's URL, the Sentinels' addresses or the cluster's seed nodes`
+
 // The Redis flags as openRedis gets them.
 func TestParseFlagsRedis(t *testing.T) {
 	c, err := parseFlags([]string{"-redis", "rediss://u:p@cache:6380/3", "-redis-require-durable", "-redis-prefix", "shop:"})
@@ -131,6 +147,22 @@ func TestParseFlagsRedis(t *testing.T) {
 	}
 	if !c.redis.enabled() || c.redis.opt != nil || len(c.redis.cluster) != 2 || c.redis.cluster[1] != "10.0.0.2:7000" {
 		t.Errorf("-redis-cluster: got %+v", c.redis)
+	}
+	c, err = parseFlags([]string{"-redis-sentinel", "10.0.0.1:26379,10.0.0.2:26379", "-redis-master", "porch", "-redis-replicas", "1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.redis.enabled() || c.redis.opt != nil || len(c.redis.sentinels) != 2 || c.redis.sentinels[1] != "10.0.0.2:26379" ||
+		c.redis.master != "porch" || c.redis.replicas != 1 {
+		t.Errorf("-redis-sentinel: got %+v", c.redis)
+	}
+	for _, args := range [][]string{
+		{"-redis", "redis://127.0.0.1:6379/0", "-redis-replicas", "2"},
+		{"-redis-cluster", "127.0.0.1:7000", "-redis-replicas", "2"},
+	} {
+		if c, err := parseFlags(args); err != nil || c.redis.replicas != 2 {
+			t.Errorf("parseFlags(%q): replicas %d, %v; want 2", args, c.redis.replicas, err)
+		}
 	}
 	if c, _ := parseFlags(nil); c.redis.enabled() {
 		t.Errorf("no Redis flag: got %+v, want Redis off", c.redis)

@@ -14,38 +14,73 @@ import (
 )
 
 // redisConfig is where the limiter counts when not on the SQL store:
-// -redis (one server) or -redis-cluster (seed nodes), at most one of them.
+// -redis (one server), -redis-sentinel with -redis-master (a primary its
+// Sentinels name) or -redis-cluster (seed nodes), at most one of them.
 type redisConfig struct {
 	url            string
+	sentinels      []string
+	master         string
 	cluster        []string
 	prefix         string
 	requireDurable bool
+	replicas       int              // redis.Options.Replicas
 	opt            *goredis.Options // -redis, parsed
 }
 
 // enabled reports whether the limiter counts on Redis.
-func (c redisConfig) enabled() bool { return c.url != "" || len(c.cluster) > 0 }
+func (c redisConfig) enabled() bool { return c.url != "" || len(c.sentinels) > 0 || len(c.cluster) > 0 }
 
-// check completes c with -redis-cluster's list and refuses a combination
-// that cannot be meant, each with the one line the storefront prints
-// before exiting 2.
-func (c redisConfig) check(cluster string) (redisConfig, error) {
-	if cluster != "" {
-		for _, a := range strings.Split(cluster, ",") {
-			a = strings.TrimSpace(a)
-			if _, _, err := net.SplitHostPort(a); err != nil || a == "" {
-				return c, fmt.Errorf("-redis-cluster must be host:port,host:port,…, got %q", cluster)
-			}
-			c.cluster = append(c.cluster, a)
+// addrList reads flag's host:port,host:port,… list.
+func addrList(flag, list string) ([]string, error) {
+	if list == "" {
+		return nil, nil
+	}
+	var addrs []string
+	for _, a := range strings.Split(list, ",") {
+		a = strings.TrimSpace(a)
+		if _, _, err := net.SplitHostPort(a); err != nil || a == "" {
+			return nil, fmt.Errorf("%s must be host:port,host:port,…, got %q", flag, list)
+		}
+		addrs = append(addrs, a)
+	}
+	return addrs, nil
+}
+
+// check completes c with -redis-sentinel's and -redis-cluster's lists and
+// refuses a combination that cannot be meant, each with the one line the
+// storefront prints before exiting 2. replicasSet is whether
+// -redis-replicas was given.
+func (c redisConfig) check(sentinel, cluster string, replicasSet bool) (redisConfig, error) {
+	var err error
+	if c.sentinels, err = addrList("-redis-sentinel", sentinel); err != nil {
+		return c, err
+	}
+	if c.cluster, err = addrList("-redis-cluster", cluster); err != nil {
+		return c, err
+	}
+	given := 0
+	for _, on := range []bool{c.url != "", len(c.sentinels) > 0, len(c.cluster) > 0} {
+		if on {
+			given++
 		}
 	}
 	switch {
-	case c.url != "" && len(c.cluster) > 0:
-		return c, errors.New("-redis and -redis-cluster are exclusive: give one server's URL or the cluster's seed nodes")
+	case given > 1:
+		return c, errors.New("-redis, -redis-sentinel and -redis-cluster are exclusive: give one server's URL, the Sentinels' addresses or the cluster's seed nodes")
+	case len(c.sentinels) > 0 && c.master == "":
+		return c, errors.New("-redis-sentinel needs -redis-master: the name the Sentinels monitor the primary under")
+	case len(c.sentinels) == 0 && c.master != "":
+		return c, errors.New("-redis-master needs -redis-sentinel")
+	case c.replicas < 0:
+		return c, fmt.Errorf("-redis-replicas must not be negative, got %d", c.replicas)
+	case !c.enabled() && replicasSet:
+		// Even -redis-replicas 0: replicas asked of no Redis is a mistake
+		// in the command line.
+		return c, errors.New("-redis-replicas needs -redis, -redis-sentinel or -redis-cluster")
 	case !c.enabled() && c.requireDurable:
-		return c, errors.New("-redis-require-durable needs -redis or -redis-cluster")
+		return c, errors.New("-redis-require-durable needs -redis, -redis-sentinel or -redis-cluster")
 	case !c.enabled() && c.prefix != "":
-		return c, errors.New("-redis-prefix needs -redis or -redis-cluster")
+		return c, errors.New("-redis-prefix needs -redis, -redis-sentinel or -redis-cluster")
 	case strings.ContainsAny(c.prefix, "{}"):
 		return c, fmt.Errorf("-redis-prefix must not contain '{' or '}', got %q", c.prefix)
 	}
@@ -59,27 +94,33 @@ func (c redisConfig) check(cluster string) (redisConfig, error) {
 	return c, nil
 }
 
-// openRedis opens the client -redis or -redis-cluster names and porch's
-// Redis store on it. The caller closes the store, then the client (the
-// store does not own it). A server that does not answer, or that would
-// forget counts under -redis-require-durable, is an error: a start-up
-// failure, not a flag error.
+// openRedis opens the client -redis, -redis-sentinel or -redis-cluster
+// names and porch's Redis store on it. The caller closes the store, then
+// the client (the store does not own it). A server that does not answer,
+// or that would forget counts under -redis-require-durable, or has fewer
+// replicas online than -redis-replicas, is an error: a start-up failure,
+// not a flag error.
 func openRedis(ctx context.Context, c redisConfig, opt store.Options) (*redis.Store, goredis.UniversalClient, error) {
+	// Each client drops a connection whose round trip outlasts the store's
+	// Timeout instead of waiting out ReadTimeout: a hung server then fails
+	// each batch within redis.DefaultTimeout.
 	var client goredis.UniversalClient
-	if c.opt != nil {
+	switch {
+	case c.opt != nil:
 		o := *c.opt
-		// A round trip that outlasts the store's Timeout drops its
-		// connection instead of waiting out ReadTimeout: a hung server
-		// then fails each batch within redis.DefaultTimeout.
 		o.ContextTimeoutEnabled = true
 		client = goredis.NewClient(&o)
-	} else {
+	case len(c.sentinels) > 0:
+		client = goredis.NewFailoverClient(&goredis.FailoverOptions{MasterName: c.master, SentinelAddrs: c.sentinels,
+			ContextTimeoutEnabled: true})
+	default:
 		client = goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: c.cluster, ContextTimeoutEnabled: true})
 	}
-	st, err := redis.Open(ctx, client, redis.Options{Options: opt, Prefix: c.prefix, RequireDurable: c.requireDurable})
+	st, err := redis.Open(ctx, client, redis.Options{Options: opt, Prefix: c.prefix, RequireDurable: c.requireDurable,
+		Replicas: c.replicas})
 	if err != nil {
 		client.Close()
-		return nil, nil, fmt.Errorf("storefront: -redis: %w", err)
+		return nil, nil, fmt.Errorf("storefront: redis: %w", err)
 	}
 	return st, client, nil
 }

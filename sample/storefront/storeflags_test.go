@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/writeonce/porch-go/internal/pgtest"
@@ -29,6 +30,13 @@ func TestShopOpensOnEveryStoreWithEveryFlag(t *testing.T) {
 			return []string{"-redis", "redis://" + redistest.Addr(t), "-redis-prefix", redistest.Prefix(t, c),
 				"-rate-write-ahead", "-1", "-key-conns", "4", "-rate-lease", "8", "-durability", "process-crash"}
 		}},
+		{"redis-sentinel", func(t *testing.T) []string {
+			primary := redistest.StartServer(t)
+			replica := redistest.StartReplica(t, primary)
+			ss := redistest.StartSentinels(t, "porch", primary, []*redistest.Server{replica}, 1)
+			return []string{"-redis-sentinel", strings.Join(ss.Addrs(), ","), "-redis-master", "porch", "-redis-replicas", "1",
+				"-redis-require-durable=false", "-rate-write-ahead", "-1", "-key-conns", "4", "-rate-lease", "8"}
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -43,5 +51,25 @@ func TestShopOpensOnEveryStoreWithEveryFlag(t *testing.T) {
 			}
 			app.Close(context.Background())
 		})
+	}
+}
+
+// -redis-replicas reaches the store: a server with no replica online is
+// refused at start-up, naming the shortfall, rather than served with
+// counts a failover would forget.
+func TestRedisReplicasReachTheStore(t *testing.T) {
+	srv := redistest.StartServer(t)
+	args := []string{"-db", filepath.Join(t.TempDir(), "sf.db"), "-redis", "redis://" + srv.Addr, "-redis-replicas", "1"}
+	cfg, err := parseFlags(args)
+	if err != nil {
+		t.Fatalf("parseFlags(%q): %v", args, err)
+	}
+	app, err := newShop(cfg, nil)
+	if err == nil {
+		app.Close(context.Background())
+		t.Fatalf("newShop(%q) on a server without replicas: opened, want an error", args)
+	}
+	if !strings.Contains(err.Error(), "0 online replicas") {
+		t.Errorf("newShop(%q): %v, want it to name 0 online replicas", args, err)
 	}
 }

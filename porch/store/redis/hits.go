@@ -7,6 +7,7 @@ import (
 	"hash/fnv"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -225,6 +226,16 @@ func (s *Store) writeBatch(batch []commit.Op) error {
 	if len(calls) == 0 {
 		return nil
 	}
+	err := s.watched(calls)
+	if s.opt.Replicas > 0 {
+		s.logShort(err)
+	}
+	return err
+}
+
+// run sends calls, again those whose script the server lacked, and
+// settles each; its error fails the batch.
+func (s *Store) run(calls []*call) error {
 	if err := s.send(calls); err != nil {
 		return err
 	}
@@ -268,43 +279,137 @@ func (s *Store) writeBatch(batch []commit.Op) error {
 	return batchErr
 }
 
-// send runs calls in one pipeline, ended by WAITAOF when the store needs
-// it. Its error fails the whole batch: the calls' results must then not be
-// read (a timed-out pipeline may still be filling them in).
+// send runs calls in one pipeline, ended by WAITAOF and WAIT when the
+// store needs them; on a cluster that waits for replicas, one pipeline per
+// node, each ended by its WAIT (see sendNodes). Its error fails the whole
+// batch: the calls' results must then not be read (a timed-out pipeline
+// may still be filling them in).
 func (s *Store) send(calls []*call) error {
 	return s.roundTrip(context.Background(), func(ctx context.Context) error {
-		pipe := s.c.Pipeline()
-		for _, c := range calls {
-			if c.script == nil {
-				c.cmd = goredis.NewCmd(ctx, "set", c.key, "1", "px", 1000)
-				pipe.Process(ctx, c.cmd)
-				continue
-			}
-			args := append([]any{"evalsha", c.script.Hash(), 1, c.key}, c.args...)
-			c.cmd = goredis.NewCmd(ctx, args...)
-			pipe.Process(ctx, noRetry{c.cmd})
+		if cc, ok := s.c.(*goredis.ClusterClient); ok && s.opt.Replicas > 0 {
+			return s.sendNodes(ctx, cc, calls)
 		}
-		var wait *goredis.IntSliceCmd
-		if s.waitAOF {
-			wait = goredis.NewIntSliceCmd(ctx, "waitaof", 1, 0, s.opt.Timeout.Milliseconds())
-			pipe.Process(ctx, wait)
-		}
-		_, err := pipe.Exec(ctx)
-		var rerr goredis.Error
-		if err != nil && !errors.As(err, &rerr) {
-			return fmt.Errorf("redis: %w", err) // the connection, not a command
-		}
-		if wait != nil {
-			r, err := wait.Result()
-			if err != nil {
-				return fmt.Errorf("redis: WAITAOF: %w", err)
-			}
-			if len(r) == 0 || r[0] < 1 {
-				return fmt.Errorf("redis: WAITAOF 1 0 %d: the AOF was not fsynced in time (%v)", s.opt.Timeout.Milliseconds(), r)
-			}
-		}
-		return nil
+		return s.pipe(ctx, s.c, calls)
 	})
+}
+
+// sendNodes sends calls to their keys' masters, one pipeline each, at once:
+// WAIT counts the replicas that hold this connection's writes, so each
+// node's share must end with its own. A slot that moved since the client
+// last read the cluster's map fails the batch (MOVED is the server's
+// error), and the map is read again for the next one.
+func (s *Store) sendNodes(ctx context.Context, cc *goredis.ClusterClient, calls []*call) error {
+	var nodes []*goredis.Client
+	shares := make(map[*goredis.Client][]*call)
+	for _, c := range calls {
+		node, err := cc.MasterForKey(ctx, c.key)
+		if err != nil {
+			cc.ReloadState(ctx)
+			return fmt.Errorf("redis: the master of %s: %w", c.key, err)
+		}
+		if _, ok := shares[node]; !ok {
+			nodes = append(nodes, node)
+		}
+		shares[node] = append(shares[node], c)
+	}
+	errs := make([]error, len(nodes))
+	var wg sync.WaitGroup
+	for i, node := range nodes {
+		wg.Go(func() {
+			if errs[i] = s.pipe(ctx, node, shares[node]); errs[i] != nil {
+				errs[i] = fmt.Errorf("%s: %w", node.Options().Addr, errs[i])
+			}
+		})
+	}
+	wg.Wait()
+	for _, c := range calls {
+		if err := c.cmd.Err(); goredis.HasErrorPrefix(err, "MOVED") || goredis.HasErrorPrefix(err, "ASK") {
+			cc.ReloadState(ctx)
+			break
+		}
+	}
+	for _, err := range errs {
+		if err != nil {
+			return err // one line: every node's would say much the same
+		}
+	}
+	return nil
+}
+
+// pipe runs calls in one pipeline on on, ended by WAITAOF and WAIT when the
+// store needs them: on one connection, so that they wait for these calls'
+// writes.
+func (s *Store) pipe(ctx context.Context, on goredis.Cmdable, calls []*call) error {
+	pipe := on.Pipeline()
+	for _, c := range calls {
+		if c.script == nil {
+			c.cmd = goredis.NewCmd(ctx, "set", c.key, "1", "px", 1000)
+			pipe.Process(ctx, c.cmd)
+			continue
+		}
+		args := append([]any{"evalsha", c.script.Hash(), 1, c.key}, c.args...)
+		c.cmd = goredis.NewCmd(ctx, args...)
+		pipe.Process(ctx, noRetry{c.cmd})
+	}
+	var waitAOF *goredis.IntSliceCmd
+	if s.waitAOF {
+		waitAOF = goredis.NewIntSliceCmd(ctx, "waitaof", 1, 0, s.opt.Timeout.Milliseconds())
+		pipe.Process(ctx, waitAOF)
+	}
+	var wait *goredis.IntCmd
+	var waitMS int64
+	if s.opt.Replicas > 0 {
+		waitMS = s.waitBudget(ctx)
+		wait = goredis.NewIntCmd(ctx, "wait", s.opt.Replicas, waitMS)
+		pipe.Process(ctx, wait)
+	}
+	_, err := pipe.Exec(ctx)
+	var rerr goredis.Error
+	if err != nil && !errors.As(err, &rerr) {
+		return fmt.Errorf("redis: %w", err) // the connection, not a command
+	}
+	if waitAOF != nil {
+		r, err := waitAOF.Result()
+		if err != nil {
+			return fmt.Errorf("redis: WAITAOF: %w", err)
+		}
+		if len(r) == 0 || r[0] < 1 {
+			return fmt.Errorf("redis: WAITAOF 1 0 %d: the AOF was not fsynced in time (%v)", s.opt.Timeout.Milliseconds(), r)
+		}
+	}
+	if wait != nil {
+		return ackedBy(wait, s.opt.Replicas, waitMS)
+	}
+	return nil
+}
+
+// waitBudget is WAIT's timeout in ms: three quarters of what is left of
+// the round trip's, so that WAIT answers with its count (which says why
+// the batch failed) before the round trip gives up on it, and never 0,
+// which would wait for ever.
+func (s *Store) waitBudget(ctx context.Context) int64 {
+	left := s.opt.Timeout
+	if dl, ok := ctx.Deadline(); ok {
+		left = time.Until(dl)
+	}
+	return max(1, (left * 3 / 4).Milliseconds())
+}
+
+// logShort logs when batches start failing for want of replicas'
+// acknowledgements, and when they stop, once each way: every batch of a
+// run fails alike, and Health says so meanwhile.
+func (s *Store) logShort(err error) {
+	short := errors.Is(err, errFewReplicas)
+	if s.watch.short.Swap(short) == short {
+		return
+	}
+	if short {
+		commit.Log(s.opt.Logger).Error("redis: replicas do not acknowledge batches in time; their hits fail closed", "replicas", s.opt.Replicas, "err", err)
+		return
+	}
+	if err == nil {
+		commit.Log(s.opt.Logger).Info("redis: replicas acknowledge batches again", "replicas", s.opt.Replicas)
+	}
 }
 
 // settle fills in c's op from its command's reply, and returns its error.

@@ -154,7 +154,8 @@ func (s *Store) releaseAll() {
 	}
 }
 
-// heartbeat renews every held claim each heartbeatEvery until Close. A
+// heartbeat renews every held claim each heartbeatEvery until Close, and
+// judges the primaries (see watchBeat). A
 // renewal that finds another policy live (this instance's claim died
 // while Redis was unreachable, and another policy was recorded) is logged:
 // two policies then count one name's keys.
@@ -176,6 +177,7 @@ func (s *Store) heartbeat() {
 			}
 		}
 		s.policyMu.Unlock()
+		s.watchBeat()
 	}
 }
 

@@ -52,8 +52,20 @@ type Options struct {
 	// RequireDurable makes Open refuse, with ErrNotDurable, a server that
 	// cannot make a count durable before it replies (see Open). Open
 	// refuses it with Durability store.SurvivesProcessCrash, which asks
-	// for less.
+	// for less. A primary that takes over later (a failover) and cannot
+	// fails every batch closed until it can (see the package doc).
 	RequireDurable bool
+	// Replicas is how many replicas must hold a batch before its hits are
+	// answered: each batch's pipeline ends with WAIT Replicas, bounded by
+	// what is left of Timeout, on the connection that ran it (on a
+	// cluster, each node's share waits for that node's own replicas). A
+	// batch that fewer replicas acknowledged in time fails closed, as a
+	// timed-out one does, though its hits were counted on the primary.
+	// Open refuses a primary with fewer replicas online; a primary that
+	// takes over later with fewer fails every batch closed until they
+	// are. If zero, no batch waits: a hit is answered once the primary ran
+	// it, and a failover to a replica that had not received it forgets it.
+	Replicas int
 }
 
 // Store counts rate limits in Redis (a single server, Sentinel's primary,
@@ -69,6 +81,8 @@ type Store struct {
 	id      string // this instance, in policy claims
 	waitAOF bool   // end every batch with WAITAOF 1 0 (see Open)
 	commit  *commit.Committer
+
+	watch primaryWatch // judges a new primary (see verify)
 
 	claims   policy.Claims
 	policyMu sync.Mutex               // serializes claims, releases and heartbeats; protects held
@@ -106,10 +120,16 @@ var (
 // more of the server: it accepts appendonly yes with any appendfsync
 // without a warning, and refuses RequireDurable.
 //
-// The check reads INFO server and CONFIG GET appendonly/appendfsync; a
-// server where CONFIG is renamed or disabled counts as not durable unless
-// WAITAOF answers. It is made at Open only: a CONFIG SET afterwards is not
-// noticed.
+// With Options.Replicas, Open also refuses a primary with fewer replicas
+// online than it.
+//
+// The check reads INFO server and replication and CONFIG GET
+// appendonly/appendfsync; a server where CONFIG is renamed or disabled
+// counts as not durable unless WAITAOF answers. With RequireDurable or
+// Replicas, it is made again on every new primary and every second (see
+// the package doc), and Open adds a hook to a non-cluster c to learn of
+// its new connections; without them it is made at Open only, and a CONFIG
+// SET afterwards is not noticed.
 //
 // The caller owns c: Close does not close it. A client with
 // ContextTimeoutEnabled drops a connection whose round trip outlasted
@@ -126,6 +146,9 @@ func Open(ctx context.Context, c goredis.UniversalClient, opt Options) (*Store, 
 	}
 	if opt.RequireDurable && opt.Durability == store.SurvivesProcessCrash {
 		return nil, errors.New("redis: Options.RequireDurable asks that a count be on the server's disk before its reply, and Durability store.SurvivesProcessCrash that it need not be; set one of them")
+	}
+	if opt.Replicas < 0 {
+		return nil, fmt.Errorf("redis: Options.Replicas must not be negative, got %d", opt.Replicas)
 	}
 	if opt.Prefix == "" {
 		opt.Prefix = DefaultPrefix
@@ -145,9 +168,15 @@ func Open(ctx context.Context, c goredis.UniversalClient, opt Options) (*Store, 
 	if err := s.roundTrip(ctx, func(ctx context.Context) error { return c.Ping(ctx).Err() }); err != nil {
 		return nil, fmt.Errorf("redis: ping: %w", err)
 	}
-	if err := s.checkDurable(ctx); err != nil {
+	nodes, err := s.checkDurable(ctx)
+	if err != nil {
 		return nil, err
 	}
+	s.watch.ids = runIDs(nodes)
+	if _, ok := c.(*goredis.ClusterClient); !ok && s.watching() {
+		c.AddHook(dialWatch{&s.watch.dials})
+	}
+	s.watch.judged = s.watch.dials.Load()
 	if err := s.loadScripts(ctx); err != nil {
 		return nil, err
 	}
@@ -191,72 +220,24 @@ func (s *Store) loadScripts(ctx context.Context) error {
 	return nil
 }
 
-// nodeConfig is what checkDurable learns of one node; "" is unknown.
-type nodeConfig struct {
-	addr, version, appendonly, appendfsync string
-	maxmemory, policy                      string // maxmemory and maxmemory-policy
-}
-
-// evicts reports whether n may evict keys porch wrote: a memory limit and
-// a policy other than noeviction. Every porch key has a TTL, so the
-// volatile-* policies prefer them.
-func (n nodeConfig) evicts() bool {
-	return n.maxmemory != "" && n.maxmemory != "0" && n.policy != "" && n.policy != "noeviction"
-}
-
-// checkDurable decides how durable a count is (see Open).
-func (s *Store) checkDurable(ctx context.Context) error {
-	var (
-		mu    sync.Mutex
-		nodes []nodeConfig
-	)
-	read := func(ctx context.Context, addr string, c goredis.UniversalClient) error {
-		n := nodeConfig{addr: addr}
-		info, err := c.Info(ctx, "server").Result()
-		if err != nil {
-			return fmt.Errorf("redis: INFO server on %s: %w", addr, err)
-		}
-		n.version = infoField(info, "redis_version")
-		if cfg, err := c.ConfigGet(ctx, "append*").Result(); err == nil {
-			n.appendonly, n.appendfsync = cfg["appendonly"], cfg["appendfsync"]
-		}
-		if cfg, err := c.ConfigGet(ctx, "maxmemory*").Result(); err == nil {
-			n.maxmemory, n.policy = cfg["maxmemory"], cfg["maxmemory-policy"]
-		}
-		mu.Lock()
-		nodes = append(nodes, n)
-		mu.Unlock()
-		return nil
-	}
-	err := s.roundTrip(ctx, func(ctx context.Context) error {
-		if cc, ok := s.c.(*goredis.ClusterClient); ok {
-			return cc.ForEachMaster(ctx, func(ctx context.Context, c *goredis.Client) error {
-				return read(ctx, c.Options().Addr, c)
-			})
-		}
-		addr := "the server"
-		if c, ok := s.c.(*goredis.Client); ok {
-			addr = c.Options().Addr
-		}
-		return read(ctx, addr, s.c)
-	})
+// checkDurable decides how durable a count is, and whether the primary
+// may count at all under the store's options (see Open). It returns what
+// it read, so that the primary watch (see verify) knows which primary Open
+// judged.
+func (s *Store) checkDurable(ctx context.Context) ([]nodeConfig, error) {
+	nodes, err := s.readNodes(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	// Eviction forgets a count as a restart does: a client at its limit is
 	// allowed again. Durable means neither may happen.
 	for _, n := range nodes {
-		if !n.evicts() {
-			continue
-		}
-		if s.opt.RequireDurable {
-			return fmt.Errorf("%w: %s has maxmemory %s with maxmemory-policy %s, which may evict counters (set maxmemory-policy noeviction)",
+		if n.evicts() && s.opt.RequireDurable {
+			return nil, fmt.Errorf("%w: %s has maxmemory %s with maxmemory-policy %s, which may evict counters (set maxmemory-policy noeviction)",
 				ErrNotDurable, n.addr, n.maxmemory, n.policy)
 		}
-		commit.Log(s.opt.Logger).Warn("redis: the server may evict counters (a memory limit with an evicting policy): an evicted client gets a fresh allowance; set maxmemory-policy noeviction",
-			"node", n.addr, "maxmemory", n.maxmemory, "maxmemory-policy", n.policy)
-		break
 	}
+	s.warnForgetful(nodes)
 	var weak *nodeConfig
 	for i := range nodes {
 		if nodes[i].appendonly != "yes" || nodes[i].appendfsync != "always" {
@@ -264,19 +245,8 @@ func (s *Store) checkDurable(ctx context.Context) error {
 			break
 		}
 	}
-	if weak == nil {
-		return nil
-	}
-	if s.opt.Durability == store.SurvivesProcessCrash && weak.appendonly == "yes" {
-		// Asked for: the server logs each count to its AOF before it
-		// replies, and fsyncs per appendfsync (everysec: a crash of the
-		// server or its machine loses about the last second of counts).
-		return nil
-	}
-	if !s.opt.RequireDurable {
-		commit.Log(s.opt.Logger).Warn("redis: counts are not durable before their reply (appendonly yes and appendfsync always are not both set): a Redis restart or failover may forget counts, giving clients a fresh allowance",
-			"node", weak.addr, "appendonly", unknown(weak.appendonly), "appendfsync", unknown(weak.appendfsync))
-		return nil
+	if weak == nil || !s.opt.RequireDurable {
+		return nodes, s.unfit(nodes)
 	}
 	if !s.cluster && versionAtLeast(weak.version, 7, 2) && weak.appendonly != "no" {
 		// WAITAOF waits for this connection's writes to be fsynced to the
@@ -294,13 +264,42 @@ func (s *Store) checkDurable(ctx context.Context) error {
 		})
 		if err == nil && local >= 1 {
 			s.waitAOF = true
-			return nil
+			return nodes, s.unfit(nodes)
 		}
-		return fmt.Errorf("%w: %s (Redis %s) has appendonly=%s, appendfsync=%s, and WAITAOF 1 0 answered %d local fsyncs, %v",
+		return nil, fmt.Errorf("%w: %s (Redis %s) has appendonly=%s, appendfsync=%s, and WAITAOF 1 0 answered %d local fsyncs, %v",
 			ErrNotDurable, weak.addr, weak.version, unknown(weak.appendonly), unknown(weak.appendfsync), local, err)
 	}
-	return fmt.Errorf("%w: %s (Redis %s) has appendonly=%s, appendfsync=%s",
+	return nil, fmt.Errorf("%w: %s (Redis %s) has appendonly=%s, appendfsync=%s",
 		ErrNotDurable, weak.addr, unknown(weak.version), unknown(weak.appendonly), unknown(weak.appendfsync))
+}
+
+// warnForgetful logs, without RequireDurable, that nodes may forget counts
+// (eviction, no fsync before the reply): once at Open, and again for each
+// new primary.
+func (s *Store) warnForgetful(nodes []nodeConfig) {
+	if s.opt.RequireDurable {
+		return
+	}
+	for _, n := range nodes {
+		if n.evicts() {
+			commit.Log(s.opt.Logger).Warn("redis: the server may evict counters (a memory limit with an evicting policy): an evicted client gets a fresh allowance; set maxmemory-policy noeviction",
+				"node", n.addr, "maxmemory", n.maxmemory, "maxmemory-policy", n.policy)
+			break
+		}
+	}
+	for _, n := range nodes {
+		if s.opt.Durability == store.SurvivesProcessCrash && n.appendonly == "yes" {
+			// Asked for: the server logs each count to its AOF before it
+			// replies, and fsyncs per appendfsync (everysec: a crash of the
+			// server or its machine loses about the last second of counts).
+			continue
+		}
+		if n.appendonly != "yes" || n.appendfsync != "always" {
+			commit.Log(s.opt.Logger).Warn("redis: counts are not durable before their reply (appendonly yes and appendfsync always are not both set): a Redis restart or failover may forget counts, giving clients a fresh allowance",
+				"node", n.addr, "appendonly", unknown(n.appendonly), "appendfsync", unknown(n.appendfsync))
+			return
+		}
+	}
 }
 
 func unknown(v string) string {
