@@ -80,7 +80,8 @@ type chaosRedis struct {
 	clients atomic.Int64 // clients made so far; client i sends from chaosRedisIP(i)
 	mu      sync.Mutex   // protects seen and odd
 	seen    map[int64]map[int]int
-	odd     []string // answers that are neither 200, 429 nor 503 with Retry-After
+	odd     []string    // answers that are neither 200, 429 nor 503 with Retry-After
+	served  []time.Time // when each 200 arrived, in order
 }
 
 func chaosRedisIP(i int64) string {
@@ -90,6 +91,9 @@ func chaosRedisIP(i int64) string {
 func (c *chaosRedis) record(client int64, r reply) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if r.Err == nil && r.Status == http.StatusOK {
+		c.served = append(c.served, time.Now())
+	}
 	switch {
 	case r.Err == nil && (r.Status == http.StatusOK || r.Status == http.StatusTooManyRequests ||
 		r.Status == http.StatusServiceUnavailable && r.Header.Get("Retry-After") != ""):
@@ -130,9 +134,19 @@ func (c *chaosRedis) work(ctx context.Context, r *rand.Rand, pace <-chan time.Ti
 	}
 }
 
-// fault injects one fault chosen by r, waits until the topology is whole
-// again, and names it.
-func (c *chaosRedis) fault(r *rand.Rand) string {
+// The faults, in the order of the kinds fault draws from.
+const (
+	faultKill = iota
+	faultStop
+	faultSentinel
+	faultScripts
+	faultCutKill
+	faultKinds
+)
+
+// fault injects fault kind f (its details drawn from r), waits until the
+// topology is whole again, and names it.
+func (c *chaosRedis) fault(r *rand.Rand, f int) string {
 	t := c.t
 	old := c.ss.Primary()
 	p := c.servers[old]
@@ -144,22 +158,22 @@ func (c *chaosRedis) fault(r *rand.Rand) string {
 	}
 	sort.Strings(others)
 	name := ""
-	switch f := r.IntN(100); {
-	case f < 25:
+	switch f {
+	case faultKill:
 		name = "kill -9 primary"
 		p.Kill9()
 		c.replace(p, old)
-	case f < 45:
+	case faultStop:
 		d := time.Duration(200+r.IntN(2800)) * time.Millisecond
 		name = "SIGSTOP primary"
 		p.Pause()
 		time.Sleep(d) // how long the primary hangs: the fault itself
 		p.Resume()
-	case f < 65:
+	case faultSentinel:
 		name = "SENTINEL FAILOVER"
 		c.failover()
 		c.ss.WaitNewPrimary(old)
-	case f < 80:
+	case faultScripts:
 		name = "SCRIPT FLUSH"
 		pc := goredis.NewClient(&goredis.Options{Addr: old})
 		err := pc.ScriptFlush(t.Context()).Err()
@@ -167,7 +181,7 @@ func (c *chaosRedis) fault(r *rand.Rand) string {
 		if err != nil {
 			t.Fatalf("SCRIPT FLUSH on %s: %v", old, err)
 		}
-	default:
+	case faultCutKill:
 		name = "replicas cut, kill -9 primary"
 		cutReplication(t, old, others...)
 		time.Sleep(time.Duration(200+r.IntN(800)) * time.Millisecond) // hits answered (or not) while no replica follows
@@ -296,6 +310,17 @@ func (c *chaosRedis) stored() map[string]int64 {
 	return out
 }
 
+// firstServed says how long after at the first 200 arrived.
+func (c *chaosRedis) firstServed(at time.Time) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	i := sort.Search(len(c.served), func(i int) bool { return !c.served[i].Before(at) })
+	if i == len(c.served) {
+		return "none yet"
+	}
+	return c.served[i].Sub(at).Round(time.Millisecond).String()
+}
+
 // TestChaosRedis: see the top of this file. With PORCH_BREAK_REPLICA_ACK=1
 // the storefronts run with -redis-replicas 0, and the leg must fail.
 // PORCH_CHAOS_REDIS_REPLICAS=N runs them with -redis-replicas N.
@@ -352,11 +377,20 @@ func TestChaosRedis(t *testing.T) {
 	r := rand.New(rand.NewPCG(seed, 0))
 	faults := map[string]int{}
 	start := time.Now()
+	// Each kind of fault once per round, in an order drawn from r, so that
+	// even a short run sees every kind.
+	var round []int
 	for time.Since(start) < duration {
+		if len(round) == 0 {
+			round = r.Perm(faultKinds)
+		}
 		time.Sleep(time.Duration(300+r.IntN(1200)) * time.Millisecond) // the schedule's pace, not a synchronisation
-		f := c.fault(r)
+		at := time.Now()
+		f := c.fault(r, round[0])
+		round = round[1:]
 		faults[f]++
-		t.Logf("%s: %s, clients so far %d", time.Now().Format("15:04:05.000"), f, c.clients.Load())
+		t.Logf("%s: %s; whole again after %s, first 200 after %s", at.Format("15:04:05.000"), f,
+			time.Since(at).Round(time.Millisecond), c.firstServed(at))
 	}
 	stop()
 	wg.Wait()
