@@ -19,7 +19,8 @@ bench-checkout rev="cc0b196" rounds="3" duration="5s":
     bench/checkout.sh {{rev}} {{rounds}} {{duration}}
 
 # The chaos legs alone, for longer: kill -9, hang-ups, duplicates and lost
-# PostgreSQL sessions, then every key checked (e.g. just chaos -duration 5m;
+# PostgreSQL sessions, then every key checked; on Redis, killed, hung and
+# switched-over primaries, every client's count checked (e.g. just chaos -duration 5m;
 # -seed N replays a schedule the log printed).
 chaos *args:
     ./acceptance.sh -run Chaos -timeout 2h -- {{args}}

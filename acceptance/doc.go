@@ -29,5 +29,9 @@
 // is killed and whose standby is promoted; it needs the server's programs,
 // initdb, postgres and pg_basebackup, on PATH or in
 // /usr/lib/postgresql/N/bin, and runs them as the postgres user when the
-// gate runs as root).
+// gate runs as root, and redisfailover: two instances on a Sentinel-managed
+// primary with two replicas, or on a Cluster with a replica per primary,
+// the primary holding a limited client's count killed; and the chaos legs,
+// chaos_test.go on SQLite and PostgreSQL, chaos_redis_test.go on Redis with
+// Sentinel).
 package acceptance
