@@ -134,6 +134,31 @@ func TestOpenRefusesTooFewReplicas(t *testing.T) {
 	}
 }
 
+// Open warns when Replicas is below the primary's online replicas: WAIT
+// counts any of them, and a failover that promotes one that did not
+// acknowledge forgets answered hits. With Replicas equal to every replica
+// it says nothing.
+func TestOpenWarnsWhenReplicasBelowEveryReplica(t *testing.T) {
+	primary := redistest.StartServer(t)
+	redistest.StartReplica(t, primary)
+	redistest.StartReplica(t, primary)
+	for _, tt := range []struct {
+		replicas int
+		warns    bool
+	}{{1, true}, {2, false}} {
+		var buf bytes.Buffer
+		st, err := redis.Open(context.Background(), client(t, primary.Addr), redis.Options{Replicas: tt.replicas,
+			Options: store.Options{Logger: slog.New(slog.NewTextHandler(&buf, nil))}})
+		if err != nil {
+			t.Fatalf("Open with Replicas %d: %v", tt.replicas, err)
+		}
+		st.Close(context.Background())
+		if got := strings.Contains(buf.String(), "below the primary's online replicas"); got != tt.warns {
+			t.Errorf("Replicas %d of 2: warned %v, want %v (log: %s)", tt.replicas, got, tt.warns, buf.String())
+		}
+	}
+}
+
 // A hit answered allowed survives the loss of the primary when a replica
 // acknowledged it: the replica's link is cut (the most a lagging replica
 // can miss: everything after it), the primary is killed, the replica is

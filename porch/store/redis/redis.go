@@ -63,8 +63,13 @@ type Options struct {
 	// timed-out one does, though its hits were counted on the primary.
 	// Open refuses a primary with fewer replicas online; a primary that
 	// takes over later with fewer fails every batch closed until they
-	// are. If zero, no batch waits: a hit is answered once the primary ran
-	// it, and a failover to a replica that had not received it forgets it.
+	// are. Set it to every replica: WAIT counts any Replicas of them, and
+	// a failover while the old primary lives on (a pause, a manual
+	// failover) may promote one that did not acknowledge, which forgets
+	// the batch's answered hits (Open logs a warning when Replicas is
+	// below the primary's online replicas). If zero, no batch waits: a hit
+	// is answered once the primary ran it, and a failover to a replica
+	// that had not received it forgets it.
 	Replicas int
 }
 
@@ -277,6 +282,16 @@ func (s *Store) checkDurable(ctx context.Context) ([]nodeConfig, error) {
 // (eviction, no fsync before the reply): once at Open, and again for each
 // new primary.
 func (s *Store) warnForgetful(nodes []nodeConfig) {
+	for _, n := range nodes {
+		if s.opt.Replicas > 0 && n.replicas > s.opt.Replicas {
+			// WAIT counts any N replicas, and a failover while the old
+			// primary lives on (a pause, a manual failover) may promote
+			// one that did not acknowledge: it lacks answered hits.
+			commit.Log(s.opt.Logger).Warn("redis: Options.Replicas is below the primary's online replicas: a failover that promotes a replica which did not acknowledge a batch forgets its answered hits; set Replicas to every replica to keep them",
+				"node", n.addr, "replicas", n.replicas, "Options.Replicas", s.opt.Replicas)
+			break
+		}
+	}
 	if s.opt.RequireDurable {
 		return
 	}
