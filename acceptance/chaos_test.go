@@ -26,7 +26,7 @@ import (
 // stopped, and the tables are checked against everything the clients saw.
 //
 // The schedule (which key, which fault, when) comes from -seed and is printed,
-// so a failing schedule can be run again with `just chaos -seed N`; the
+// so a failing schedule can be run again with the command it logs; the
 // interleaving of real processes is not replayable, only the schedule.
 var (
 	chaosDuration = flag.Duration("duration", 30*time.Second, "chaos legs: how long faults are injected, per backend (half at each -durability)")
@@ -94,8 +94,8 @@ func newChaosRun(t *testing.T, target chaosTarget, duration time.Duration) *chao
 	if seed == 0 {
 		seed = uint64(time.Now().UnixNano())
 	}
-	t.Logf("chaos seed %d, duration %s (replay the schedule: just chaos -seed %d -duration %s -run %s)",
-		seed, duration, seed, *chaosDuration, t.Name())
+	t.Logf("chaos seed %d, duration %s (replay the schedule: ./acceptance.sh -run '^%s$' -timeout 2h -- -seed %d -duration %s)",
+		seed, duration, t.Name(), seed, *chaosDuration)
 	return &chaosRun{
 		seed: seed, target: target, duration: duration,
 		client: &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{
