@@ -86,7 +86,7 @@ func TestReplicaAckFailsClosedWithoutReplica(t *testing.T) {
 	primary := redistest.StartServer(t)
 	replica := redistest.StartReplica(t, primary)
 	logger, logs := captureLog()
-	st := open(t, client(t, primary.Addr), redis.Options{Replicas: 1, Timeout: 300 * time.Millisecond,
+	st := open(t, client(t, primary.Addr), redis.Options{Replicas: 1, Timeout: 2 * time.Second,
 		Options: store.Options{Logger: logger}})
 	rule := algorithm.MustRule(algorithm.Fixed, 100, time.Hour, 0)
 	if h, err := addHit(st, "rate:x:p:a", rule); err != nil || !h.Allowed {
@@ -179,7 +179,7 @@ func TestReplicaAckKeepsAnsweredHitsThroughPromotion(t *testing.T) {
 			// The servers are the test's own: no prefix to clean up.
 			const prefix = redis.DefaultPrefix
 			st, err := redis.Open(context.Background(), client(t, primary.Addr), redis.Options{Replicas: tt.replicas,
-				Timeout: 300 * time.Millisecond})
+				Timeout: 2 * time.Second})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -372,7 +372,7 @@ func TestReplicaAckPerClusterNode(t *testing.T) {
 	}
 	cc := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: addrs})
 	t.Cleanup(func() { cc.Close() })
-	st := open(t, cc, redis.Options{Replicas: 1, Timeout: 300 * time.Millisecond})
+	st := open(t, cc, redis.Options{Replicas: 1, Timeout: 2 * time.Second})
 	rule := algorithm.MustRule(algorithm.Fixed, 100, time.Hour, 0)
 	ctx := context.Background()
 	// Two keys whose counters live on different masters.
