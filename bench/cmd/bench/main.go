@@ -151,6 +151,7 @@ func run(cfg config) error {
 	}
 	if len(h.results) > 0 {
 		printTable(h)
+		printFloors(h)
 		printExact(h)
 	}
 	var mem []memResult

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -48,6 +49,42 @@ func printTable(h *harness) {
 	fmt.Println("writes/commit is the committer's mean batch over the measured runs, req/commit the requests answered per commit;")
 	fmt.Println("errors are non-2xx answers and socket errors; server CPU/req is the server process's user + system CPU time over the")
 	fmt.Println("measured runs divided by the requests they answered (wrk shares the cores, so it is the steadier cost figure).")
+}
+
+// printFloors prints, for each row that has one, its ratios to the row
+// measuring what durability costs it: porch on SQLite against the
+// durability floor at the same synchronous level, porch on PostgreSQL
+// (one key) against pgbench's one-row upsert with the same
+// synchronous_commit and as many clients as wrk has connections.
+func printFloors(h *harness) {
+	var lines []string
+	for _, r := range rows(h.cfg.replayKeys) {
+		res, ok1 := h.results[r.id()]
+		base, ok2 := h.results[r.floorTo]
+		if r.floorTo == "" || !ok1 || !ok2 || res.err != nil || base.err != nil || base.rps == 0 {
+			continue
+		}
+		floor := rows(h.cfg.replayKeys)[slices.IndexFunc(rows(h.cfg.replayKeys), func(f row) bool { return f.id() == r.floorTo })]
+		cpu := "—"
+		if res.cpuPerReq > 0 && base.cpuPerReq > 0 {
+			cpu = fmt.Sprintf("%.2f", float64(res.cpuPerReq)/float64(base.cpuPerReq))
+		}
+		lines = append(lines, fmt.Sprintf("| %s | %s | %s | %.2f | %s | %.2f |", r.label, r.keys, floor.label,
+			res.rps/base.rps, cpu, float64(res.p99)/float64(base.p99)))
+	}
+	if len(lines) == 0 {
+		return
+	}
+	fmt.Println()
+	fmt.Println("| row | client keys | against | req/s × it | server CPU/req × it | p99 × it |")
+	fmt.Println("| --- | --- | --- | ---: | ---: | ---: |")
+	for _, l := range lines {
+		fmt.Println(l)
+	}
+	fmt.Println()
+	fmt.Println("Against what durability costs, in the same run: porch on SQLite ÷ the durability floor at the same synchronous level;")
+	fmt.Println("porch on PostgreSQL, one key, ÷ pgbench's one-row upsert with the same synchronous_commit and as many clients as wrk")
+	fmt.Println("has connections (pgbench's tps as req/s; its CPU is the database's, not measured, so that ratio is blank).")
 }
 
 // printMemory prints the memory table.

@@ -22,7 +22,11 @@ type row struct {
 	replays bool   // store the replay keys before the runs
 	alg     string // benchserver -algorithm for porch limiter rows; "" is fixed
 	lease   int    // benchserver -lease for porch limiter rows on a shared store
-	crash   bool   // benchserver -durability process-crash (else power-loss, the default)
+	crash   bool   // benchserver -durability process-crash (else power-loss, the default); pgbench: synchronous_commit=off
+	// floorTo is the id of the row that measures what durability costs
+	// for this one (the durability floor, pgbench), which printFloors
+	// divides by; "" for none.
+	floorTo string
 }
 
 // id names the row for -rows and -profile: mode/keys, with the algorithm
@@ -55,6 +59,8 @@ func rows(replayKeys int) []row {
 		{"no limiter", "none", "", false, 0, false},
 		{"go-chi/httprate (memory)", "httprate", "", false, 0, false},
 		{"naive SQLite, commit per request", "naive", "", false, 0, false},
+		{"durability floor, SQLite (synchronous=FULL)", "floor-sqlite", "", true, 0, false},
+		{"durability floor, SQLite, synchronous=NORMAL", "floor-sqlite", "", true, 0, true},
 		{"porch Limiter, SQLite", "porch-sqlite", "", true, 0, false},
 		{"porch Limiter, SQLite, SurvivesProcessCrash", "porch-sqlite", "", true, 0, true},
 		{"porch Limiter, SQLite, sliding window", "porch-sqlite", "sliding", true, 0, false},
@@ -65,16 +71,40 @@ func rows(replayKeys int) []row {
 		{"porch Limiter, PostgreSQL, GCRA", "porch-postgres", "gcra", true, 0, false},
 		{"porch Limiter, PostgreSQL, Lease 64", "porch-postgres", "", true, 64, false},
 	} {
-		out = append(out,
-			row{label: m.label, mode: m.mode, alg: m.alg, lease: m.lease, crash: m.crash, keys: "one", porch: m.porch, baseTo: "httprate/one"},
-			row{label: m.label, mode: m.mode, alg: m.alg, lease: m.lease, crash: m.crash, keys: "many", porch: m.porch, baseTo: "httprate/many", script: "xff.lua"})
+		one := row{label: m.label, mode: m.mode, alg: m.alg, lease: m.lease, crash: m.crash, keys: "one", porch: m.porch, baseTo: "httprate/one"}
+		many := row{label: m.label, mode: m.mode, alg: m.alg, lease: m.lease, crash: m.crash, keys: "many", porch: m.porch, baseTo: "httprate/many", script: "xff.lua"}
+		switch {
+		case m.mode == "porch-sqlite" && m.alg == "":
+			one.floorTo, many.floorTo = floorRow(m.crash, "one"), floorRow(m.crash, "many")
+		case m.mode == "porch-postgres" && m.alg == "" && m.lease == 0:
+			one.floorTo = pgbenchRow(m.crash).id()
+		}
+		out = append(out, one, many)
 	}
+	out = append(out, pgbenchRow(false), pgbenchRow(true))
 	out = append(out, redisRows()...)
 	return append(out,
 		row{label: "porch Idempotent, POST without key", mode: "porch-idem", keys: "unkeyed", porch: true, baseTo: "httprate/one", script: "post.lua"},
 		row{label: "porch Idempotent, fresh key per request", mode: "porch-idem", keys: "fresh", porch: true, baseTo: "httprate/one", script: "fresh.lua"},
 		row{label: fmt.Sprintf("porch Idempotent, replays of %d keys", replayKeys), mode: "porch-idem", keys: "replay", porch: true, baseTo: "httprate/one", script: "replay.lua", replays: true},
 	)
+}
+
+// floorRow is the id of the durability floor's row at porch's durability
+// level (crash: store.SurvivesProcessCrash, the floor's synchronous=NORMAL).
+func floorRow(crash bool, keys string) string {
+	return row{mode: "floor-sqlite", crash: crash, keys: keys}.id()
+}
+
+// pgbenchRow is pgbench's one-row upsert on one key, with
+// synchronous_commit off if crash (what store.SurvivesProcessCrash sets
+// on porch's transactions of hits).
+func pgbenchRow(crash bool) row {
+	label := "pgbench, one-row upsert a transaction"
+	if crash {
+		label += ", synchronous_commit=off"
+	}
+	return row{label: label, mode: "pgbench", keys: "one", crash: crash, baseTo: "httprate/one"}
 }
 
 // rowResult is a row's medians over the measured runs.
@@ -134,6 +164,9 @@ const replayPrefix = "replay-"
 // measure starts r's server, warms it up, runs the measured runs and
 // returns their medians.
 func (h *harness) measure(r row) rowResult {
+	if r.mode == "pgbench" {
+		return h.measurePgbench(r)
+	}
 	res := rowResult{row: r}
 	s, err := startServer(h.cfg.server, h.serverArgs(r)...)
 	if err != nil {

@@ -11,6 +11,10 @@
 //	httprate        go-chi/httprate, in memory
 //	naive           a SQLite limiter that reads, increments and commits once
 //	                per request (synchronous=FULL), serialized by a mutex
+//	floor-sqlite    the durability floor (see floor.go): one writer upserts
+//	                each queued key's count in one transaction, commits
+//	                (synchronous=FULL; NORMAL with -durability process-crash)
+//	                and answers
 //	porch-sqlite    porch's rate.Limiter on sqlite.Open, durable
 //	porch-postgres  porch's rate.Limiter on postgres.Open, in a fresh
 //	                schema dropped at exit
@@ -77,7 +81,7 @@ func parseFlags(args []string) (config, error) {
 	var c config
 	var algorithm, durability string
 	fs := flag.NewFlagSet("benchserver", flag.ContinueOnError)
-	fs.StringVar(&c.mode, "mode", "none", "limiter: none, httprate, naive, porch-sqlite, porch-postgres or porch-idem")
+	fs.StringVar(&c.mode, "mode", "none", "limiter: none, httprate, naive, floor-sqlite, porch-sqlite, porch-postgres or porch-idem")
 	fs.StringVar(&c.addr, "addr", "127.0.0.1:0", "listen address (port 0 picks a free port)")
 	fs.BoolVar(&c.trustProxy, "trust-proxy", false, "key clients on X-Forwarded-For as set by one trusted proxy hop")
 	fs.IntVar(&c.limit, "limit", 1_000_000_000, "requests allowed per client per window")
@@ -94,7 +98,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&algorithm, "algorithm", "fixed", "porch-sqlite/porch-postgres: the limiter's algorithm, fixed, sliding or gcra")
 	fs.IntVar(&c.burst, "burst", 0, "with -algorithm gcra: requests allowed at once (0: the limit)")
 	fs.IntVar(&c.lease, "lease", 0, "porch-postgres/porch-redis: rate.Options.Lease, the hits of a busy key counted ahead (0: none)")
-	fs.StringVar(&durability, "durability", "power-loss", "porch-sqlite/porch-postgres: store.Options.Durability, power-loss or process-crash")
+	fs.StringVar(&durability, "durability", "power-loss", "porch-sqlite/porch-postgres: store.Options.Durability, power-loss or process-crash (floor-sqlite: synchronous=FULL or NORMAL)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}

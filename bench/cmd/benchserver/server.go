@@ -26,7 +26,7 @@ import (
 	"github.com/writeonce/porch-go/porch/store/sqlite"
 )
 
-var modes = []string{"none", "httprate", "naive", "porch-sqlite", "porch-postgres", "porch-idem"}
+var modes = []string{"none", "httprate", "naive", "floor-sqlite", "porch-sqlite", "porch-postgres", "porch-idem"}
 
 func validMode(m string) bool { return slices.Contains(modes, m) }
 
@@ -100,6 +100,13 @@ func newLimiter(ctx context.Context, cfg config, app *porch.App, clk clock.Clock
 		}
 		app.OnShutdown(n.Close)
 		return n.Handler, n, nil
+	case "floor-sqlite":
+		f, err := openFloor(cfg.db, int64(cfg.limit), cfg.durability, porch.DefaultPoolSize*cfg.mailbox)
+		if err != nil {
+			return nil, nil, err
+		}
+		app.OnShutdown(f.Close)
+		return f.Handler, f, nil
 	}
 	pool := porch.NewPool(porch.PoolOptions{Size: cfg.pool, Mailbox: cfg.mailbox})
 	opt := store.Options{Clock: clk, QueueSize: pool.Size() * cfg.mailbox, Durability: cfg.durability}
