@@ -462,3 +462,16 @@ func TestNewPrimaryJudgedBeforeItAnswers(t *testing.T) {
 	}
 	t.Fatal("hits after the switch fail, but none with ErrNotDurable")
 }
+
+// Open says why a Sentinel setup cannot be reached, rather than that a
+// budget ran out: here the address given as a Sentinel is a plain server,
+// and the error must carry the server's own answer.
+func TestOpenSaysWhyTheSentinelsFailed(t *testing.T) {
+	srv := redistest.StartServer(t)
+	fc := goredis.NewFailoverClient(&goredis.FailoverOptions{MasterName: "porch", SentinelAddrs: []string{srv.Addr}})
+	t.Cleanup(func() { fc.Close() })
+	_, err := redis.Open(context.Background(), fc, redis.Options{})
+	if err == nil || !strings.Contains(strings.ToLower(err.Error()), "sentinel") {
+		t.Errorf("Open through a 'Sentinel' that is a plain server: %v, want the server's answer naming the sentinel command", err)
+	}
+}

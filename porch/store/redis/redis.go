@@ -103,6 +103,9 @@ var (
 	_ driver.SharedCounters = (*Store)(nil)
 )
 
+// openPing bounds Open's first ping (see Open).
+const openPing = 5 * time.Second
+
 // Open returns a store that counts in c's server(s). It pings the server,
 // loads the scripts and checks how durable a count is:
 //
@@ -170,7 +173,18 @@ func Open(ctx context.Context, c goredis.UniversalClient, opt Options) (*Store, 
 	_, cluster := c.(*goredis.ClusterClient)
 	s := &Store{c: c, cluster: cluster, opt: opt, id: hex.EncodeToString(b[:]),
 		held: make(map[string]driver.Policy), stop: make(chan struct{}), stopped: make(chan struct{})}
-	if err := s.roundTrip(ctx, func(ctx context.Context) error { return c.Ping(ctx).Err() }); err != nil {
+	// The first ping gets longer than a batch's Timeout, and its own error:
+	// a failover client spends its first call asking the Sentinels for the
+	// primary, and the reason it may fail (no Sentinel answers, a wrong
+	// master name, a server that is no Sentinel) is what an operator needs
+	// to read, not that the budget ran out.
+	pctx, cancel := context.WithTimeout(ctx, max(opt.Timeout, openPing))
+	err := c.Ping(pctx).Err()
+	cancel()
+	if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+		return nil, fmt.Errorf("redis: ping: no reply within %s from the server, the cluster or any Sentinel", max(opt.Timeout, openPing))
+	}
+	if err != nil {
 		return nil, fmt.Errorf("redis: ping: %w", err)
 	}
 	nodes, err := s.checkDurable(ctx)
