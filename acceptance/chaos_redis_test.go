@@ -171,8 +171,7 @@ func (c *chaosRedis) fault(r *rand.Rand, f int) string {
 		p.Resume()
 	case faultSentinel:
 		name = "SENTINEL FAILOVER"
-		c.failover()
-		c.ss.WaitNewPrimary(old)
+		c.failoverUntilNewPrimary(old)
 	case faultScripts:
 		name = "SCRIPT FLUSH"
 		pc := goredis.NewClient(&goredis.Options{Addr: old})
@@ -228,6 +227,31 @@ func (c *chaosRedis) failover() {
 			t.Fatalf("SENTINEL FAILOVER %s: %v", c.ss.Name, err)
 		}
 		time.Sleep(100 * time.Millisecond) // Sentinel's view of its replicas is refreshed on its own clock
+	}
+}
+
+// failoverUntilNewPrimary asks for a failover until Sentinel has made one.
+// Sentinel may accept SENTINEL FAILOVER and then abandon it (a replica it
+// picked still resynchronising after the last fault, a failover-timeout
+// on two loaded cores), and it does not try again on its own, since the
+// primary is healthy: the leg asks again, as an operator would, rather
+// than fail on Sentinel's liveness, which is not what it checks.
+func (c *chaosRedis) failoverUntilNewPrimary(old string) {
+	deadline := time.Now().Add(chaosRedisSettle)
+	for {
+		c.failover()
+		asked := time.Now()
+		for time.Since(asked) < 10*time.Second {
+			if p := c.ss.Primary(); p != old {
+				c.ss.WaitNewPrimary(old)
+				return
+			}
+			time.Sleep(100 * time.Millisecond) // Sentinel's view moves on its own clock
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("SENTINEL FAILOVER %s: still %s after asking until %s", c.ss.Name, old, deadline.Format(time.TimeOnly))
+		}
+		c.t.Logf("SENTINEL FAILOVER %s: no new primary 10s after asking; asking again", c.ss.Name)
 	}
 }
 
