@@ -57,30 +57,12 @@ func Open(opt ...Options) (*Store, error) {
 	if len(opt) == 1 {
 		o = opt[0]
 	}
-	return openOn(newData(), o)
-}
-
-// openOn opens a store on d, which a store closed before may have left
-// behind. Only the package's tests do that: it is how the conformance
-// suites close a store and open another on the same data, as a file is
-// reopened after a restart. A program's data never outlives its store.
-func openOn(d *data, o Options) (*Store, error) {
 	if o.Clock == nil {
 		o.Clock = clock.System{}
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.open {
-		return nil, errors.New("memory: the data is open in another store")
-	}
-	d.open = true
-	// As on SQLite, the timeline starts no earlier than the newest window
-	// it holds, so that a wall clock set back grants no extra allowance.
-	anchor := o.Clock.Wall()
-	if newest := d.newest(); newest.After(anchor) {
-		anchor = newest
-	}
-	s := &Store{d: d, clock: o.Clock, anchor: anchor, mono: o.Clock.Monotonic()}
+	s := &Store{d: newData(), clock: o.Clock, anchor: o.Clock.Wall(), mono: o.Clock.Monotonic()}
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
 	// Made stopped and armed under d.mu, so that its callback cannot run
 	// before s.sweep is set.
 	s.sweep = time.AfterFunc(time.Hour, s.sweepTick)
@@ -121,7 +103,6 @@ func (s *Store) Close(context.Context) error {
 	defer s.d.mu.Unlock()
 	if !s.closed {
 		s.closed = true
-		s.d.open = false
 		s.sweep.Stop()
 	}
 	return nil
@@ -148,7 +129,6 @@ func (s *Store) committed() {
 // of when each may be forgotten.
 type data struct {
 	mu        sync.Mutex // protects the fields below
-	open      bool       // a store has it open
 	counters  map[string]*counterEntry
 	responses map[string]*responseEntry
 	expiry    expiries
@@ -160,15 +140,4 @@ type data struct {
 
 func newData() *data {
 	return &data{counters: make(map[string]*counterEntry), responses: make(map[string]*responseEntry)}
-}
-
-// newest is the latest window start among the counters. d.mu is held.
-func (d *data) newest() time.Time {
-	var t time.Time
-	for _, e := range d.counters {
-		if e.c.WindowStart.After(t) {
-			t = e.c.WindowStart
-		}
-	}
-	return t
 }

@@ -11,20 +11,23 @@ import (
 	"github.com/writeonce/porch-go/porch/store/storetest"
 )
 
+// openStore opens a store on dsn for the suites, which close it.
+func openStore(t *testing.T, dsn string) *postgres.Store {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	st, err := postgres.Open(ctx, dsn, postgres.Options{})
+	if err != nil {
+		t.Fatalf("postgres.Open: %v", err)
+	}
+	return st
+}
+
 // PostgreSQL's counters pass the drivers' conformance suite; a database
 // is a fresh schema, which two stores open at once as two instances.
 func TestConformance(t *testing.T) {
 	storetest.TestCounters(t, storetest.Harness{
 		DB: func(t *testing.T) string { return pgtest.DSN(t) },
-		Open: func(t *testing.T, dsn string) driver.Counters {
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			st, err := postgres.Open(ctx, dsn, postgres.Options{})
-			if err != nil {
-				t.Fatalf("postgres.Open: %v", err)
-			}
-			return st
-		},
+		Open: func(t *testing.T, dsn string) driver.Counters { return openStore(t, dsn) },
 	})
 }
 
@@ -33,15 +36,7 @@ func TestConformance(t *testing.T) {
 func TestKeysConformance(t *testing.T) {
 	storetest.TestKeys(t, storetest.KeysHarness{
 		DB: func(t *testing.T) string { return pgtest.DSN(t) },
-		Open: func(t *testing.T, dsn string) driver.KeyStore {
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			st, err := postgres.Open(ctx, dsn, postgres.Options{})
-			if err != nil {
-				t.Fatalf("postgres.Open: %v", err)
-			}
-			return st
-		},
+		Open: func(t *testing.T, dsn string) driver.KeyStore { return openStore(t, dsn) },
 		Writes: func(t *testing.T, st driver.KeyStore) func(string) int {
 			pool := st.(*postgres.Store).Pool()
 			ctx := context.Background()
