@@ -26,7 +26,7 @@ func openStore(t *testing.T, dsn string) *postgres.Store {
 // is a fresh schema, which two stores open at once as two instances.
 func TestConformance(t *testing.T) {
 	storetest.TestCounters(t, storetest.Harness{
-		DB: func(t *testing.T) string { return pgtest.DSN(t) },
+		DB:   func(t *testing.T) string { return pgtest.DSN(t) },
 		Open: func(t *testing.T, dsn string) driver.Counters { return openStore(t, dsn) },
 	})
 }
@@ -35,7 +35,7 @@ func TestConformance(t *testing.T) {
 // writes go to a table of the test's schema, read through Pool.
 func TestKeysConformance(t *testing.T) {
 	storetest.TestKeys(t, storetest.KeysHarness{
-		DB: func(t *testing.T) string { return pgtest.DSN(t) },
+		DB:   func(t *testing.T) string { return pgtest.DSN(t) },
 		Open: func(t *testing.T, dsn string) driver.KeyStore { return openStore(t, dsn) },
 		Writes: func(t *testing.T, st driver.KeyStore) func(string) int {
 			pool := st.(*postgres.Store).Pool()
