@@ -2,10 +2,8 @@ package memory
 
 import (
 	"context"
-	"fmt"
 	"time"
 
-	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/driver"
 )
 
@@ -26,16 +24,7 @@ func (s *Store) ClaimPolicy(_ context.Context, p driver.Policy) (release func(),
 		return nil, err
 	}
 	s.d.mu.Unlock()
-	first, release, err := s.claims.Claim(p)
-	if err != nil {
-		return nil, err
-	}
-	if !first {
-		release()
-		return nil, fmt.Errorf("%w: a limiter named %q already counts in this store, and each limiter counts in its own memory; give each limiter its own Name",
-			store.ErrPolicyConflict, p.Name)
-	}
-	return release, nil
+	return s.claims.ClaimAlone(p, "in the memory store")
 }
 
 // LoadCounters calls fn for every counter whose window is still open at

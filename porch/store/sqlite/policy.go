@@ -2,9 +2,7 @@ package sqlite
 
 import (
 	"context"
-	"fmt"
 
-	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/driver"
 )
 
@@ -18,14 +16,5 @@ import (
 // SQLite file, so the check is within the process; a policy changed across
 // a restart is a deploy, and the limiter decides what open windows do.
 func (s *Store) ClaimPolicy(_ context.Context, p driver.Policy) (release func(), err error) {
-	first, release, err := s.claims.Claim(p)
-	if err != nil {
-		return nil, err
-	}
-	if !first {
-		release()
-		return nil, fmt.Errorf("%w: a limiter named %q already counts in this store, and on SQLite each limiter counts in its own memory; give each limiter its own Name",
-			store.ErrPolicyConflict, p.Name)
-	}
-	return release, nil
+	return s.claims.ClaimAlone(p, "on SQLite")
 }

@@ -50,6 +50,24 @@ func (c *Claims) Claim(p driver.Policy) (first bool, release func(), err error) 
 	return h.users == 1, func() { once.Do(func() { c.drop(p.Name) }) }, nil
 }
 
+// ClaimAlone is Claim for a store whose limiters each count in their own
+// memory and write through (SQLite, the memory store): a second limiter
+// of p.Name is refused even under the same policy, since the two would
+// count apart and overwrite each other's counters. where names the store
+// in the error ("on SQLite").
+func (c *Claims) ClaimAlone(p driver.Policy, where string) (release func(), err error) {
+	first, release, err := c.Claim(p)
+	if err != nil {
+		return nil, err
+	}
+	if !first {
+		release()
+		return nil, fmt.Errorf("%w: a limiter named %q already counts in this store, and %s each limiter counts in its own memory; give each limiter its own Name",
+			store.ErrPolicyConflict, p.Name, where)
+	}
+	return release, nil
+}
+
 // SetRelease attaches the release of the first claim's lock beyond the
 // process to name's claim.
 func (c *Claims) SetRelease(name string, release func()) {
