@@ -124,6 +124,13 @@ func (s *Store) writeBatchOnce(batch []commit.Op) (err error) {
 		}
 	}
 	for i := 0; i < len(batch); {
+		if j := counterRun(batch, i); j > i {
+			if err := s.appendCounters(batch, i, j); err != nil {
+				return err
+			}
+			i = j
+			continue
+		}
 		if j := plainResponses(batch, i); j > i {
 			if err := s.upsertRun(batch[i:j]); err != nil {
 				return err
@@ -168,20 +175,13 @@ func plainResponses(batch []commit.Op, i int) int {
 	return j
 }
 
+// apply writes batch[i], which is not a Counter (see appendCounters).
 func (s *Store) apply(ctx context.Context, batch []commit.Op, i int) error {
 	o := batch[i]
 	if o.Dropped {
 		return nil
 	}
 	switch {
-	case o.Counter != nil:
-		c := o.Counter
-		if s.seen[c.Key] != i {
-			return nil // a newer write of this key is in the batch
-		}
-		if err := s.appendCounter(ctx, c); err != nil {
-			return err
-		}
 	case o.Response != nil && len(o.Owner) > 0:
 		if s.deferApp() {
 			batch[i].Deferred = true

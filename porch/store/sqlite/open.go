@@ -74,7 +74,7 @@ func (s *Store) closeDB() error {
 		}
 	}
 	s.rows.close(s)
-	s.jr.close()
+	s.jr.close(s.wconn)
 	if s.wconn != nil {
 		s.wconn.Close()
 	}

@@ -126,6 +126,16 @@ type Committer struct {
 	health       health
 	healthBudget time.Duration // HealthBudget; a test may shorten it
 
+	// gather is how long a batch may wait for more writes (see
+	// NewGathering); 0 never waits. Only the committer goroutine touches
+	// peak and timer.
+	gather time.Duration
+	peak   int // the recent batches' largest size, less one a batch since
+	timer  *time.Timer
+	// gathering, if set (by a test, before the first Enqueue), is called
+	// when a batch starts to wait for more writes.
+	gathering func()
+
 	mu     sync.RWMutex // protects closed against Enqueue racing close
 	closed bool
 	done   chan struct{}
@@ -138,11 +148,35 @@ type Committer struct {
 // and queues at most queueSize writes meanwhile, and tells obs (if not nil)
 // of each batch.
 func New(w Writer, clk clock.Clock, queueSize, maxBatch int, obs store.Observer) *Committer {
+	return NewGathering(w, clk, queueSize, maxBatch, obs, 0)
+}
+
+// NewGathering is New with a bounded group-commit wait, as PostgreSQL's
+// commit_delay with commit_siblings. While writes are arriving together
+// (a recent batch had at least GatherSiblings of them), a batch that has
+// drained fewer than the recent peak waits up to gather for the rest
+// before it commits, so that a commit's own cost (its BEGIN, its WAL
+// frames and fsync) is shared by more writes: a request answered by one
+// batch is back in the queue a moment later, and without the wait it
+// starts a batch of its own. The peak drops by one a batch, so a burst
+// that has passed stops costing waits within as many batches as it was
+// large. A write that comes alone (every recent batch below
+// GatherSiblings) never waits, and a wait ends the moment the batch
+// reaches the peak, the queue closes, or gather has passed: a batch is
+// held at most gather longer than it would have been, and nothing about
+// what it commits or how its writers are answered changes.
+func NewGathering(w Writer, clk clock.Clock, queueSize, maxBatch int, obs store.Observer, gather time.Duration) *Committer {
 	c := &Committer{queue: make(chan Op, queueSize), maxBatch: maxBatch, writer: w, clock: clk,
-		observer: obs, healthBudget: HealthBudget, done: make(chan struct{})}
+		observer: obs, healthBudget: HealthBudget, done: make(chan struct{}), gather: gather}
 	go c.run()
 	return c
 }
+
+// GatherSiblings is the size a recent batch must have reached for a batch
+// to wait for more writes (see NewGathering): below it, writes come too
+// few at a time for a wait to gather any, and one, two or three clients
+// must not wait on each other.
+const GatherSiblings = 4
 
 // Enqueue queues o, blocking while the queue is full: that back-pressure is
 // what turns a slow disk into full mailboxes and 503s. After Close it fails
@@ -198,6 +232,8 @@ func (c *Committer) run() {
 				break drain
 			}
 		}
+		batch = c.gatherMore(batch)
+		c.peak = max(len(batch), c.peak-1)
 		err := c.write(batch)
 		c.health.record(err, c.clock.Monotonic())
 		if err != nil {
@@ -235,6 +271,38 @@ func (c *Committer) run() {
 			batch[i] = Op{} // let the payloads go
 		}
 	}
+}
+
+// gatherMore waits, for at most c.gather, until batch is as large as the
+// recent peak, if that was at least GatherSiblings writes (see
+// NewGathering). The queue's channel says when a write arrives, and the
+// timer's when the wait is over: no polling.
+func (c *Committer) gatherMore(batch []Op) []Op {
+	target := min(c.peak, c.maxBatch)
+	if c.gather <= 0 || c.peak < GatherSiblings || len(batch) >= target {
+		return batch
+	}
+	if c.timer == nil {
+		c.timer = time.NewTimer(c.gather)
+	} else {
+		c.timer.Reset(c.gather)
+	}
+	defer c.timer.Stop()
+	if c.gathering != nil {
+		c.gathering()
+	}
+	for len(batch) < target {
+		select {
+		case o, ok := <-c.queue:
+			if !ok {
+				return batch
+			}
+			batch = append(batch, o)
+		case <-c.timer.C:
+			return batch
+		}
+	}
+	return batch
 }
 
 // write hands batch to the writer, and tells the observer how it went.
