@@ -1,6 +1,8 @@
 package redis
 
 import (
+	"strings"
+
 	goredis "github.com/redis/go-redis/v9"
 )
 
@@ -78,7 +80,7 @@ end
 // and a lease's held (of n), settled, its start and adopted (absent: 0).
 // Returns
 // {allowed, start, count, prev, now}.
-const luaFixed = luaCommon + `
+const bodyFixed = `
 local n, limit, w = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local held, settled, ss, adopted = tonumber(ARGV[4]) or 0, tonumber(ARGV[5]) or 0, tonumber(ARGV[6]) or 0, tonumber(ARGV[7]) or 0
 local now = now_ms()
@@ -97,9 +99,11 @@ redis.call('PEXPIREAT', key, int(s + w))
 return {1, s, c, 0, now}
 `
 
+const luaFixed = luaCommon + bodyFixed
+
 // luaSliding: ARGV n (0: peek), limit, w (the window, whole ms), and a
 // lease's as luaFixed's.
-const luaSliding = luaCommon + `
+const bodySliding = `
 local n, limit, w = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local held, settled, ss, adopted = tonumber(ARGV[4]) or 0, tonumber(ARGV[5]) or 0, tonumber(ARGV[6]) or 0, tonumber(ARGV[7]) or 0
 local now = now_ms()
@@ -130,9 +134,11 @@ redis.call('PEXPIREAT', key, int(s + 2 * w))
 return {1, s, c, p, now}
 `
 
+const luaSliding = luaCommon + bodySliding
+
 // luaGCRA: ARGV n (0: peek), burst, tq and tr (the interval: tq ms and
 // tr ns, tr < 10^6), w (the window rounded up to ms, a reset's life).
-const luaGCRA = luaCommon + `
+const bodyGCRA = `
 local n, burst, tq, tr, w = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local M = 1000000
 -- start + k intervals, as whole ms and a remainder in ns
@@ -164,6 +170,8 @@ redis.call('HSET', key, 's', int(s), 'c', int(c), 'p', '0', 'w', int(w))
 redis.call('PEXPIREAT', key, int(tm))
 return {1, s, c, 0, now}
 `
+
+const luaGCRA = luaCommon + bodyGCRA
 
 // luaReset starts a live state over: start max(now, start + 1 ms), so
 // that a reset window never starts where the old one did (a late
@@ -244,6 +252,49 @@ redis.call('PEXPIREAT', key, int(last))
 return {1, was}
 `
 
+// luaBatch runs several hits and peeks, of any keys on this node, in one
+// call: KEYS are their keys in arrival order, and ARGV holds for each
+// its algorithm (f, s or g), how many arguments follow, and the
+// arguments its own script takes. Each runs the body of its own script,
+// as a function of its key, the batch's now (one TIME: the script is
+// atomic, so every hit is decided as though all arrived within that
+// millisecond, in order) and its arguments, under pcall, so that a hit
+// whose command fails (a foreign value at its key, an out-of-memory
+// server) gets its own error and the others stand, as they do as
+// separate calls of a pipeline: a failed hit writes nothing (every body
+// writes last), and the hits before it stay written. Returns five values
+// per hit, its script's reply or its error followed by four zeros.
+var luaBatch = luaCommon + hitFunction("hit_fixed", bodyFixed) + hitFunction("hit_sliding", bodySliding) +
+	hitFunction("hit_gcra", bodyGCRA) + `
+local now = now_ms()
+local fns = {f = hit_fixed, s = hit_sliding, g = hit_gcra}
+local out, o = {}, 0
+for i = 1, #KEYS do
+  local f, m = fns[ARGV[o + 1]], tonumber(ARGV[o + 2])
+  local ok, r = pcall(f, KEYS[i], now, unpack(ARGV, o + 3, o + 2 + m))
+  o = o + 2 + m
+  local j = 5 * (i - 1)
+  if not ok then
+    if type(r) == 'table' and r.err then r = {err = r.err} else r = {err = 'ERR ' .. tostring(r)} end
+    r = {r, 0, 0, 0, 0}
+  end
+  out[j + 1], out[j + 2], out[j + 3], out[j + 4], out[j + 5] = r[1], r[2], r[3], r[4], r[5]
+end
+return out
+`
+
+// hitFunction is a hit script's body as a Lua function of its key, now
+// and its arguments (ARGV[1] … ARGV[7] become a1 … a7), for luaBatch.
+func hitFunction(name, body string) string {
+	r := strings.NewReplacer("local now = now_ms()\n", "",
+		"ARGV[1]", "a1", "ARGV[2]", "a2", "ARGV[3]", "a3", "ARGV[4]", "a4", "ARGV[5]", "a5", "ARGV[6]", "a6", "ARGV[7]", "a7")
+	f := r.Replace(body)
+	if strings.Contains(f, "now_ms") || strings.Contains(f, "ARGV") || strings.Contains(f, "KEYS") {
+		panic("redis: a hit script's body reads what luaBatch does not pass it")
+	}
+	return "local function " + name + "(key, now, a1, a2, a3, a4, a5, a6, a7)\n" + f + "end\n"
+}
+
 var (
 	scriptFixed    = goredis.NewScript(luaFixed)
 	scriptSliding  = goredis.NewScript(luaSliding)
@@ -251,8 +302,12 @@ var (
 	scriptReset    = goredis.NewScript(luaReset)
 	scriptTakeBack = goredis.NewScript(luaTakeBack)
 	scriptClaim    = goredis.NewScript(luaClaim)
+	scriptBatch    = goredis.NewScript(luaBatch)
 
-	allScripts = []*goredis.Script{scriptFixed, scriptSliding, scriptGCRA, scriptReset, scriptTakeBack, scriptClaim}
+	allScripts = []*goredis.Script{scriptFixed, scriptSliding, scriptGCRA, scriptReset, scriptTakeBack, scriptClaim, scriptBatch}
+
+	// batchCodes name a hit script's body in luaBatch's ARGV.
+	batchCodes = map[*goredis.Script]string{scriptFixed: "f", scriptSliding: "s", scriptGCRA: "g"}
 
 	// hitScripts are the add (and peek) scripts by driver.Rule's Algorithm.
 	hitScripts = map[string]*goredis.Script{"fixed": scriptFixed, "sliding": scriptSliding, "gcra": scriptGCRA}
