@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -25,21 +25,47 @@ import (
 // hex, so it never holds a brace whatever bytes the principal has. Each
 // hit is still its own script: a rate.All's members count separately,
 // and give a refused request's hits back (TakeBack), as on the SQL stores.
+//
+// It is built in one allocation: every hit's key is made here, on the
+// committer's goroutine.
 func (s *Store) counterKey(key string) string {
-	return s.opt.Prefix + "{" + hashTag(key) + "}" + key
+	var b strings.Builder
+	b.Grow(len(s.opt.Prefix) + 18 + len(key))
+	b.WriteString(s.opt.Prefix)
+	b.WriteByte('{')
+	var tag [16]byte
+	b.Write(appendHashTag(tag[:0], key))
+	b.WriteByte('}')
+	b.WriteString(key)
+	return b.String()
 }
 
 // hashTag is the hex digest of key's principal part (see counterKey).
 func hashTag(key string) string {
+	var tag [16]byte
+	return string(appendHashTag(tag[:0], key))
+}
+
+// appendHashTag appends the hex digest of key's principal part (see
+// counterKey): 16 lowercase hex digits of its 64-bit FNV-1a hash.
+func appendHashTag(b []byte, key string) []byte {
 	rest := key
 	if after, ok := strings.CutPrefix(key, "rate:"); ok {
 		if i := strings.IndexByte(after, ':'); i >= 0 {
 			rest = after[i+1:]
 		}
 	}
-	h := fnv.New64a()
-	h.Write([]byte(rest))
-	return fmt.Sprintf("%016x", h.Sum64())
+	// FNV-1a, 64 bits, as hash/fnv's New64a, without its allocation.
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(rest); i++ {
+		h ^= uint64(rest[i])
+		h *= 1099511628211
+	}
+	const hex = "0123456789abcdef"
+	for shift := 60; shift >= 0; shift -= 4 {
+		b = append(b, hex[h>>uint(shift)&0xf])
+	}
+	return b
 }
 
 // Bounds on a rule's parameters beyond which the scripts' arithmetic
@@ -54,6 +80,30 @@ const (
 type hitArgs struct {
 	script *goredis.Script
 	args   []any
+}
+
+// maxCachedRules bounds Store.rules: a program makes a few rules, one per
+// limiter, and a program that makes them without end still gets its
+// arguments, computed each time.
+const maxCachedRules = 1024
+
+// hitArgs returns ruleArgs(rule), kept for rules of a comparable type (as
+// porch's are): a hit needs them twice, when it is queued and when it is
+// sent, and computing them allocates.
+func (s *Store) hitArgs(rule driver.Rule) (hitArgs, error) {
+	if t := reflect.TypeOf(rule); t == nil || !t.Comparable() {
+		return ruleArgs(rule)
+	}
+	if a, ok := s.rules.Load(rule); ok {
+		return a.(hitArgs), nil
+	}
+	a, err := ruleArgs(rule)
+	if err == nil && s.ruleCount.Load() < maxCachedRules {
+		if _, loaded := s.rules.LoadOrStore(rule, a); !loaded {
+			s.ruleCount.Add(1)
+		}
+	}
+	return a, err
 }
 
 // ruleArgs returns rule's script and arguments, or an error for a rule the
@@ -111,7 +161,7 @@ func (s *Store) AddHit(key string, rule driver.Rule, n int64, done func(driver.H
 // AddLeased is AddHit with a lease's hold and settlement (see
 // driver.SharedCounters.AddLeased).
 func (s *Store) AddLeased(key string, rule driver.Rule, n int64, lease driver.Lease, done func(driver.Hit, error)) error {
-	if _, err := ruleArgs(rule); err != nil {
+	if _, err := s.hitArgs(rule); err != nil {
 		return err
 	}
 	if n < 1 || n > maxLimit {
@@ -126,7 +176,7 @@ func (s *Store) AddLeased(key string, rule driver.Rule, n int64, lease driver.Le
 
 // PeekHit queues a read of key's state, advanced to the server's clock.
 func (s *Store) PeekHit(key string, rule driver.Rule, done func(driver.Hit, error)) error {
-	if _, err := ruleArgs(rule); err != nil {
+	if _, err := s.hitArgs(rule); err != nil {
 		return err
 	}
 	return s.commit.Enqueue(commit.Op{Peek: &commit.Hit{Key: key, Rule: rule, Done: done}})
@@ -236,24 +286,26 @@ func (s *Store) writeBatch(batch []commit.Op) error {
 		time.Sleep(s.opt.CommitDelay) // fault injection: a slow server
 	}
 	calls := make([]*call, 0, len(batch))
+	all := make([]call, len(batch)) // one allocation for the batch's calls
 	for i := range batch {
 		o := &batch[i]
-		c := &call{op: o}
+		c := &all[i]
+		c.op = o
 		switch {
 		case o.Hit != nil:
-			a, err := ruleArgs(o.Hit.Rule)
+			a, err := s.hitArgs(o.Hit.Rule)
 			if err != nil {
 				o.Settled, o.Failed = true, err
 				continue
 			}
-			c.script, c.key, c.args = a.script, s.counterKey(o.Hit.Key), append([]any{o.Hit.N}, a.args...)
+			c.script, c.key, c.args = a.script, s.counterKey(o.Hit.Key), append(append(make([]any, 0, 5+len(a.args)), o.Hit.N), a.args...)
 			if h := o.Hit; h.Held > 0 || h.Settled > 0 || h.Adopted > 0 {
 				// After the rule's: fixed and sliding windows only, whose
 				// arguments are the limit and the window.
 				c.args = append(c.args, h.Held, h.Settled, h.LeaseStart, h.Adopted)
 			}
 		case o.Peek != nil:
-			a, err := ruleArgs(o.Peek.Rule)
+			a, err := s.hitArgs(o.Peek.Rule)
 			if err != nil {
 				o.Settled, o.Failed = true, err
 				continue
