@@ -846,6 +846,11 @@ func TestBatchScriptKeepsEachHitsOutcome(t *testing.T) {
 		if got := stored(t, s, k); got != want {
 			t.Errorf("%s: stored %d, want %d", k, got, want)
 		}
+		// Each expires as its last hit set: within its window (two for
+		// a sliding one), never kept for ever.
+		if ttl := c.PTTL(ctx, s.counterKey(k)).Val(); ttl <= 0 || ttl > 2*time.Hour {
+			t.Errorf("%s: expires in %s", k, ttl)
+		}
 	}
 }
 

@@ -259,37 +259,107 @@ return {1, was}
 // as a function of its key, the batch's now (one TIME: the script is
 // atomic, so every hit is decided as though all arrived within that
 // millisecond, in order) and its arguments, under pcall, so that a hit
-// whose command fails (a foreign value at its key, an out-of-memory
-// server) gets its own error and the others stand, as they do as
-// separate calls of a pipeline: a failed hit writes nothing (every body
-// writes last), and the hits before it stay written. Returns five values
-// per hit, its script's reply or its error followed by four zeros.
-var luaBatch = luaCommon + hitFunction("hit_fixed", bodyFixed) + hitFunction("hit_sliding", bodySliding) +
+// whose command fails (a foreign value at its key) gets its own error and
+// the others stand, as they do as separate calls of a pipeline.
+//
+// The bodies' HMGET, HSET and PEXPIREAT go to a view of the batch's
+// hashes (kv): a key is read once, its hits read and write the view in
+// order, and what they wrote is written back once at the end, one HSET of
+// the fields they set and their last expiry. So a key's state after the
+// batch, and every verdict, are a serial run's; a key that many of the
+// batch's hits share (one busy client) costs the server three commands,
+// not three per hit. A write-back that fails (an out-of-memory server)
+// fails every hit that read the key, answered or not.
+//
+// Returns five values per hit: its script's reply, or its error followed
+// by four zeros.
+var luaBatch = luaCommon + `
+local batch_now = now_ms()
+local view, order, cur = {}, {}, 0
+local fields = {'s', 'c', 'p', 'w', 'l', 'ls'}
+local function kv(cmd, k, ...)
+  local e = view[k]
+  if cmd == 'HMGET' then
+    if not e then
+      local v = redis.call('HMGET', k, 's', 'c', 'p', 'w', 'l', 'ls')
+      e = {h = {}, set = {}, hits = {}}
+      for i = 1, 6 do e.h[fields[i]] = v[i] end
+      view[k] = e
+      order[#order + 1] = k
+    end
+    e.hits[#e.hits + 1] = cur
+    local out = {}
+    for i = 1, select('#', ...) do
+      local v = e.h[(select(i, ...))]
+      if v == nil then error({err = 'ERR batch script: a hash field outside its view'}) end
+      out[i] = v
+    end
+    return out
+  end
+  if not e then error({err = 'ERR batch script: a write before its key was read'}) end
+  if cmd == 'HSET' then
+    for i = 1, select('#', ...), 2 do
+      local f, v = select(i, ...)
+      e.h[f], e.set[f], e.dirty = v, true, true
+    end
+    return 0
+  end
+  if cmd == 'PEXPIREAT' then
+    local t = ...
+    -- every body's expiry is after now; one that is not would delete the
+    -- key at once, which the view does not model
+    if tonumber(t) <= batch_now then error({err = 'ERR batch script: an expiry not after now'}) end
+    e.exp, e.dirty = t, true
+    return 1
+  end
+  error({err = 'ERR batch script: ' .. tostring(cmd) .. ' outside its view'})
+end
+` + hitFunction("hit_fixed", bodyFixed) + hitFunction("hit_sliding", bodySliding) +
 	hitFunction("hit_gcra", bodyGCRA) + `
-local now = now_ms()
+local function failed(r)
+  if type(r) == 'table' and r.err then return {err = r.err} end
+  return {err = 'ERR ' .. tostring(r)}
+end
 local fns = {f = hit_fixed, s = hit_sliding, g = hit_gcra}
 local out, o = {}, 0
 for i = 1, #KEYS do
+  cur = i
   local f, m = fns[ARGV[o + 1]], tonumber(ARGV[o + 2])
-  local ok, r = pcall(f, KEYS[i], now, unpack(ARGV, o + 3, o + 2 + m))
+  local ok, r = pcall(f, KEYS[i], batch_now, unpack(ARGV, o + 3, o + 2 + m))
   o = o + 2 + m
+  if not ok then r = {failed(r), 0, 0, 0, 0} end
   local j = 5 * (i - 1)
-  if not ok then
-    if type(r) == 'table' and r.err then r = {err = r.err} else r = {err = 'ERR ' .. tostring(r)} end
-    r = {r, 0, 0, 0, 0}
-  end
   out[j + 1], out[j + 2], out[j + 3], out[j + 4], out[j + 5] = r[1], r[2], r[3], r[4], r[5]
+end
+for _, k in ipairs(order) do
+  local e = view[k]
+  if e.dirty then
+    local args = {}
+    for f in pairs(e.set) do
+      args[#args + 1] = f
+      args[#args + 1] = e.h[f]
+    end
+    local ok, r = pcall(redis.call, 'HSET', k, unpack(args))
+    if ok and e.exp then ok, r = pcall(redis.call, 'PEXPIREAT', k, e.exp) end
+    if not ok then
+      for _, i in ipairs(e.hits) do
+        local j = 5 * (i - 1)
+        out[j + 1], out[j + 2], out[j + 3], out[j + 4], out[j + 5] = failed(r), 0, 0, 0, 0
+      end
+    end
+  end
 end
 return out
 `
 
 // hitFunction is a hit script's body as a Lua function of its key, now
-// and its arguments (ARGV[1] … ARGV[7] become a1 … a7), for luaBatch.
+// and its arguments (ARGV[1] … ARGV[7] become a1 … a7), whose commands
+// go to luaBatch's view (kv).
 func hitFunction(name, body string) string {
-	r := strings.NewReplacer("local now = now_ms()\n", "",
+	r := strings.NewReplacer("local now = now_ms()\n", "", "redis.call(", "kv(",
 		"ARGV[1]", "a1", "ARGV[2]", "a2", "ARGV[3]", "a3", "ARGV[4]", "a4", "ARGV[5]", "a5", "ARGV[6]", "a6", "ARGV[7]", "a7")
 	f := r.Replace(body)
-	if strings.Contains(f, "now_ms") || strings.Contains(f, "ARGV") || strings.Contains(f, "KEYS") {
+	if strings.Contains(f, "now_ms") || strings.Contains(f, "ARGV") || strings.Contains(f, "KEYS") || strings.Contains(f, "redis.") {
 		panic("redis: a hit script's body reads what luaBatch does not pass it")
 	}
 	return "local function " + name + "(key, now, a1, a2, a3, a4, a5, a6, a7)\n" + f + "end\n"
