@@ -277,6 +277,8 @@ var luaBatch = luaCommon + `
 local batch_now = now_ms()
 local view, order, cur = {}, {}, 0
 local fields = {'s', 'c', 'p', 'w', 'l', 'ls'}
+-- the bodies' int(x) for the view: x is formatted once, at the write-back
+local function num(x) return x end
 local function kv(cmd, k, ...)
   local e = view[k]
   if cmd == 'HMGET' then
@@ -336,11 +338,13 @@ for _, k in ipairs(order) do
   if e.dirty then
     local args = {}
     for f in pairs(e.set) do
+      local v = e.h[f]
+      if type(v) == 'number' then v = int(v) end
       args[#args + 1] = f
-      args[#args + 1] = e.h[f]
+      args[#args + 1] = v
     end
     local ok, r = pcall(redis.call, 'HSET', k, unpack(args))
-    if ok and e.exp then ok, r = pcall(redis.call, 'PEXPIREAT', k, e.exp) end
+    if ok and e.exp then ok, r = pcall(redis.call, 'PEXPIREAT', k, int(e.exp)) end
     if not ok then
       for _, i in ipairs(e.hits) do
         local j = 5 * (i - 1)
@@ -354,9 +358,10 @@ return out
 
 // hitFunction is a hit script's body as a Lua function of its key, now
 // and its arguments (ARGV[1] … ARGV[7] become a1 … a7), whose commands
-// go to luaBatch's view (kv).
+// go to luaBatch's view (kv), with the numbers they write left unformatted
+// until the write-back.
 func hitFunction(name, body string) string {
-	r := strings.NewReplacer("local now = now_ms()\n", "", "redis.call(", "kv(",
+	r := strings.NewReplacer("local now = now_ms()\n", "", "redis.call(", "kv(", "int(", "num(",
 		"ARGV[1]", "a1", "ARGV[2]", "a2", "ARGV[3]", "a3", "ARGV[4]", "a4", "ARGV[5]", "a5", "ARGV[6]", "a6", "ARGV[7]", "a7")
 	f := r.Replace(body)
 	if strings.Contains(f, "now_ms") || strings.Contains(f, "ARGV") || strings.Contains(f, "KEYS") || strings.Contains(f, "redis.") {
