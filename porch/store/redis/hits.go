@@ -535,8 +535,16 @@ func (c *call) evalArgs() []any {
 	for _, m := range c.members {
 		args = append(args, m.key)
 	}
+	hits := make(map[string]int, len(c.members))
 	for _, m := range c.members {
-		args = append(args, batchCodes[m.script], len(m.args))
+		hits[m.key]++
+	}
+	for _, m := range c.members {
+		code := batchCodes[m.script]
+		if hits[m.key] > 1 {
+			code = viewCodes[m.script]
+		}
+		args = append(args, code, len(m.args))
 		args = append(args, m.args...)
 	}
 	return args

@@ -262,14 +262,16 @@ return {1, was}
 // whose command fails (a foreign value at its key) gets its own error and
 // the others stand, as they do as separate calls of a pipeline.
 //
-// The bodies' HMGET, HSET and PEXPIREAT go to a view of the batch's
-// hashes (kv): a key is read once, its hits read and write the view in
-// order, and what they wrote is written back once at the end, one HSET of
-// the fields they set and their last expiry. So a key's state after the
-// batch, and every verdict, are a serial run's; a key that many of the
-// batch's hits share (one busy client) costs the server three commands,
-// not three per hit. A write-back that fails (an out-of-memory server)
-// fails every hit that read the key, answered or not.
+// The hits of a key that several of the batch's hits share (one busy
+// client; ARGV names their algorithm in capitals: F, S, G) send their
+// HMGET, HSET and PEXPIREAT to a view of its hash (kv): the key is read
+// once, its hits read and write the view in order, and what they wrote is
+// written back once at the end, one HSET of the fields they set and their
+// last expiry. So its state after the batch, and every verdict, are a
+// serial run's, at three commands for the key, not three per hit. A
+// write-back that fails (an out-of-memory server) fails every hit that
+// read the key, answered or not. A key with one hit in the batch goes to
+// the server directly: the view would only add to its cost.
 //
 // Returns five values per hit: its script's reply, or its error followed
 // by four zeros.
@@ -316,13 +318,14 @@ local function kv(cmd, k, ...)
   end
   error({err = 'ERR batch script: ' .. tostring(cmd) .. ' outside its view'})
 end
-` + hitFunction("hit_fixed", bodyFixed) + hitFunction("hit_sliding", bodySliding) +
-	hitFunction("hit_gcra", bodyGCRA) + `
+` + hitFunction("hit_fixed", bodyFixed, false) + hitFunction("hit_sliding", bodySliding, false) +
+	hitFunction("hit_gcra", bodyGCRA, false) + hitFunction("view_fixed", bodyFixed, true) +
+	hitFunction("view_sliding", bodySliding, true) + hitFunction("view_gcra", bodyGCRA, true) + `
 local function failed(r)
   if type(r) == 'table' and r.err then return {err = r.err} end
   return {err = 'ERR ' .. tostring(r)}
 end
-local fns = {f = hit_fixed, s = hit_sliding, g = hit_gcra}
+local fns = {f = hit_fixed, s = hit_sliding, g = hit_gcra, F = view_fixed, S = view_sliding, G = view_gcra}
 local out, o = {}, 0
 for i = 1, #KEYS do
   cur = i
@@ -357,14 +360,17 @@ return out
 `
 
 // hitFunction is a hit script's body as a Lua function of its key, now
-// and its arguments (ARGV[1] … ARGV[7] become a1 … a7), whose commands
-// go to luaBatch's view (kv), with the numbers they write left unformatted
-// until the write-back.
-func hitFunction(name, body string) string {
-	r := strings.NewReplacer("local now = now_ms()\n", "", "redis.call(", "kv(", "int(", "num(",
+// and its arguments (ARGV[1] … ARGV[7] become a1 … a7); viewed, its
+// commands go to luaBatch's view (kv), with the numbers they write left
+// unformatted until the write-back.
+func hitFunction(name, body string, viewed bool) string {
+	r := strings.NewReplacer("local now = now_ms()\n", "",
 		"ARGV[1]", "a1", "ARGV[2]", "a2", "ARGV[3]", "a3", "ARGV[4]", "a4", "ARGV[5]", "a5", "ARGV[6]", "a6", "ARGV[7]", "a7")
 	f := r.Replace(body)
-	if strings.Contains(f, "now_ms") || strings.Contains(f, "ARGV") || strings.Contains(f, "KEYS") || strings.Contains(f, "redis.") {
+	if viewed {
+		f = strings.NewReplacer("redis.call(", "kv(", "int(", "num(").Replace(f)
+	}
+	if strings.Contains(f, "now_ms") || strings.Contains(f, "ARGV") || strings.Contains(f, "KEYS") || viewed && strings.Contains(f, "redis.") {
 		panic("redis: a hit script's body reads what luaBatch does not pass it")
 	}
 	return "local function " + name + "(key, now, a1, a2, a3, a4, a5, a6, a7)\n" + f + "end\n"
@@ -381,8 +387,10 @@ var (
 
 	allScripts = []*goredis.Script{scriptFixed, scriptSliding, scriptGCRA, scriptReset, scriptTakeBack, scriptClaim, scriptBatch}
 
-	// batchCodes name a hit script's body in luaBatch's ARGV.
+	// batchCodes name a hit script's body in luaBatch's ARGV, and
+	// viewCodes its viewed one, for keys with several hits in the call.
 	batchCodes = map[*goredis.Script]string{scriptFixed: "f", scriptSliding: "s", scriptGCRA: "g"}
+	viewCodes  = map[*goredis.Script]string{scriptFixed: "F", scriptSliding: "S", scriptGCRA: "G"}
 
 	// hitScripts are the add (and peek) scripts by driver.Rule's Algorithm.
 	hitScripts = map[string]*goredis.Script{"fixed": scriptFixed, "sliding": scriptSliding, "gcra": scriptGCRA}
