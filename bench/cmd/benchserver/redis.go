@@ -57,15 +57,28 @@ func redisClient(cfg config, app *porch.App) (*goredis.Client, string) {
 	return c, prefix
 }
 
-// deletePrefix removes a run's keys from the shared server.
+// deletePrefix removes a run's keys from the shared server: each page of
+// SCAN's in one UNLINK. A many-keys row leaves some 130,000 keys, which
+// one UNLINK round trip per key did not remove within the shutdown's
+// budget ("closer timed out"), leaving them to weigh on later rows for
+// the hour they live.
 func deletePrefix(ctx context.Context, c *goredis.Client, prefix string) error {
-	iter := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-	for iter.Next(ctx) {
-		if err := c.Unlink(ctx, iter.Val()).Err(); err != nil {
+	var cursor uint64
+	for {
+		keys, next, err := c.Scan(ctx, cursor, prefix+"*", 10000).Result()
+		if err != nil {
 			return err
 		}
+		if len(keys) > 0 {
+			if err := c.Unlink(ctx, keys...).Err(); err != nil {
+				return err
+			}
+		}
+		if next == 0 {
+			return nil
+		}
+		cursor = next
 	}
-	return iter.Err()
 }
 
 func porchRedis(ctx context.Context, cfg config, app *porch.App, clk clock.Clock) (func(http.Handler) http.Handler, statser, error) {

@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -738,4 +739,136 @@ func TestNoscriptReordersResetAndHit(t *testing.T) {
 	if h.Allowed && cnt < 1 {
 		t.Errorf("the hit after the reset was answered allowed (count %d) but Redis holds %d: the reset ran after it", h.State.Count, cnt)
 	}
+}
+
+// One batch of hits and peeks on several keys and rules runs as one
+// script call per run of them (a reset ends a run), and each hit keeps
+// its own outcome: the verdicts a serial run gives, and a hit on a key
+// holding a foreign value fails alone while the hits around it count.
+func TestBatchScriptKeepsEachHitsOutcome(t *testing.T) {
+	srv := redistest.StartServer(t)
+	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { c.Close() })
+	s, err := Open(context.Background(), c, Options{Options: store.Options{CommitDelay: 200 * time.Millisecond}, Timeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close(context.Background()) })
+	ctx := context.Background()
+	if err := c.Set(ctx, s.counterKey("rate:x:p:foreign"), "not a hash", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	fixed := algorithm.MustRule(algorithm.Fixed, 3, time.Hour, 0)
+	sliding := algorithm.MustRule(algorithm.Sliding, 2, time.Hour, 0)
+	gcra := algorithm.MustRule(algorithm.GCRA, 2, time.Hour, 0)
+	type step struct {
+		key   string
+		rule  driver.Rule
+		n     int64 // 0: a peek; -1: a reset
+		allow bool
+		count int64
+		fails bool
+	}
+	steps := []step{
+		{key: "rate:f:p:a", rule: fixed, n: 1, allow: true, count: 1},
+		{key: "rate:s:p:a", rule: sliding, n: 1, allow: true, count: 1},
+		{key: "rate:f:p:a", rule: fixed, n: 2, allow: true, count: 3},
+		{key: "rate:x:p:foreign", rule: fixed, n: 1, fails: true},
+		{key: "rate:g:p:a", rule: gcra, n: 2, allow: true, count: 2},
+		{key: "rate:f:p:a", rule: fixed, n: 1, allow: false, count: 3},
+		{key: "rate:s:p:a", rule: sliding, n: 2, allow: false, count: 1},
+		{key: "rate:g:p:a", rule: gcra, n: 1, allow: false, count: 2},
+		{key: "rate:s:p:a", rule: sliding, n: 1, allow: true, count: 2},
+		{key: "rate:f:p:a", rule: fixed, n: 0, allow: false, count: 3},
+		{key: "rate:f:p:a", n: -1},
+		{key: "rate:f:p:a", rule: fixed, n: 3, allow: true, count: 3},
+		{key: "rate:x:p:foreign", rule: fixed, n: 0, fails: true},
+		{key: "rate:f:p:a", rule: fixed, n: 1, allow: false, count: 3},
+	}
+	before := evalshaCalls(t, c)
+	// The first hit holds the committer (CommitDelay) while the rest
+	// queue into the next batch.
+	first := make(chan error, 1)
+	if err := s.PeekHit("rate:f:p:other", fixed, func(_ driver.Hit, err error) { first <- err }); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	type answer struct {
+		h   driver.Hit
+		err error
+	}
+	answers := make([]chan answer, len(steps))
+	for i, st := range steps {
+		ch := make(chan answer, 1)
+		answers[i] = ch
+		done := func(h driver.Hit, err error) { ch <- answer{h, err} }
+		switch {
+		case st.n < 0:
+			err = s.ResetHit(st.key, func(err error) { ch <- answer{err: err} })
+		case st.n == 0:
+			err = s.PeekHit(st.key, st.rule, done)
+		default:
+			err = s.AddHit(st.key, st.rule, st.n, done)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	for i, st := range steps {
+		a := <-answers[i]
+		switch {
+		case st.n < 0:
+			if a.err != nil {
+				t.Errorf("step %d: reset: %v", i, a.err)
+			}
+		case st.fails:
+			if a.err == nil || !strings.Contains(a.err.Error(), "WRONGTYPE") {
+				t.Errorf("step %d: %s on a foreign value: %+v, %v; want its own WRONGTYPE error", i, st.key, a.h, a.err)
+			}
+		case a.err != nil:
+			t.Errorf("step %d: %s n=%d: %v", i, st.key, st.n, a.err)
+		case a.h.Allowed != st.allow || a.h.State.Count != st.count:
+			t.Errorf("step %d: %s n=%d: allowed %v count %d, want %v %d", i, st.key, st.n, a.h.Allowed, a.h.State.Count, st.allow, st.count)
+		}
+	}
+	if err := s.Health(ctx); err != nil {
+		t.Errorf("Health after a hit failed alone: %v", err)
+	}
+	// The peek, then the steps as two runs and the reset between them (3
+	// if the peek was still queued when they joined it).
+	if n := evalshaCalls(t, c) - before; n > 4 {
+		t.Errorf("%d EVALSHA calls for the peek and %d steps, want at most 4: one per run of hits and one for the reset", n, len(steps))
+	}
+	for k, want := range map[string]int64{"rate:f:p:a": 3, "rate:s:p:a": 2, "rate:g:p:a": 2} {
+		if got := stored(t, s, k); got != want {
+			t.Errorf("%s: stored %d, want %d", k, got, want)
+		}
+		// Each expires as its last hit set: within its window (two for
+		// a sliding one), never kept for ever.
+		if ttl := c.PTTL(ctx, s.counterKey(k)).Val(); ttl <= 0 || ttl > 2*time.Hour {
+			t.Errorf("%s: expires in %s", k, ttl)
+		}
+	}
+}
+
+// evalshaCalls reads how many EVALSHA calls c's server has run.
+func evalshaCalls(t *testing.T, c *goredis.Client) int64 {
+	t.Helper()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := infoField(info, "cmdstat_evalsha")
+	if v == "" {
+		return 0 // none yet
+	}
+	calls, _, _ := strings.Cut(strings.TrimPrefix(v, "calls="), ",")
+	n, err := strconv.ParseInt(calls, 10, 64)
+	if err != nil {
+		t.Fatalf("cmdstat_evalsha %q: %v", v, err)
+	}
+	return n
 }

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -25,21 +25,47 @@ import (
 // hex, so it never holds a brace whatever bytes the principal has. Each
 // hit is still its own script: a rate.All's members count separately,
 // and give a refused request's hits back (TakeBack), as on the SQL stores.
+//
+// It is built in one allocation: every hit's key is made here, on the
+// committer's goroutine.
 func (s *Store) counterKey(key string) string {
-	return s.opt.Prefix + "{" + hashTag(key) + "}" + key
+	var b strings.Builder
+	b.Grow(len(s.opt.Prefix) + 18 + len(key))
+	b.WriteString(s.opt.Prefix)
+	b.WriteByte('{')
+	var tag [16]byte
+	b.Write(appendHashTag(tag[:0], key))
+	b.WriteByte('}')
+	b.WriteString(key)
+	return b.String()
 }
 
 // hashTag is the hex digest of key's principal part (see counterKey).
 func hashTag(key string) string {
+	var tag [16]byte
+	return string(appendHashTag(tag[:0], key))
+}
+
+// appendHashTag appends the hex digest of key's principal part (see
+// counterKey): 16 lowercase hex digits of its 64-bit FNV-1a hash.
+func appendHashTag(b []byte, key string) []byte {
 	rest := key
 	if after, ok := strings.CutPrefix(key, "rate:"); ok {
 		if i := strings.IndexByte(after, ':'); i >= 0 {
 			rest = after[i+1:]
 		}
 	}
-	h := fnv.New64a()
-	h.Write([]byte(rest))
-	return fmt.Sprintf("%016x", h.Sum64())
+	// FNV-1a, 64 bits, as hash/fnv's New64a, without its allocation.
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(rest); i++ {
+		h ^= uint64(rest[i])
+		h *= 1099511628211
+	}
+	const hex = "0123456789abcdef"
+	for shift := 60; shift >= 0; shift -= 4 {
+		b = append(b, hex[h>>uint(shift)&0xf])
+	}
+	return b
 }
 
 // Bounds on a rule's parameters beyond which the scripts' arithmetic
@@ -54,6 +80,30 @@ const (
 type hitArgs struct {
 	script *goredis.Script
 	args   []any
+}
+
+// maxCachedRules bounds Store.rules: a program makes a few rules, one per
+// limiter, and a program that makes them without end still gets its
+// arguments, computed each time.
+const maxCachedRules = 1024
+
+// hitArgs returns ruleArgs(rule), kept for rules of a comparable type (as
+// porch's are): a hit needs them twice, when it is queued and when it is
+// sent, and computing them allocates.
+func (s *Store) hitArgs(rule driver.Rule) (hitArgs, error) {
+	if t := reflect.TypeOf(rule); t == nil || !t.Comparable() {
+		return ruleArgs(rule)
+	}
+	if a, ok := s.rules.Load(rule); ok {
+		return a.(hitArgs), nil
+	}
+	a, err := ruleArgs(rule)
+	if err == nil && s.ruleCount.Load() < maxCachedRules {
+		if _, loaded := s.rules.LoadOrStore(rule, a); !loaded {
+			s.ruleCount.Add(1)
+		}
+	}
+	return a, err
 }
 
 // ruleArgs returns rule's script and arguments, or an error for a rule the
@@ -111,7 +161,7 @@ func (s *Store) AddHit(key string, rule driver.Rule, n int64, done func(driver.H
 // AddLeased is AddHit with a lease's hold and settlement (see
 // driver.SharedCounters.AddLeased).
 func (s *Store) AddLeased(key string, rule driver.Rule, n int64, lease driver.Lease, done func(driver.Hit, error)) error {
-	if _, err := ruleArgs(rule); err != nil {
+	if _, err := s.hitArgs(rule); err != nil {
 		return err
 	}
 	if n < 1 || n > maxLimit {
@@ -126,7 +176,7 @@ func (s *Store) AddLeased(key string, rule driver.Rule, n int64, lease driver.Le
 
 // PeekHit queues a read of key's state, advanced to the server's clock.
 func (s *Store) PeekHit(key string, rule driver.Rule, done func(driver.Hit, error)) error {
-	if _, err := ruleArgs(rule); err != nil {
+	if _, err := s.hitArgs(rule); err != nil {
 		return err
 	}
 	return s.commit.Enqueue(commit.Op{Peek: &commit.Hit{Key: key, Rule: rule, Done: done}})
@@ -162,13 +212,66 @@ func (noRetry) NoRetry() bool { return true }
 // while a later call of its key ran (see writeBatch).
 var errOutOfOrder = errors.New("redis: the server lacked this call's script while a later call of its key ran; not sent again out of order, retry it")
 
-// call is one op's command in a batch's pipeline.
+// call is one op's command in a batch's pipeline, or one luaBatch call
+// of several (members).
 type call struct {
 	op     *commit.Op
 	script *goredis.Script // nil for Health's probe
 	key    string
 	args   []any
 	cmd    *goredis.Cmd
+	// members are a luaBatch call's hits, each with its own op, key,
+	// script and arguments, and no command of its own.
+	members []*call
+}
+
+// each calls f with c, or with each of a luaBatch call's members: the
+// calls that have an op and a key.
+func (c *call) each(f func(*call)) {
+	if c.members == nil {
+		f(c)
+		return
+	}
+	for _, m := range c.members {
+		f(m)
+	}
+}
+
+// maxMembers bounds a luaBatch call: the server runs nothing else while a
+// script runs.
+const maxMembers = 128
+
+// batchCalls replaces each run of two or more consecutive hits and peeks
+// in calls by one luaBatch call of them (at most maxMembers each): one
+// script call instead of one per hit, which is most of what a hit costs
+// the server. Runs end at every other op, so that every key's ops keep
+// their order. Not on a cluster, where one script's keys must share a
+// slot; a cluster sends each hit as its own call.
+func batchCalls(calls []*call) []*call {
+	out := calls[:0:0]
+	var run []*call
+	flush := func() {
+		switch {
+		case len(run) == 1:
+			out = append(out, run[0])
+		case len(run) > 1:
+			out = append(out, &call{script: scriptBatch, members: run})
+		}
+		run = nil
+	}
+	for _, c := range calls {
+		if batchCodes[c.script] == "" {
+			flush()
+			out = append(out, c)
+			continue
+		}
+		run = append(run, c)
+		if len(run) == maxMembers {
+			flush()
+		}
+	}
+	flush()
+	return out
 }
 
 // writeBatch sends every op of batch as one EVALSHA each, in arrival
@@ -183,24 +286,26 @@ func (s *Store) writeBatch(batch []commit.Op) error {
 		time.Sleep(s.opt.CommitDelay) // fault injection: a slow server
 	}
 	calls := make([]*call, 0, len(batch))
+	all := make([]call, len(batch)) // one allocation for the batch's calls
 	for i := range batch {
 		o := &batch[i]
-		c := &call{op: o}
+		c := &all[i]
+		c.op = o
 		switch {
 		case o.Hit != nil:
-			a, err := ruleArgs(o.Hit.Rule)
+			a, err := s.hitArgs(o.Hit.Rule)
 			if err != nil {
 				o.Settled, o.Failed = true, err
 				continue
 			}
-			c.script, c.key, c.args = a.script, s.counterKey(o.Hit.Key), append([]any{o.Hit.N}, a.args...)
+			c.script, c.key, c.args = a.script, s.counterKey(o.Hit.Key), append(append(make([]any, 0, 5+len(a.args)), o.Hit.N), a.args...)
 			if h := o.Hit; h.Held > 0 || h.Settled > 0 || h.Adopted > 0 {
 				// After the rule's: fixed and sliding windows only, whose
 				// arguments are the limit and the window.
 				c.args = append(c.args, h.Held, h.Settled, h.LeaseStart, h.Adopted)
 			}
 		case o.Peek != nil:
-			a, err := ruleArgs(o.Peek.Rule)
+			a, err := s.hitArgs(o.Peek.Rule)
 			if err != nil {
 				o.Settled, o.Failed = true, err
 				continue
@@ -226,6 +331,9 @@ func (s *Store) writeBatch(batch []commit.Op) error {
 	if len(calls) == 0 {
 		return nil
 	}
+	if !s.cluster {
+		calls = batchCalls(calls)
+	}
 	err := s.watched(calls)
 	if s.opt.Replicas > 0 {
 		s.logShort(err)
@@ -244,16 +352,19 @@ func (s *Store) run(calls []*call) error {
 	for i := len(calls) - 1; i >= 0; i-- {
 		c := calls[i]
 		if c.script == nil || !goredis.HasErrorPrefix(c.cmd.Err(), "NOSCRIPT") {
-			ran[c.key] = true
+			c.each(func(m *call) { ran[m.key] = true })
 			continue
 		}
-		if ran[c.key] {
-			// A later call of this key ran without it (the server had some
-			// scripts and not others: a reload under way): sent again now,
-			// it would run out of order — a reset after a hit it should
-			// have come before erases a count answered allowed. It fails
-			// instead, and its caller retries it.
-			c.op.Settled, c.op.Failed = true, errOutOfOrder
+		later := false
+		c.each(func(m *call) { later = later || ran[m.key] })
+		if later {
+			// A later call of one of its keys ran without it (the server
+			// had some scripts and not others: a reload under way): sent
+			// again now, it would run out of order — a reset after a hit
+			// it should have come before erases a count answered allowed.
+			// It fails instead (every member of a luaBatch call), and its
+			// caller retries it.
+			c.each(func(m *call) { m.op.Settled, m.op.Failed = true, errOutOfOrder })
 			c.cmd = nil
 			continue
 		}
@@ -347,8 +458,7 @@ func (s *Store) pipe(ctx context.Context, on goredis.Cmdable, calls []*call) err
 			pipe.Process(ctx, c.cmd)
 			continue
 		}
-		args := append([]any{"evalsha", c.script.Hash(), 1, c.key}, c.args...)
-		c.cmd = goredis.NewCmd(ctx, args...)
+		c.cmd = goredis.NewCmd(ctx, c.evalArgs()...)
 		pipe.Process(ctx, noRetry{c.cmd})
 	}
 	var waitAOF *goredis.IntSliceCmd
@@ -412,36 +522,109 @@ func (s *Store) logShort(err error) {
 	}
 }
 
-// settle fills in c's op from its command's reply, and returns its error.
+// evalArgs are c's EVALSHA command.
+func (c *call) evalArgs() []any {
+	if c.members == nil {
+		return append([]any{"evalsha", c.script.Hash(), 1, c.key}, c.args...)
+	}
+	n := 3 + len(c.members)
+	for _, m := range c.members {
+		n += 2 + len(m.args)
+	}
+	args := append(make([]any, 0, n), "evalsha", c.script.Hash(), len(c.members))
+	for _, m := range c.members {
+		args = append(args, m.key)
+	}
+	hits := make(map[string]int, len(c.members))
+	for _, m := range c.members {
+		hits[m.key]++
+	}
+	for _, m := range c.members {
+		code := batchCodes[m.script]
+		if hits[m.key] > 1 {
+			code = viewCodes[m.script]
+		}
+		args = append(args, code, len(m.args))
+		args = append(args, m.args...)
+	}
+	return args
+}
+
+// settle fills in c's op, or its members', from its command's reply, and
+// returns its error: for a luaBatch call, the first member's error that
+// is not its own op's (see opOnly), else the first one.
 func (s *Store) settle(c *call) error {
-	o := c.op
 	if c.cmd == nil {
 		return nil // failed alone, unsent (see errOutOfOrder)
 	}
+	if c.members == nil {
+		c.op.Settled = true
+		if err := c.cmd.Err(); err != nil {
+			c.op.Failed = fmt.Errorf("redis: %w", err)
+			return err
+		}
+		if c.script == nil || c.op.Reset != nil || c.op.TakeBack != nil {
+			return nil
+		}
+		v, err := c.cmd.Slice()
+		return settleHit(c.op, v, err)
+	}
+	v, err := c.cmd.Slice()
+	if err == nil && len(v) != 5*len(c.members) {
+		err = fmt.Errorf("redis: batch script reply: want %d values, got %d", 5*len(c.members), len(v))
+	}
+	if err != nil {
+		for _, m := range c.members {
+			settleHit(m.op, nil, err)
+		}
+		return err
+	}
+	var first error
+	for i, m := range c.members {
+		err := settleHit(m.op, v[5*i:5*i+5], nil)
+		if err != nil && (first == nil || opOnly(first) && !opOnly(err)) {
+			first = err
+		}
+	}
+	return first
+}
+
+// settleHit fills in hit or peek o from its script's reply v (or the
+// command's error err), and returns its error.
+func settleHit(o *commit.Op, v []any, err error) error {
 	o.Settled = true
-	if err := c.cmd.Err(); err != nil {
+	if err == nil && len(v) > 0 {
+		if rerr, ok := v[0].(error); ok {
+			err = rerr // its own command's error, in a luaBatch reply
+		}
+	}
+	if err != nil {
 		o.Failed = fmt.Errorf("redis: %w", err)
 		return err
 	}
-	if c.script == nil || o.Reset != nil || o.TakeBack != nil {
-		return nil
-	}
-	h := o.Hit
-	if h == nil {
-		h = o.Peek
-	}
-	v, err := c.cmd.Int64Slice()
-	if err == nil && len(v) != 5 {
+	var n [5]int64
+	if len(v) != 5 {
 		err = fmt.Errorf("want 5 integers, got %d", len(v))
+	}
+	for i := 0; err == nil && i < 5; i++ {
+		x, ok := v[i].(int64)
+		if !ok {
+			err = fmt.Errorf("want 5 integers, got %T at %d", v[i], i)
+		}
+		n[i] = x
 	}
 	if err != nil {
 		o.Failed = fmt.Errorf("redis: script reply: %w", err)
 		return o.Failed
 	}
+	h := o.Hit
+	if h == nil {
+		h = o.Peek
+	}
 	h.Result = driver.Hit{
-		Allowed: v[0] == 1,
-		State:   driver.State{Start: time.UnixMilli(v[1]), Count: v[2], Prev: v[3]},
-		Now:     time.UnixMilli(v[4]),
+		Allowed: n[0] == 1,
+		State:   driver.State{Start: time.UnixMilli(n[1]), Count: n[2], Prev: n[3]},
+		Now:     time.UnixMilli(n[4]),
 	}
 	return nil
 }

@@ -245,7 +245,7 @@ func (s *Store) watched(calls []*call) error {
 		// outcome included, unless that server may count.
 		if err := s.judge(); err != nil {
 			for _, c := range calls {
-				c.op.Settled, c.op.Failed = false, nil
+				c.each(func(m *call) { m.op.Settled, m.op.Failed = false, nil })
 			}
 			return err
 		}

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -88,6 +89,9 @@ type Store struct {
 	commit  *commit.Committer
 
 	watch primaryWatch // judges a new primary (see verify)
+
+	rules     sync.Map     // driver.Rule → hitArgs (see hitArgs)
+	ruleCount atomic.Int64 // entries in rules
 
 	claims   policy.Claims
 	policyMu sync.Mutex               // serializes claims, releases and heartbeats; protects held

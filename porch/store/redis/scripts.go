@@ -1,6 +1,8 @@
 package redis
 
 import (
+	"strings"
+
 	goredis "github.com/redis/go-redis/v9"
 )
 
@@ -78,7 +80,7 @@ end
 // and a lease's held (of n), settled, its start and adopted (absent: 0).
 // Returns
 // {allowed, start, count, prev, now}.
-const luaFixed = luaCommon + `
+const bodyFixed = `
 local n, limit, w = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local held, settled, ss, adopted = tonumber(ARGV[4]) or 0, tonumber(ARGV[5]) or 0, tonumber(ARGV[6]) or 0, tonumber(ARGV[7]) or 0
 local now = now_ms()
@@ -97,9 +99,11 @@ redis.call('PEXPIREAT', key, int(s + w))
 return {1, s, c, 0, now}
 `
 
+const luaFixed = luaCommon + bodyFixed
+
 // luaSliding: ARGV n (0: peek), limit, w (the window, whole ms), and a
 // lease's as luaFixed's.
-const luaSliding = luaCommon + `
+const bodySliding = `
 local n, limit, w = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local held, settled, ss, adopted = tonumber(ARGV[4]) or 0, tonumber(ARGV[5]) or 0, tonumber(ARGV[6]) or 0, tonumber(ARGV[7]) or 0
 local now = now_ms()
@@ -130,9 +134,11 @@ redis.call('PEXPIREAT', key, int(s + 2 * w))
 return {1, s, c, p, now}
 `
 
+const luaSliding = luaCommon + bodySliding
+
 // luaGCRA: ARGV n (0: peek), burst, tq and tr (the interval: tq ms and
 // tr ns, tr < 10^6), w (the window rounded up to ms, a reset's life).
-const luaGCRA = luaCommon + `
+const bodyGCRA = `
 local n, burst, tq, tr, w = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local M = 1000000
 -- start + k intervals, as whole ms and a remainder in ns
@@ -164,6 +170,8 @@ redis.call('HSET', key, 's', int(s), 'c', int(c), 'p', '0', 'w', int(w))
 redis.call('PEXPIREAT', key, int(tm))
 return {1, s, c, 0, now}
 `
+
+const luaGCRA = luaCommon + bodyGCRA
 
 // luaReset starts a live state over: start max(now, start + 1 ms), so
 // that a reset window never starts where the old one did (a late
@@ -244,6 +252,130 @@ redis.call('PEXPIREAT', key, int(last))
 return {1, was}
 `
 
+// luaBatch runs several hits and peeks, of any keys on this node, in one
+// call: KEYS are their keys in arrival order, and ARGV holds for each
+// its algorithm (f, s or g), how many arguments follow, and the
+// arguments its own script takes. Each runs the body of its own script,
+// as a function of its key, the batch's now (one TIME: the script is
+// atomic, so every hit is decided as though all arrived within that
+// millisecond, in order) and its arguments, under pcall, so that a hit
+// whose command fails (a foreign value at its key) gets its own error and
+// the others stand, as they do as separate calls of a pipeline.
+//
+// The hits of a key that several of the batch's hits share (one busy
+// client; ARGV names their algorithm in capitals: F, S, G) send their
+// HMGET, HSET and PEXPIREAT to a view of its hash (kv): the key is read
+// once, its hits read and write the view in order, and what they wrote is
+// written back once at the end, one HSET of the fields they set and their
+// last expiry. So its state after the batch, and every verdict, are a
+// serial run's, at three commands for the key, not three per hit. A
+// write-back that fails (an out-of-memory server) fails every hit that
+// read the key, answered or not. A key with one hit in the batch goes to
+// the server directly: the view would only add to its cost.
+//
+// Returns five values per hit: its script's reply, or its error followed
+// by four zeros.
+var luaBatch = luaCommon + `
+local batch_now = now_ms()
+local view, order, cur = {}, {}, 0
+local fields = {'s', 'c', 'p', 'w', 'l', 'ls'}
+-- the bodies' int(x) for the view: x is formatted once, at the write-back
+local function num(x) return x end
+local function kv(cmd, k, ...)
+  local e = view[k]
+  if cmd == 'HMGET' then
+    if not e then
+      local v = redis.call('HMGET', k, 's', 'c', 'p', 'w', 'l', 'ls')
+      e = {h = {}, set = {}, hits = {}}
+      for i = 1, 6 do e.h[fields[i]] = v[i] end
+      view[k] = e
+      order[#order + 1] = k
+    end
+    e.hits[#e.hits + 1] = cur
+    local out = {}
+    for i = 1, select('#', ...) do
+      local v = e.h[(select(i, ...))]
+      if v == nil then error({err = 'ERR batch script: a hash field outside its view'}) end
+      out[i] = v
+    end
+    return out
+  end
+  if not e then error({err = 'ERR batch script: a write before its key was read'}) end
+  if cmd == 'HSET' then
+    for i = 1, select('#', ...), 2 do
+      local f, v = select(i, ...)
+      e.h[f], e.set[f], e.dirty = v, true, true
+    end
+    return 0
+  end
+  if cmd == 'PEXPIREAT' then
+    local t = ...
+    -- every body's expiry is after now; one that is not would delete the
+    -- key at once, which the view does not model
+    if tonumber(t) <= batch_now then error({err = 'ERR batch script: an expiry not after now'}) end
+    e.exp, e.dirty = t, true
+    return 1
+  end
+  error({err = 'ERR batch script: ' .. tostring(cmd) .. ' outside its view'})
+end
+` + hitFunction("hit_fixed", bodyFixed, false) + hitFunction("hit_sliding", bodySliding, false) +
+	hitFunction("hit_gcra", bodyGCRA, false) + hitFunction("view_fixed", bodyFixed, true) +
+	hitFunction("view_sliding", bodySliding, true) + hitFunction("view_gcra", bodyGCRA, true) + `
+local function failed(r)
+  if type(r) == 'table' and r.err then return {err = r.err} end
+  return {err = 'ERR ' .. tostring(r)}
+end
+local fns = {f = hit_fixed, s = hit_sliding, g = hit_gcra, F = view_fixed, S = view_sliding, G = view_gcra}
+local out, o = {}, 0
+for i = 1, #KEYS do
+  cur = i
+  local f, m = fns[ARGV[o + 1]], tonumber(ARGV[o + 2])
+  local ok, r = pcall(f, KEYS[i], batch_now, unpack(ARGV, o + 3, o + 2 + m))
+  o = o + 2 + m
+  if not ok then r = {failed(r), 0, 0, 0, 0} end
+  local j = 5 * (i - 1)
+  out[j + 1], out[j + 2], out[j + 3], out[j + 4], out[j + 5] = r[1], r[2], r[3], r[4], r[5]
+end
+for _, k in ipairs(order) do
+  local e = view[k]
+  if e.dirty then
+    local args = {}
+    for f in pairs(e.set) do
+      local v = e.h[f]
+      if type(v) == 'number' then v = int(v) end
+      args[#args + 1] = f
+      args[#args + 1] = v
+    end
+    local ok, r = pcall(redis.call, 'HSET', k, unpack(args))
+    if ok and e.exp then ok, r = pcall(redis.call, 'PEXPIREAT', k, int(e.exp)) end
+    if not ok then
+      for _, i in ipairs(e.hits) do
+        local j = 5 * (i - 1)
+        out[j + 1], out[j + 2], out[j + 3], out[j + 4], out[j + 5] = failed(r), 0, 0, 0, 0
+      end
+    end
+  end
+end
+return out
+`
+
+// hitFunction is a hit script's body as a Lua function of its key, now
+// and its arguments (ARGV[1] … ARGV[7] become a1 … a7); viewed, its
+// commands go to luaBatch's view (kv), with the numbers they write left
+// unformatted until the write-back.
+func hitFunction(name, body string, viewed bool) string {
+	r := strings.NewReplacer("local now = now_ms()\n", "",
+		"ARGV[1]", "a1", "ARGV[2]", "a2", "ARGV[3]", "a3", "ARGV[4]", "a4", "ARGV[5]", "a5", "ARGV[6]", "a6", "ARGV[7]", "a7")
+	f := r.Replace(body)
+	if viewed {
+		f = strings.NewReplacer("redis.call(", "kv(", "int(", "num(").Replace(f)
+	}
+	if strings.Contains(f, "now_ms") || strings.Contains(f, "ARGV") || strings.Contains(f, "KEYS") || viewed && strings.Contains(f, "redis.") {
+		panic("redis: a hit script's body reads what luaBatch does not pass it")
+	}
+	return "local function " + name + "(key, now, a1, a2, a3, a4, a5, a6, a7)\n" + f + "end\n"
+}
+
 var (
 	scriptFixed    = goredis.NewScript(luaFixed)
 	scriptSliding  = goredis.NewScript(luaSliding)
@@ -251,8 +383,14 @@ var (
 	scriptReset    = goredis.NewScript(luaReset)
 	scriptTakeBack = goredis.NewScript(luaTakeBack)
 	scriptClaim    = goredis.NewScript(luaClaim)
+	scriptBatch    = goredis.NewScript(luaBatch)
 
-	allScripts = []*goredis.Script{scriptFixed, scriptSliding, scriptGCRA, scriptReset, scriptTakeBack, scriptClaim}
+	allScripts = []*goredis.Script{scriptFixed, scriptSliding, scriptGCRA, scriptReset, scriptTakeBack, scriptClaim, scriptBatch}
+
+	// batchCodes name a hit script's body in luaBatch's ARGV, and
+	// viewCodes its viewed one, for keys with several hits in the call.
+	batchCodes = map[*goredis.Script]string{scriptFixed: "f", scriptSliding: "s", scriptGCRA: "g"}
+	viewCodes  = map[*goredis.Script]string{scriptFixed: "F", scriptSliding: "S", scriptGCRA: "G"}
 
 	// hitScripts are the add (and peek) scripts by driver.Rule's Algorithm.
 	hitScripts = map[string]*goredis.Script{"fixed": scriptFixed, "sliding": scriptSliding, "gcra": scriptGCRA}
