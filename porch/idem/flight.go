@@ -31,7 +31,7 @@ import (
 // real leader's flight.)
 type flight struct {
 	key  string        // the scoped key, under which the actor holds the flight
-	done chan struct{} // closed by shard.finish, once
+	done chan struct{} // closed by Keys.finish, once
 	res  result        // written before done is closed, read only after
 	// owner is the digest of the request running the handler, set once its
 	// leader owns the key in the store: a duplicate that runs out of MaxWait
@@ -39,6 +39,12 @@ type flight struct {
 	// than to retry. nil while the leader is still reserving the key, or
 	// when it never owned it.
 	owner atomic.Pointer[[]byte]
+	// ended is set by the one finish that ends the flight, before res is
+	// written and done closed: the actor no longer hands an ended flight
+	// to a caller to wait on.
+	ended atomic.Bool
+	// next links the flight into its shard's ended list, once it ended.
+	next *flight
 }
 
 func newFlight(key string) *flight {
@@ -253,39 +259,79 @@ func (m *Keys) answer(r *http.Request, row driver.Response, digest []byte) *porc
 	return replay(row, m.keep, m.replayedHeader)
 }
 
-// finish ends f with res on its key's actor, waiting for mailbox room: the
-// report must not be lost to saturation, or the key would stay led.
+// finish ends f with res: it publishes res to f's waiters and lets the key
+// go, so that the next request reads the stored row or leads afresh. It
+// runs on the caller's goroutine, which needs no reply from the actor: the
+// waiters are parked on f.done, not on the actor, and the key's entry in
+// the actor's map is dropped by the actor itself when it next looks (see
+// shard.join). A flight that was never the key's (its caller left before
+// learning whether it leads) ends all the same, with nobody waiting on it.
+// Only the first finish of a flight counts. (A message to the actor
+// instead cost every keyed request one more goroutine hand-off, the
+// actor's wake-up, and its closure's allocations.)
 func (m *Keys) finish(f *flight, res result) {
-	if err := m.pool.SendWait(f.key, func(i int) { m.shards[i].finish(f, res) }); err != nil {
-		m.errs.Error(context.Background(), "idem: report to actor failed", "err", err)
+	if !f.ended.CompareAndSwap(false, true) {
+		return
+	}
+	f.res = res
+	close(f.done)
+	m.shards[m.pool.Shard(f.key)].push(f)
+}
+
+// shard is one actor's in-flight keys. Only that actor touches flights;
+// ended is where finish leaves the flights that ended, for the actor.
+type shard struct {
+	flights map[string]*flight
+	ended   atomic.Pointer[flight] // a stack through flight.next
+}
+
+// push adds f, which has ended, to the flights the actor drops next.
+func (sh *shard) push(f *flight) {
+	for {
+		top := sh.ended.Load()
+		f.next = top
+		if sh.ended.CompareAndSwap(top, f) {
+			return
+		}
 	}
 }
 
-// shard is one actor's in-flight keys. Only that actor touches it.
-type shard struct {
-	flights map[string]*flight
+// drain runs on the actor: it drops from the map every flight pushed since
+// it last ran, unless the key has a newer flight already.
+func (sh *shard) drain() {
+	for f := sh.ended.Swap(nil); f != nil; {
+		next := f.next
+		f.next = nil
+		if sh.flights[f.key] == f {
+			delete(sh.flights, f.key)
+		}
+		f = next
+	}
+}
+
+// flying runs on key's actor: whether a flight of key is under way.
+func (sh *shard) flying(key string) bool {
+	f, ok := sh.flights[key]
+	return ok && !f.ended.Load()
 }
 
 // join runs on the key's actor: mine becomes the key's flight when it has
-// none, and its caller leads; otherwise the flight under way is returned,
-// to wait on. The actor does no I/O.
+// none under way, and its caller leads; otherwise the flight under way is
+// returned, to wait on. A flight that ended counts as none, whether or not
+// drain has dropped it yet. The actor does no I/O.
 func (sh *shard) join(mine *flight) *flight {
-	if f, ok := sh.flights[mine.key]; ok {
+	sh.drain()
+	if f := sh.flights[mine.key]; f != nil && !f.ended.Load() {
 		return f
 	}
+	if mine.ended.Load() {
+		// Its caller left and finished it already: entered now, it
+		// would never be dropped (its push is drained).
+		delete(sh.flights, mine.key)
+		return mine
+	}
+	// Entered before it ends: its finish pushes it after this, and the
+	// next drain drops it.
 	sh.flights[mine.key] = mine
 	return mine
-}
-
-// finish runs on the key's actor, and is the one place a flight ends: it
-// publishes res to the waiters and lets the key go, so the next request
-// reads the stored row or leads afresh. A flight that is not the key's (its
-// caller never led, or it has ended already) changes nothing.
-func (sh *shard) finish(f *flight, res result) {
-	if sh.flights[f.key] != f {
-		return
-	}
-	delete(sh.flights, f.key)
-	f.res = res
-	close(f.done)
 }
