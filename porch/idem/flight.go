@@ -43,8 +43,6 @@ type flight struct {
 	// written and done closed: the actor no longer hands an ended flight
 	// to a caller to wait on.
 	ended atomic.Bool
-	// next links the flight into its shard's ended list, once it ended.
-	next *flight
 }
 
 func newFlight(key string) *flight {
@@ -275,37 +273,56 @@ func (m *Keys) finish(f *flight, res result) {
 	}
 	f.res = res
 	close(f.done)
-	m.shards[m.pool.Shard(f.key)].push(f)
+	sh := m.shards[m.pool.Shard(f.key)]
+	select {
+	case sh.ended <- f:
+		return
+	default:
+	}
+	// Full: the actor has not joined for a while. Send it the drop, waiting
+	// for mailbox room, so that the map does not keep the key.
+	if err := m.pool.SendWait(f.key, func(int) { sh.drop(f) }); err != nil {
+		m.errs.Error(context.Background(), "idem: report to actor failed", "err", err)
+	}
 }
+
+// shardEnded is how many ended flights a shard holds for its actor. Every
+// flight in the map was entered by a join on its shard, and every join
+// drains the list first, so it holds about the flights that ended since
+// the shard's last join: no more than were in flight. Until then each
+// holds its result, so an idle shard keeps at most that many.
+const shardEnded = 256
 
 // shard is one actor's in-flight keys. Only that actor touches flights;
-// ended is where finish leaves the flights that ended, for the actor.
+// ended is where finish leaves the flights that ended, for the actor to
+// drop without being woken for it.
 type shard struct {
 	flights map[string]*flight
-	ended   atomic.Pointer[flight] // a stack through flight.next
+	ended   chan *flight
 }
 
-// push adds f, which has ended, to the flights the actor drops next.
-func (sh *shard) push(f *flight) {
+func newShard() *shard {
+	return &shard{flights: make(map[string]*flight), ended: make(chan *flight, shardEnded)}
+}
+
+// drain runs on the actor: it drops every flight that ended since it last
+// ran.
+func (sh *shard) drain() {
 	for {
-		top := sh.ended.Load()
-		f.next = top
-		if sh.ended.CompareAndSwap(top, f) {
+		select {
+		case f := <-sh.ended:
+			sh.drop(f)
+		default:
 			return
 		}
 	}
 }
 
-// drain runs on the actor: it drops from the map every flight pushed since
-// it last ran, unless the key has a newer flight already.
-func (sh *shard) drain() {
-	for f := sh.ended.Swap(nil); f != nil; {
-		next := f.next
-		f.next = nil
-		if sh.flights[f.key] == f {
-			delete(sh.flights, f.key)
-		}
-		f = next
+// drop runs on the actor: it lets f's key go, unless the key has a newer
+// flight already.
+func (sh *shard) drop(f *flight) {
+	if sh.flights[f.key] == f {
+		delete(sh.flights, f.key)
 	}
 }
 
@@ -326,12 +343,12 @@ func (sh *shard) join(mine *flight) *flight {
 	}
 	if mine.ended.Load() {
 		// Its caller left and finished it already: entered now, it
-		// would never be dropped (its push is drained).
+		// would never be dropped (its drop may have run).
 		delete(sh.flights, mine.key)
 		return mine
 	}
-	// Entered before it ends: its finish pushes it after this, and the
-	// next drain drops it.
+	// Entered before it ends: its finish leaves it on the ended list after
+	// this, and the next drain drops it.
 	sh.flights[mine.key] = mine
 	return mine
 }

@@ -442,3 +442,35 @@ func TestDuplicateGoneBeforeJoinKeepsLeadersFlight(t *testing.T) {
 		t.Errorf("handler calls: got %d, want 1", got)
 	}
 }
+
+// TestEndedListFull: a flight that ends while its shard's ended list is
+// full (its actor has not joined since that many ended) is dropped by a
+// message to the actor instead, so its key is not left led by a flight
+// nobody runs.
+func TestEndedListFull(t *testing.T) {
+	m := newMiddleware(t, openSQLite(t), Options{}, porch.PoolOptions{Size: 1})
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	f, leads, err := m.begin(ctx, "a")
+	if err != nil || !leads {
+		t.Fatalf("begin: got leads %v, err %v; want to lead", leads, err)
+	}
+	sh := m.shards[0]
+	for range cap(sh.ended) {
+		other := newFlight("other")
+		other.ended.Store(true)
+		sh.ended <- other
+	}
+	m.finish(f, released())
+	if n := len(sh.ended); n != cap(sh.ended) {
+		t.Fatalf("ended list: got %d, want it still full (%d)", n, cap(sh.ended))
+	}
+	// The count drains the list first, which holds only the others: the
+	// key is free only if finish told the actor.
+	if n := inFlight(t, m); n != 0 {
+		t.Fatalf("flights: got %d, want 0 (key wedged)", n)
+	}
+	if _, leads, err := m.begin(ctx, "a"); err != nil || !leads {
+		t.Errorf("next begin: got leads %v, err %v; want to lead", leads, err)
+	}
+}

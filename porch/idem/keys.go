@@ -201,7 +201,7 @@ func New(pool *porch.Pool, st driver.KeyStore, opt Options) *Keys {
 		m.methods = []string{http.MethodPost, http.MethodPatch}
 	}
 	for i := range m.shards {
-		m.shards[i] = &shard{flights: make(map[string]*flight)}
+		m.shards[i] = newShard()
 	}
 	return m
 }
