@@ -31,7 +31,7 @@ import (
 // real leader's flight.)
 type flight struct {
 	key  string        // the scoped key, under which the actor holds the flight
-	done chan struct{} // closed by shard.finish, once
+	done chan struct{} // closed by Keys.finish, once
 	res  result        // written before done is closed, read only after
 	// owner is the digest of the request running the handler, set once its
 	// leader owns the key in the store: a duplicate that runs out of MaxWait
@@ -39,6 +39,10 @@ type flight struct {
 	// than to retry. nil while the leader is still reserving the key, or
 	// when it never owned it.
 	owner atomic.Pointer[[]byte]
+	// ended is set by the one finish that ends the flight, before res is
+	// written and done closed: the actor no longer hands an ended flight
+	// to a caller to wait on.
+	ended atomic.Bool
 }
 
 func newFlight(key string) *flight {
@@ -253,39 +257,98 @@ func (m *Keys) answer(r *http.Request, row driver.Response, digest []byte) *porc
 	return replay(row, m.keep, m.replayedHeader)
 }
 
-// finish ends f with res on its key's actor, waiting for mailbox room: the
-// report must not be lost to saturation, or the key would stay led.
+// finish ends f with res: it publishes res to f's waiters and lets the key
+// go, so that the next request reads the stored row or leads afresh. It
+// runs on the caller's goroutine, which needs no reply from the actor: the
+// waiters are parked on f.done, not on the actor, and the key's entry in
+// the actor's map is dropped by the actor itself when it next looks (see
+// shard.join). A flight that was never the key's (its caller left before
+// learning whether it leads) ends all the same, with nobody waiting on it.
+// Only the first finish of a flight counts. (A message to the actor
+// instead cost every keyed request one more goroutine hand-off, the
+// actor's wake-up, and its closure's allocations.)
 func (m *Keys) finish(f *flight, res result) {
-	if err := m.pool.SendWait(f.key, func(i int) { m.shards[i].finish(f, res) }); err != nil {
+	if !f.ended.CompareAndSwap(false, true) {
+		return
+	}
+	f.res = res
+	close(f.done)
+	sh := m.shards[m.pool.Shard(f.key)]
+	select {
+	case sh.ended <- f:
+		return
+	default:
+	}
+	// Full: the actor has not joined for a while. Send it the drop, waiting
+	// for mailbox room, so that the map does not keep the key.
+	if err := m.pool.SendWait(f.key, func(int) { sh.drop(f) }); err != nil {
 		m.errs.Error(context.Background(), "idem: report to actor failed", "err", err)
 	}
 }
 
-// shard is one actor's in-flight keys. Only that actor touches it.
+// shardEnded is how many ended flights a shard holds for its actor. Every
+// flight in the map was entered by a join on its shard, and every join
+// drains the list first, so it holds about the flights that ended since
+// the shard's last join: no more than were in flight. Until then each
+// holds its result, so an idle shard keeps at most that many.
+const shardEnded = 256
+
+// shard is one actor's in-flight keys. Only that actor touches flights;
+// ended is where finish leaves the flights that ended, for the actor to
+// drop without being woken for it.
 type shard struct {
 	flights map[string]*flight
+	ended   chan *flight
+}
+
+func newShard() *shard {
+	return &shard{flights: make(map[string]*flight), ended: make(chan *flight, shardEnded)}
+}
+
+// drain runs on the actor: it drops every flight that ended since it last
+// ran.
+func (sh *shard) drain() {
+	for {
+		select {
+		case f := <-sh.ended:
+			sh.drop(f)
+		default:
+			return
+		}
+	}
+}
+
+// drop runs on the actor: it lets f's key go, unless the key has a newer
+// flight already.
+func (sh *shard) drop(f *flight) {
+	if sh.flights[f.key] == f {
+		delete(sh.flights, f.key)
+	}
+}
+
+// flying runs on key's actor: whether a flight of key is under way.
+func (sh *shard) flying(key string) bool {
+	f, ok := sh.flights[key]
+	return ok && !f.ended.Load()
 }
 
 // join runs on the key's actor: mine becomes the key's flight when it has
-// none, and its caller leads; otherwise the flight under way is returned,
-// to wait on. The actor does no I/O.
+// none under way, and its caller leads; otherwise the flight under way is
+// returned, to wait on. A flight that ended counts as none, whether or not
+// drain has dropped it yet. The actor does no I/O.
 func (sh *shard) join(mine *flight) *flight {
-	if f, ok := sh.flights[mine.key]; ok {
+	sh.drain()
+	if f := sh.flights[mine.key]; f != nil && !f.ended.Load() {
 		return f
 	}
+	if mine.ended.Load() {
+		// Its caller left and finished it already: entered now, it
+		// would never be dropped (its drop may have run).
+		delete(sh.flights, mine.key)
+		return mine
+	}
+	// Entered before it ends: its finish leaves it on the ended list after
+	// this, and the next drain drops it.
 	sh.flights[mine.key] = mine
 	return mine
-}
-
-// finish runs on the key's actor, and is the one place a flight ends: it
-// publishes res to the waiters and lets the key go, so the next request
-// reads the stored row or leads afresh. A flight that is not the key's (its
-// caller never led, or it has ended already) changes nothing.
-func (sh *shard) finish(f *flight, res result) {
-	if sh.flights[f.key] != f {
-		return
-	}
-	delete(sh.flights, f.key)
-	f.res = res
-	close(f.done)
 }

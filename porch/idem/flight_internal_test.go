@@ -57,8 +57,7 @@ func newMiddleware(t *testing.T, st driver.KeyStore, opt Options, popt porch.Poo
 }
 
 // inFlight counts the keys with a flight, reading each shard on its own
-// actor. Jobs run in order, so every report a finished request queued has run
-// by the time this one does.
+// actor after it dropped the flights that ended, as its next join would.
 func inFlight(t *testing.T, m *Keys) int {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
@@ -66,7 +65,7 @@ func inFlight(t *testing.T, m *Keys) int {
 	total := 0
 	for i := range m.shards {
 		reply := actor.NewReply[int]()
-		if err := m.pool.SendShard(i, false, func(i int) { reply.Send(len(m.shards[i].flights), nil) }); err != nil {
+		if err := m.pool.SendShard(i, false, func(i int) { m.shards[i].drain(); reply.Send(len(m.shards[i].flights), nil) }); err != nil {
 			t.Fatalf("ask shard %d: %v", i, err)
 		}
 		n, err := reply.Wait(ctx)
@@ -441,5 +440,37 @@ func TestDuplicateGoneBeforeJoinKeepsLeadersFlight(t *testing.T) {
 	}
 	if got := calls.Load(); got != 1 {
 		t.Errorf("handler calls: got %d, want 1", got)
+	}
+}
+
+// TestEndedListFull: a flight that ends while its shard's ended list is
+// full (its actor has not joined since that many ended) is dropped by a
+// message to the actor instead, so its key is not left led by a flight
+// nobody runs.
+func TestEndedListFull(t *testing.T) {
+	m := newMiddleware(t, openSQLite(t), Options{}, porch.PoolOptions{Size: 1})
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	f, leads, err := m.begin(ctx, "a")
+	if err != nil || !leads {
+		t.Fatalf("begin: got leads %v, err %v; want to lead", leads, err)
+	}
+	sh := m.shards[0]
+	for range cap(sh.ended) {
+		other := newFlight("other")
+		other.ended.Store(true)
+		sh.ended <- other
+	}
+	m.finish(f, released())
+	if n := len(sh.ended); n != cap(sh.ended) {
+		t.Fatalf("ended list: got %d, want it still full (%d)", n, cap(sh.ended))
+	}
+	// The count drains the list first, which holds only the others: the
+	// key is free only if finish told the actor.
+	if n := inFlight(t, m); n != 0 {
+		t.Fatalf("flights: got %d, want 0 (key wedged)", n)
+	}
+	if _, leads, err := m.begin(ctx, "a"); err != nil || !leads {
+		t.Errorf("next begin: got leads %v, err %v; want to lead", leads, err)
 	}
 }

@@ -201,7 +201,7 @@ func New(pool *porch.Pool, st driver.KeyStore, opt Options) *Keys {
 		m.methods = []string{http.MethodPost, http.MethodPatch}
 	}
 	for i := range m.shards {
-		m.shards[i] = &shard{flights: make(map[string]*flight)}
+		m.shards[i] = newShard()
 	}
 	return m
 }
@@ -291,8 +291,28 @@ func (m *Keys) Before(r *http.Request) (*http.Request, *porch.Response) {
 func (m *Keys) own(r *http.Request, f *flight, digest []byte, hold driver.Reservation) *http.Request {
 	outer, _ := r.Context().Value(ownerKey{}).(*ownership)
 	o := &ownership{flight: f, digest: digest, store: m.store, hold: hold, outer: outer}
-	ctx := context.WithValue(r.Context(), ownershipKey{m}, o)
-	return r.WithContext(context.WithValue(ctx, ownerKey{}, o))
+	return r.WithContext(&ownerContext{Context: r.Context(), m: m, o: o})
+}
+
+// ownerContext is the request's context once it owns a key: it answers
+// ownershipKey{m} and ownerKey{} with o, as two context.WithValue layers
+// would, in one allocation instead of two.
+type ownerContext struct {
+	context.Context
+	m *Keys
+	o *ownership
+}
+
+func (c *ownerContext) Value(key any) any {
+	switch k := key.(type) {
+	case ownerKey:
+		return c.o
+	case ownershipKey:
+		if k.m == c.m {
+			return c.o
+		}
+	}
+	return c.Context.Value(key)
 }
 
 // After stores the owner's response, with the writes its handler made

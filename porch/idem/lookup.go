@@ -141,8 +141,7 @@ func (m *Keys) scopedKey(scope Scope, key string) (string, error) {
 func (m *Keys) flying(ctx context.Context, key string) (bool, error) {
 	reply := actor.NewReply[bool]()
 	if err := m.pool.Send(key, func(i int) {
-		_, ok := m.shards[i].flights[key]
-		reply.Send(ok, nil)
+		reply.Send(m.shards[i].flying(key), nil)
 	}); err != nil {
 		return false, err
 	}

@@ -25,7 +25,9 @@ import (
 // --tool=callgrind at two b.N, differenced) compares the servers' CPU per
 // request without the noise of shared cores; what it cannot count is the
 // kernel's share (socket I/O, the fsync), which the req/commit metric
-// stands for.
+// stands for. The porch-idem cases send POSTs, as the harness's
+// idempotency rows do: unkeyed without an Idempotency-Key, fresh with a new
+// one each.
 func BenchmarkServe(b *testing.B) {
 	for _, mode := range []string{"none", "httprate", "porch-sqlite"} {
 		for _, many := range []bool{false, true} {
@@ -33,15 +35,20 @@ func BenchmarkServe(b *testing.B) {
 			if many {
 				name = mode + "/many"
 			}
-			b.Run(name, func(b *testing.B) { benchServe(b, mode, many) })
+			b.Run(name, func(b *testing.B) { benchServe(b, mode, many, "") })
 		}
+	}
+	for _, load := range []string{"unkeyed", "fresh"} {
+		b.Run("porch-idem/"+load, func(b *testing.B) { benchServe(b, "porch-idem", false, load) })
 	}
 }
 
 // serveConns is the harness's wrk connection count.
 const serveConns = 64
 
-func benchServe(b *testing.B, mode string, many bool) {
+// benchServe drives mode's server; idem is "" for GETs, else the
+// porch-idem load ("unkeyed" or "fresh") of POSTs.
+func benchServe(b *testing.B, mode string, many bool, idem string) {
 	args := []string{"-mode", mode, "-db", b.TempDir() + "/bench.db"}
 	if many {
 		args = append(args, "-trust-proxy")
@@ -74,7 +81,7 @@ func benchServe(b *testing.B, mode string, many bool) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := serveClient(addr, many, &next, int64(b.N)); err != nil {
+			if err := serveClient(addr, many, idem, &next, int64(b.N)); err != nil {
 				b.Error(err)
 			}
 		}()
@@ -93,7 +100,7 @@ func benchServe(b *testing.B, mode string, many bool) {
 
 // serveClient sends requests on one keep-alive connection until n have
 // been sent by all the clients together.
-func serveClient(addr string, many bool, next *atomic.Int64, n int64) error {
+func serveClient(addr string, many bool, idem string, next *atomic.Int64, n int64) error {
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
 		return err
@@ -106,7 +113,16 @@ func serveClient(addr string, many bool, next *atomic.Int64, n int64) error {
 		if i > n {
 			return nil
 		}
-		req = append(req[:0], "GET / HTTP/1.1\r\nHost: bench\r\n"...)
+		switch idem {
+		case "":
+			req = append(req[:0], "GET / HTTP/1.1\r\nHost: bench\r\n"...)
+		case "unkeyed":
+			req = append(req[:0], "POST / HTTP/1.1\r\nHost: bench\r\nContent-Length: 0\r\n"...)
+		default:
+			// fresh.lua's keys: unique to the run, one per request.
+			req = append(req[:0], "POST / HTTP/1.1\r\nHost: bench\r\nContent-Length: 0\r\n"...)
+			req = fmt.Appendf(req, "Idempotency-Key: run-0-%d\r\n", i)
+		}
 		if many {
 			// A spread of the 131,072 addresses xff.lua draws from, the
 			// same sequence every run.
