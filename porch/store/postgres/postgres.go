@@ -118,7 +118,7 @@ func Open(ctx context.Context, dsn string, opt Options) (*Store, error) {
 		closeAll()
 		return nil, err
 	}
-	p.c = commit.NewGathering(p.writeBatch, opt.Clock, opt.QueueSize, opt.MaxBatch, opt.Observer, commit.Gather{Pair: commitPair})
+	p.c = commit.New(p.writeBatch, opt.Clock, opt.QueueSize, opt.MaxBatch, opt.Observer)
 	return p, nil
 }
 
@@ -609,12 +609,3 @@ func (r *reservation) end(clean bool) {
 	r.conn, r.tx = nil, nil
 	<-r.p.slots
 }
-
-// commitPair bounds how long a batch of one write waits for a second when
-// writers come faster than a batch's trip (see commit.Gather.Pair): two
-// clients on one key otherwise take turns, each commit and its WAL flush
-// serving one of them, because the key's row lock keeps two transactions
-// from overlapping. A flush costs 0.1–0.3 ms here, so a wait of 150 µs
-// lets two requests share one (at two connections, one key: 1.5 writes a
-// commit instead of 1). A lone client's writes never wait.
-const commitPair = 150 * time.Microsecond

@@ -129,7 +129,7 @@ func Open(path string, opt Options) (*Store, error) {
 		unlock()
 		return nil, openError(path, err)
 	}
-	s.c = commit.NewGathering(s.writeBatch, opt.Clock, opt.QueueSize, opt.MaxBatch, opt.Observer, commit.Gather{Siblings: commitGather})
+	s.c = commit.NewGathering(s.writeBatch, opt.Clock, opt.QueueSize, opt.MaxBatch, opt.Observer, commitGather)
 	return s, nil
 }
 

@@ -127,17 +127,14 @@ type Committer struct {
 	healthBudget time.Duration // HealthBudget; a test may shorten it
 
 	// gather is how long a batch may wait for more writes (see
-	// NewGathering); the zero Gather never waits. Only the committer goroutine touches
+	// NewGathering); 0 never waits. Only the committer goroutine touches
 	// peak and timer.
-	gather Gather
+	gather time.Duration
 	peak   int // the recent batches' largest size, less one a batch since
 	timer  *time.Timer
 	// gathering, if set (by a test, before the first Enqueue), is called
 	// when a batch starts to wait for more writes.
 	gathering func()
-	// parked, if set (by a test, before run starts), is called
-	// when the committer finds its queue empty and waits for a write.
-	parked func()
 
 	mu     sync.RWMutex // protects closed against Enqueue racing close
 	closed bool
@@ -151,24 +148,7 @@ type Committer struct {
 // and queues at most queueSize writes meanwhile, and tells obs (if not nil)
 // of each batch.
 func New(w Writer, clk clock.Clock, queueSize, maxBatch int, obs store.Observer) *Committer {
-	return NewGathering(w, clk, queueSize, maxBatch, obs, Gather{})
-}
-
-// Gather is how long a batch may wait for more writes before it commits
-// (see NewGathering); its zero value never waits.
-type Gather struct {
-	// Siblings bounds the wait of a batch smaller than the recent peak,
-	// once a recent batch had at least GatherSiblings writes.
-	Siblings time.Duration
-	// Pair bounds the wait of a batch of one write that was already
-	// queued when the committer came back from its last batch: it arrived
-	// while that batch was out, so writers come faster than one batch's
-	// trip, and another is likely close behind (two clients taking turns:
-	// each arrives while the other's batch is out, and without the wait
-	// every commit, with its flush, serves one of them). A write the
-	// committer had to wait for, as every write of a lone client is,
-	// never waits for a second.
-	Pair time.Duration
+	return NewGathering(w, clk, queueSize, maxBatch, obs, 0)
 }
 
 // NewGathering is New with a bounded group-commit wait, as PostgreSQL's
@@ -183,21 +163,13 @@ type Gather struct {
 // large. A write that comes alone (every recent batch below
 // GatherSiblings) never waits, and a wait ends the moment the batch
 // reaches the peak, the queue closes, or gather has passed: a batch is
-// held at most gather.Siblings longer than it would have been, and nothing
-// about what it commits or how its writers are answered changes.
-// gather.Pair is the same wait for the one case of two writers taking
-// turns (see Gather).
-func NewGathering(w Writer, clk clock.Clock, queueSize, maxBatch int, obs store.Observer, gather Gather) *Committer {
-	c := newCommitter(w, clk, queueSize, maxBatch, obs, gather)
+// held at most gather longer than it would have been, and nothing about
+// what it commits or how its writers are answered changes.
+func NewGathering(w Writer, clk clock.Clock, queueSize, maxBatch int, obs store.Observer, gather time.Duration) *Committer {
+	c := &Committer{queue: make(chan Op, queueSize), maxBatch: maxBatch, writer: w, clock: clk,
+		observer: obs, healthBudget: HealthBudget, done: make(chan struct{}), gather: gather}
 	go c.run()
 	return c
-}
-
-// newCommitter is NewGathering's committer before its goroutine starts, so
-// that a test can set its hooks first.
-func newCommitter(w Writer, clk clock.Clock, queueSize, maxBatch int, obs store.Observer, gather Gather) *Committer {
-	return &Committer{queue: make(chan Op, queueSize), maxBatch: maxBatch, writer: w, clock: clk,
-		observer: obs, healthBudget: HealthBudget, done: make(chan struct{}), gather: gather}
 }
 
 // GatherSiblings is the size a recent batch must have reached for a batch
@@ -241,19 +213,8 @@ func (c *Committer) run() {
 	for {
 		batch = append(batch[:0], carry...)
 		carry = carry[:0]
-		waited := false // for the batch's first write: see Gather.Pair
 		if len(batch) == 0 {
-			var first Op
-			var ok bool
-			select {
-			case first, ok = <-c.queue:
-			default:
-				waited = true
-				if c.parked != nil {
-					c.parked()
-				}
-				first, ok = <-c.queue
-			}
+			first, ok := <-c.queue
 			if !ok {
 				return
 			}
@@ -271,7 +232,7 @@ func (c *Committer) run() {
 				break drain
 			}
 		}
-		batch = c.gatherMore(batch, waited)
+		batch = c.gatherMore(batch)
 		c.peak = max(len(batch), c.peak-1)
 		err := c.write(batch)
 		c.health.record(err, c.clock.Monotonic())
@@ -312,24 +273,19 @@ func (c *Committer) run() {
 	}
 }
 
-// gatherMore waits, for at most c.gather.Siblings, until batch is as
-// large as the recent peak, if that was at least GatherSiblings writes; or,
-// for at most c.gather.Pair, for a second write beside a lone one the
-// committer did not wait for (see Gather). The queue's channel says when a
-// write arrives, and the timer's when the wait is over: no polling.
-func (c *Committer) gatherMore(batch []Op, waited bool) []Op {
-	target, wait := min(c.peak, c.maxBatch), c.gather.Siblings
-	switch {
-	case wait > 0 && c.peak >= GatherSiblings && len(batch) < target:
-	case c.gather.Pair > 0 && !waited && len(batch) == 1 && c.maxBatch > 1:
-		target, wait = 2, c.gather.Pair
-	default:
+// gatherMore waits, for at most c.gather, until batch is as large as the
+// recent peak, if that was at least GatherSiblings writes (see
+// NewGathering). The queue's channel says when a write arrives, and the
+// timer's when the wait is over: no polling.
+func (c *Committer) gatherMore(batch []Op) []Op {
+	target := min(c.peak, c.maxBatch)
+	if c.gather <= 0 || c.peak < GatherSiblings || len(batch) >= target {
 		return batch
 	}
 	if c.timer == nil {
-		c.timer = time.NewTimer(wait)
+		c.timer = time.NewTimer(c.gather)
 	} else {
-		c.timer.Reset(wait)
+		c.timer.Reset(c.gather)
 	}
 	defer c.timer.Stop()
 	if c.gathering != nil {

@@ -52,7 +52,7 @@ func answered(t *testing.T, wg *sync.WaitGroup) func(error) {
 // writes a batch waits for hangs, and fails by its deadline.
 func gatherCommitter(t *testing.T, w *sizesWriter) (*Committer, chan struct{}) {
 	t.Helper()
-	c := NewGathering(w.writeBatch, clock.System{}, 64, 64, nil, Gather{Siblings: time.Hour})
+	c := NewGathering(w.writeBatch, clock.System{}, 64, 64, nil, time.Hour)
 	waiting := make(chan struct{}, 1)
 	c.gathering = func() { waiting <- struct{}{} }
 	return c, waiting
@@ -128,7 +128,7 @@ func TestCommitterDoesNotHoldALoneWrite(t *testing.T) {
 // commits once gather has passed.
 func TestCommitterGatherEnds(t *testing.T) {
 	w := &sizesWriter{}
-	c := NewGathering(w.writeBatch, clock.System{}, 64, 64, nil, Gather{Siblings: time.Millisecond})
+	c := NewGathering(w.writeBatch, clock.System{}, 64, 64, nil, time.Millisecond)
 	defer c.close()
 	var wg sync.WaitGroup
 	fill(t, c, w, &wg)
@@ -155,77 +155,6 @@ func TestCommitterCloseEndsGather(t *testing.T) {
 	c.close()
 	wg.Wait()
 	if got, want := w.got(), []int{1, GatherSiblings, 1}; !slices.Equal(got, want) {
-		t.Errorf("got batch sizes %v, want %v", got, want)
-	}
-}
-
-// pairCommitter is a committer that waits an hour for a second write
-// beside a lone one it did not wait for (Gather.Pair); its waits are
-// reported on the first channel returned, and each time it finds its
-// queue empty on the second.
-func pairCommitter(t *testing.T, w *sizesWriter) (*Committer, chan struct{}, chan struct{}) {
-	t.Helper()
-	c := newCommitter(w.writeBatch, clock.System{}, 64, 64, nil, Gather{Pair: time.Hour})
-	waiting, parked := make(chan struct{}, 1), make(chan struct{}, 1)
-	c.gathering = func() { waiting <- struct{}{} }
-	c.parked = func() {
-		select {
-		case parked <- struct{}{}:
-		default:
-		}
-	}
-	go c.run()
-	return c, waiting, parked
-}
-
-// Two writers taking turns: the write that queued while the last batch
-// was out waits for the next one, and the two commit together.
-func TestCommitterPairsAWriteThatQueuedMeanwhile(t *testing.T) {
-	w := &sizesWriter{}
-	c, waiting, parked := pairCommitter(t, w)
-	defer c.close()
-	var wg sync.WaitGroup
-	hold := make(chan struct{})
-	w.hold, w.entered = hold, make(chan struct{})
-	<-parked // the first write comes to an idle committer
-	if err := c.Enqueue(Op{Done: answered(t, &wg)}); err != nil {
-		t.Fatal(err)
-	}
-	<-w.entered // the first batch has its one write, which came alone
-	if err := c.Enqueue(Op{Done: answered(t, &wg)}); err != nil {
-		t.Fatal(err)
-	}
-	close(hold)
-	<-waiting // the write that queued meanwhile waits for a second
-	if err := c.Enqueue(Op{Done: answered(t, &wg)}); err != nil {
-		t.Fatal(err)
-	}
-	wg.Wait()
-	if got, want := w.got(), []int{1, 2}; !slices.Equal(got, want) {
-		t.Errorf("got batch sizes %v, want %v", got, want)
-	}
-}
-
-// A lone client's writes each find the committer waiting, so none waits
-// for a second, even with a pair wait of an hour.
-func TestCommitterDoesNotPairALoneClient(t *testing.T) {
-	w := &sizesWriter{}
-	c, waiting, parked := pairCommitter(t, w)
-	defer c.close()
-	for range 5 {
-		<-parked // as a lone client's next request comes: after the last answer
-		var wg sync.WaitGroup
-		if err := c.Enqueue(Op{Done: answered(t, &wg)}); err != nil {
-			t.Fatal(err)
-		}
-		wg.Wait()
-	}
-	select {
-	case <-waiting:
-		t.Error("a lone client's write waited for a second")
-	default:
-	}
-	if got, want := w.got(), []int{1, 1, 1, 1, 1}; !slices.Equal(got, want) {
 		t.Errorf("got batch sizes %v, want %v", got, want)
 	}
 }
