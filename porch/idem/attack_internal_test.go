@@ -1,0 +1,56 @@
+package idem
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"testing"
+	"time"
+	"weak"
+
+	"github.com/writeonce/porch-go/porch"
+	"github.com/writeonce/porch-go/porch/store/driver"
+)
+
+// TestAttackEndedFlightsHeldOnIdleShard: a flight that ended stays on its
+// shard's ended list (and in the actor's map) until that shard's next
+// join. On a shard that gets no more keyed requests, the stored responses
+// of up to 256 flights per shard (each up to MaxStoredBody, 1 MiB by
+// default; 16 shards by default: up to 4 GiB) stay reachable for ever.
+// Before, the actor dropped a flight as it ended.
+func TestAttackEndedFlightsHeldOnIdleShard(t *testing.T) {
+	m := newMiddleware(t, openSQLite(t), Options{}, porch.PoolOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	const n = 32
+	var bodies []weak.Pointer[[1 << 20]byte]
+	for i := range n {
+		f, leads, err := m.begin(ctx, fmt.Sprintf("k%d", i))
+		if err != nil || !leads {
+			t.Fatalf("begin: leads %v, err %v", leads, err)
+		}
+		body := new([1 << 20]byte)
+		bodies = append(bodies, weak.Make(body))
+		m.finish(f, stored(driver.Response{Key: f.key, Status: 200, Body: body[:]}))
+	}
+	// Every request is over; nothing else arrives.
+	// m stays in use, as a server's middleware does.
+	defer runtime.KeepAlive(m)
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		runtime.GC()
+		live := 0
+		for _, b := range bodies {
+			if b.Value() != nil {
+				live++
+			}
+		}
+		if live == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d finished flights' 1 MiB responses still reachable after every request ended (idle shards keep their ended flights)", live, n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
