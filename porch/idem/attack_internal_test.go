@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"sync"
 	"testing"
 	"time"
 	"weak"
@@ -52,5 +53,53 @@ func TestAttackEndedFlightsHeldOnIdleShard(t *testing.T) {
 			t.Fatalf("%d of %d finished flights' 1 MiB responses still reachable after every request ended (idle shards keep their ended flights)", live, n)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestAttackManyEndsRacingJoins: 600 flights of one shard end at once
+// (more than its ended list holds, so some fall back to the actor's
+// message) while duplicates of the same keys join; afterwards no key is
+// left led, and every key leads afresh.
+func TestAttackManyEndsRacingJoins(t *testing.T) {
+	m := newMiddleware(t, openSQLite(t), Options{}, porch.PoolOptions{Size: 1})
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	const n = 600
+	fs := make([]*flight, n)
+	for i := range n {
+		f, leads, err := m.begin(ctx, fmt.Sprintf("k%d", i))
+		if err != nil || !leads {
+			t.Fatalf("begin: leads %v, err %v", leads, err)
+		}
+		fs[i] = f
+	}
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { m.finish(fs[i], released()) })
+		wg.Go(func() {
+			f, leads, err := m.begin(ctx, fmt.Sprintf("k%d", i))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if leads {
+				m.finish(f, released())
+				return
+			}
+			select {
+			case <-f.done:
+			case <-ctx.Done():
+				t.Error("waiter never woken")
+			}
+		})
+	}
+	wg.Wait()
+	if got := inFlight(t, m); got != 0 {
+		t.Fatalf("flights after all ended: %d", got)
+	}
+	for i := range n {
+		if _, leads, err := m.begin(ctx, fmt.Sprintf("k%d", i)); err != nil || !leads {
+			t.Fatalf("k%d: leads %v, err %v", i, leads, err)
+		}
 	}
 }
