@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -12,6 +11,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/writeonce/porch-go/porch/internal/algorithm"
 	"github.com/writeonce/porch-go/porch/store/driver"
 	"github.com/writeonce/porch-go/porch/store/internal/commit"
 )
@@ -87,11 +87,13 @@ type hitArgs struct {
 // arguments, computed each time.
 const maxCachedRules = 1024
 
-// hitArgs returns ruleArgs(rule), kept for rules of a comparable type (as
-// porch's are): a hit needs them twice, when it is queued and when it is
-// sent, and computing them allocates.
+// hitArgs returns ruleArgs(rule), kept for porch's own rules: a hit needs
+// them twice, when it is queued and when it is sent, and computing them
+// allocates. Any other rule's are computed each time: a type of a
+// program's own may hold an unhashable value (a panic as a map key) or
+// change under a pointer (stale arguments).
 func (s *Store) hitArgs(rule driver.Rule) (hitArgs, error) {
-	if t := reflect.TypeOf(rule); t == nil || !t.Comparable() {
+	if !algorithm.Immutable(rule) {
 		return ruleArgs(rule)
 	}
 	if a, ok := s.rules.Load(rule); ok {
@@ -331,7 +333,7 @@ func (s *Store) writeBatch(batch []commit.Op) error {
 	if len(calls) == 0 {
 		return nil
 	}
-	if !s.cluster {
+	if s.oneServer {
 		calls = batchCalls(calls)
 	}
 	err := s.watched(calls)

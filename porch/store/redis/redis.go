@@ -83,10 +83,16 @@ type Options struct {
 type Store struct {
 	c       goredis.UniversalClient
 	cluster bool
-	opt     Options
-	id      string // this instance, in policy claims
-	waitAOF bool   // end every batch with WAITAOF 1 0 (see Open)
-	commit  *commit.Committer
+	// oneServer is set for a client that sends a whole script call to one
+	// server (a plain or Sentinel client), so that a call may carry many
+	// keys' hits (see batchCalls). A Ring, like a Cluster, routes a call
+	// by its first key: a batch there would count the others on the
+	// wrong shard.
+	oneServer bool
+	opt       Options
+	id        string // this instance, in policy claims
+	waitAOF   bool   // end every batch with WAITAOF 1 0 (see Open)
+	commit    *commit.Committer
 
 	watch primaryWatch // judges a new primary (see verify)
 
@@ -143,6 +149,11 @@ const openPing = 5 * time.Second
 // its new connections; without them it is made at Open only, and a CONFIG
 // SET afterwards is not noticed.
 //
+// c is a client of one server (goredis.NewClient), of a Sentinel setup
+// (goredis.NewFailoverClient) or of a Cluster (goredis.NewClusterClient).
+// Open refuses a Ring: it shards keys by a hash of its own, so scripts
+// loaded and counts made through one server would be missed on another.
+//
 // The caller owns c: Close does not close it. A client with
 // ContextTimeoutEnabled drops a connection whose round trip outlasted
 // Options.Timeout instead of waiting out its ReadTimeout.
@@ -158,6 +169,9 @@ func Open(ctx context.Context, c goredis.UniversalClient, opt Options) (*Store, 
 	}
 	if opt.RequireDurable && opt.Durability == store.SurvivesProcessCrash {
 		return nil, errors.New("redis: Options.RequireDurable asks that a count be on the server's disk before its reply, and Durability store.SurvivesProcessCrash that it need not be; set one of them")
+	}
+	if _, ok := c.(*goredis.Ring); ok {
+		return nil, errors.New("redis: a Ring is not supported: its client-side sharding routes a script call by its first key and loads scripts on one shard; use a Cluster to spread counters over servers")
 	}
 	if opt.Replicas < 0 {
 		return nil, fmt.Errorf("redis: Options.Replicas must not be negative, got %d", opt.Replicas)
@@ -175,7 +189,8 @@ func Open(ctx context.Context, c goredis.UniversalClient, opt Options) (*Store, 
 	var b [8]byte
 	rand.Read(b[:])
 	_, cluster := c.(*goredis.ClusterClient)
-	s := &Store{c: c, cluster: cluster, opt: opt, id: hex.EncodeToString(b[:]),
+	_, oneServer := c.(*goredis.Client) // a Sentinel failover client is one too
+	s := &Store{c: c, cluster: cluster, oneServer: oneServer, opt: opt, id: hex.EncodeToString(b[:]),
 		held: make(map[string]driver.Policy), stop: make(chan struct{}), stopped: make(chan struct{})}
 	// The first ping gets longer than a batch's Timeout, and its own error:
 	// a failover client spends its first call asking the Sentinels for the

@@ -15,14 +15,14 @@ import (
 	"github.com/writeonce/porch-go/porch/store/driver"
 )
 
-// TestAttackParallelHitsTakeBacksFlush: goroutines hit three keys (one per
+// Goroutines hit three keys (one per
 // algorithm) with weights 1-3, peeks, and take back half of what they were
 // allowed, while another goroutine SCRIPT FLUSHes the server every few ms,
 // so that luaBatch calls (views of busy keys) meet NOSCRIPT replays
 // between take-backs of the same keys. Stored must equal allowed minus
 // taken back, within what failed (which may or may not have applied), and
 // never exceed the limit.
-func TestAttackParallelHitsTakeBacksFlush(t *testing.T) {
+func TestParallelHitsTakeBacksAndScriptFlushStayExact(t *testing.T) {
 	srv := redistest.StartServer(t)
 	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr})
 	t.Cleanup(func() { c.Close() })
