@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"sync/atomic"
 	"time"
+	"weak"
 
 	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/internal/actor"
@@ -274,14 +275,15 @@ func (m *Keys) finish(f *flight, res result) {
 	f.res = res
 	close(f.done)
 	sh := m.shards[m.pool.Shard(f.key)]
+	e := endedFlight{key: f.key, f: weak.Make(f)}
 	select {
-	case sh.ended <- f:
+	case sh.ended <- e:
 		return
 	default:
 	}
 	// Full: the actor has not joined for a while. Send it the drop, waiting
 	// for mailbox room, so that the map does not keep the key.
-	if err := m.pool.SendWait(f.key, func(int) { sh.drop(f) }); err != nil {
+	if err := m.pool.SendWait(f.key, func(int) { sh.drop(e) }); err != nil {
 		m.errs.Error(context.Background(), "idem: report to actor failed", "err", err)
 	}
 }
@@ -289,20 +291,35 @@ func (m *Keys) finish(f *flight, res result) {
 // shardEnded is how many ended flights a shard holds for its actor. Every
 // flight in the map was entered by a join on its shard, and every join
 // drains the list first, so it holds about the flights that ended since
-// the shard's last join: no more than were in flight. Until then each
-// holds its result, so an idle shard keeps at most that many.
+// the shard's last join: no more than were in flight. The list and the
+// map hold a flight weakly, so an idle shard keeps only those keys: the
+// flight itself, and the response in its result, go once its leader and
+// waiters are done with it.
 const shardEnded = 256
 
 // shard is one actor's in-flight keys. Only that actor touches flights;
 // ended is where finish leaves the flights that ended, for the actor to
 // drop without being woken for it.
+//
+// Both hold a flight weakly: a flight under way is held by its leader's
+// goroutine until its finish, and by its waiters until they have read its
+// result, so a flight the map can no longer reach has ended, and an idle
+// shard does not keep stored responses alive until its next join.
 type shard struct {
-	flights map[string]*flight
-	ended   chan *flight
+	flights map[string]weak.Pointer[flight]
+	ended   chan endedFlight
+}
+
+// endedFlight is a flight left for its actor to drop: its key, since the
+// flight may be gone by then, and the flight, to drop the key only if it
+// is still that flight's.
+type endedFlight struct {
+	key string
+	f   weak.Pointer[flight]
 }
 
 func newShard() *shard {
-	return &shard{flights: make(map[string]*flight), ended: make(chan *flight, shardEnded)}
+	return &shard{flights: make(map[string]weak.Pointer[flight]), ended: make(chan endedFlight, shardEnded)}
 }
 
 // drain runs on the actor: it drops every flight that ended since it last
@@ -310,26 +327,34 @@ func newShard() *shard {
 func (sh *shard) drain() {
 	for {
 		select {
-		case f := <-sh.ended:
-			sh.drop(f)
+		case e := <-sh.ended:
+			sh.drop(e)
 		default:
 			return
 		}
 	}
 }
 
-// drop runs on the actor: it lets f's key go, unless the key has a newer
+// drop runs on the actor: it lets e's key go, unless the key has a newer
 // flight already.
-func (sh *shard) drop(f *flight) {
-	if sh.flights[f.key] == f {
-		delete(sh.flights, f.key)
+func (sh *shard) drop(e endedFlight) {
+	if sh.flights[e.key] == e.f {
+		delete(sh.flights, e.key)
 	}
+}
+
+// live returns key's flight under way, or nil: a flight that ended counts
+// as none, whether or not drain has dropped it yet.
+func (sh *shard) live(key string) *flight {
+	if f := sh.flights[key].Value(); f != nil && !f.ended.Load() {
+		return f
+	}
+	return nil
 }
 
 // flying runs on key's actor: whether a flight of key is under way.
 func (sh *shard) flying(key string) bool {
-	f, ok := sh.flights[key]
-	return ok && !f.ended.Load()
+	return sh.live(key) != nil
 }
 
 // join runs on the key's actor: mine becomes the key's flight when it has
@@ -338,7 +363,7 @@ func (sh *shard) flying(key string) bool {
 // drain has dropped it yet. The actor does no I/O.
 func (sh *shard) join(mine *flight) *flight {
 	sh.drain()
-	if f := sh.flights[mine.key]; f != nil && !f.ended.Load() {
+	if f := sh.live(mine.key); f != nil {
 		return f
 	}
 	if mine.ended.Load() {
@@ -349,6 +374,6 @@ func (sh *shard) join(mine *flight) *flight {
 	}
 	// Entered before it ends: its finish leaves it on the ended list after
 	// this, and the next drain drops it.
-	sh.flights[mine.key] = mine
+	sh.flights[mine.key] = weak.Make(mine)
 	return mine
 }

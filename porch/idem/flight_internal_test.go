@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"weak"
 
 	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/internal/actor"
@@ -459,7 +460,7 @@ func TestEndedListFull(t *testing.T) {
 	for range cap(sh.ended) {
 		other := newFlight("other")
 		other.ended.Store(true)
-		sh.ended <- other
+		sh.ended <- endedFlight{key: other.key, f: weak.Make(other)}
 	}
 	m.finish(f, released())
 	if n := len(sh.ended); n != cap(sh.ended) {

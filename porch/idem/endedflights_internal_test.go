@@ -13,13 +13,13 @@ import (
 	"github.com/writeonce/porch-go/porch/store/driver"
 )
 
-// TestAttackEndedFlightsHeldOnIdleShard: a flight that ended stays on its
-// shard's ended list (and in the actor's map) until that shard's next
-// join. On a shard that gets no more keyed requests, the stored responses
-// of up to 256 flights per shard (each up to MaxStoredBody, 1 MiB by
-// default; 16 shards by default: up to 4 GiB) stay reachable for ever.
-// Before, the actor dropped a flight as it ended.
-func TestAttackEndedFlightsHeldOnIdleShard(t *testing.T) {
+// A flight that ended stays on its shard's ended list (and in the actor's
+// map) until that shard's next join. Held strongly there, on a shard that
+// gets no more keyed requests the stored responses of up to 256 flights a
+// shard (each up to MaxStoredBody, 1 MiB by default; 16 shards: up to
+// 4 GiB) would stay reachable for ever; held weakly, they go once every
+// request is over.
+func TestEndedFlightsLetTheirResponsesGoOnAnIdleShard(t *testing.T) {
 	m := newMiddleware(t, openSQLite(t), Options{}, porch.PoolOptions{})
 	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 	defer cancel()
@@ -56,11 +56,11 @@ func TestAttackEndedFlightsHeldOnIdleShard(t *testing.T) {
 	}
 }
 
-// TestAttackManyEndsRacingJoins: 600 flights of one shard end at once
+// 600 flights of one shard end at once
 // (more than its ended list holds, so some fall back to the actor's
 // message) while duplicates of the same keys join; afterwards no key is
 // left led, and every key leads afresh.
-func TestAttackManyEndsRacingJoins(t *testing.T) {
+func TestManyEndsRacingJoinsLeaveNoKeyLed(t *testing.T) {
 	m := newMiddleware(t, openSQLite(t), Options{}, porch.PoolOptions{Size: 1})
 	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 	defer cancel()
