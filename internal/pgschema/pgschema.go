@@ -22,13 +22,13 @@ func Fresh(ctx context.Context, dsn, prefix string) (schemaDSN string, drop func
 	var b [6]byte
 	rand.Read(b[:])
 	schema := prefix + hex.EncodeToString(b[:])
-	if err := exec(ctx, dsn, "CREATE SCHEMA "+schema); err != nil {
+	if err := Exec(ctx, dsn, "CREATE SCHEMA "+schema); err != nil {
 		return "", nil, fmt.Errorf("create schema: %w", err)
 	}
 	drop = func(ctx context.Context) error {
 		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		if err := exec(ctx, dsn, "DROP SCHEMA "+schema+" CASCADE"); err != nil {
+		if err := Exec(ctx, dsn, "DROP SCHEMA "+schema+" CASCADE"); err != nil {
 			return fmt.Errorf("drop schema %s: %w", schema, err)
 		}
 		return nil
@@ -36,8 +36,8 @@ func Fresh(ctx context.Context, dsn, prefix string) (schemaDSN string, drop func
 	return WithParam(dsn, "search_path", schema), drop, nil
 }
 
-// exec runs one statement on a connection of its own.
-func exec(ctx context.Context, dsn, query string) error {
+// Exec runs one statement on a connection of its own.
+func Exec(ctx context.Context, dsn, query string) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, dsn)

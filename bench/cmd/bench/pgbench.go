@@ -13,8 +13,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/writeonce/porch-go/internal/pgschema"
 )
 
@@ -71,7 +69,7 @@ func (h *harness) measurePgbench(r row) rowResult {
 		res.err = err
 		return res
 	}
-	if err := pgExec(ctx, schemaDSN, `CREATE TABLE upsert_bench (k int PRIMARY KEY, n bigint NOT NULL)`); err != nil {
+	if err := pgschema.Exec(ctx, schemaDSN, `CREATE TABLE upsert_bench (k int PRIMARY KEY, n bigint NOT NULL)`); err != nil {
 		res.err = err
 		return res
 	}
@@ -222,17 +220,4 @@ func searchPath(schemaDSN string) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("no search_path in %q", schemaDSN)
-}
-
-// pgExec runs one statement on a connection of its own.
-func pgExec(ctx context.Context, dsn, query string) error {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		return err
-	}
-	defer conn.Close(ctx)
-	_, err = conn.Exec(ctx, query)
-	return err
 }
