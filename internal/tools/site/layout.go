@@ -27,7 +27,7 @@ var layout = template.Must(template.New("page").Funcs(template.FuncMap{
 <head>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<title>{{.Title}} · porch-go</title>
+<title>{{if eq .Title "porch-go"}}porch-go: a durable rate limiter and idempotency keys for chi{{else}}{{.Title}} · porch-go{{end}}</title>
 <style>` + css + `</style>
 </head>
 <body>
@@ -38,7 +38,7 @@ var layout = template.Must(template.New("page").Funcs(template.FuncMap{
 <main>
 {{html .Body}}
 </main>
-<footer>Built from the repository's README.md, docs/*.md and the Example functions under porch/ by <code>go run ./internal/tools/site</code>.</footer>
+<footer>Built from the repository's README.md, docs/*.md and the Example functions of porch's public packages by <code>go run ./internal/tools/site</code>.</footer>
 </body>
 </html>
 `))
