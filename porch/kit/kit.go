@@ -1,10 +1,15 @@
-// Package kit is porch in three lines: one value that owns a pool and a
+// Package kit is porch's shortest start: one value that owns a pool and a
 // store, hands out limiters and idempotency middlewares built on them, and
 // closes everything in the one order that loses nothing.
 //
 //	k := kit.Must(kit.Open(sqlite.Open("app.db", sqlite.Options{})))
-//	defer k.Close(context.Background())
 //	r.Use(k.Limit(100, time.Minute))
+//	r.With(k.Idempotency(idem.Options{RequireKey: true}).Handler).Post("/checkout", checkout)
+//	// … serve r; once the server has drained:
+//	k.Close(ctx)
+//
+// Whole programs that stop cleanly, with porch.App or net/http, are in the
+// repository's examples directory.
 //
 // The parts stay available for what kit does not cover: k.Pool() and the
 // store you opened are the ones rate.New and idem.New take, and New builds

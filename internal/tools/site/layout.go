@@ -79,7 +79,7 @@ img { max-width: 100%; height: auto; }
 // examplesIndex is the body of examples.html: each package and its examples.
 func (s *site) examplesIndex() string {
 	var b strings.Builder
-	b.WriteString("<h1>Examples</h1>\n<p>The runnable examples of each package: <code>go test</code> runs them and checks their output, and <code>go doc</code> shows them. Each package's page shows their source and output.</p>\n<ul>\n")
+	b.WriteString("<h1>Examples</h1>\n<p>The runnable examples of each package: <code>go test</code> runs them and checks their output, and pkg.go.dev shows them beside each package's documentation. Each package's page shows their source and output.</p>\n<ul>\n")
 	for _, p := range s.pkgs {
 		fmt.Fprintf(&b, "<li><a href=\"%s\"><code>%s</code></a> — %s", p.out(), html.EscapeString(p.dir), html.EscapeString(p.parse.Synopsis(p.doc)))
 		b.WriteString("<ul>")
