@@ -24,6 +24,10 @@ import (
 )
 
 func main() {
+	l, err := net.Listen("tcp", "127.0.0.1:8080")
+	if err != nil {
+		log.Fatal(err)
+	}
 	st, err := sqlite.Open("shop.db", sqlite.Options{})
 	k := kit.Must(kit.Open(st, err)) // k closes st
 	// The application's own table, in the store's database: idem.Exec writes it.
@@ -38,11 +42,7 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	l, err := net.Listen("tcp", "127.0.0.1:8080")
-	if err != nil {
-		log.Fatal(err)
-	}
-	if err := app.Serve(ctx, l); err != nil {
+	if err := app.Serve(ctx, l); err != nil { // stops on Ctrl-C or SIGTERM
 		log.Fatal(err)
 	}
 }

@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 	"log"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -18,6 +19,10 @@ import (
 )
 
 func main() {
+	l, err := net.Listen("tcp", "127.0.0.1:8080")
+	if err != nil {
+		log.Fatal(err)
+	}
 	k := kit.Must(kit.Open(sqlite.Open("app.db", sqlite.Options{}))) // or memory.Open()
 	r := chi.NewRouter()
 	r.Use(k.Limit(100, time.Minute)) // 100 a minute per client address
@@ -28,14 +33,14 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	srv := &http.Server{Addr: "127.0.0.1:8080", Handler: r, ReadHeaderTimeout: 10 * time.Second}
-	go func() {
-		if err := srv.ListenAndServe(); err != http.ErrServerClosed {
-			log.Print(err)
-			stop() // could not listen: stop as on Ctrl-C
-		}
-	}()
-	<-ctx.Done()
+	srv := &http.Server{Handler: r, ReadHeaderTimeout: 10 * time.Second}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(l) }()
+	select {
+	case err := <-served: // the listener failed
+		log.Print(err)
+	case <-ctx.Done(): // Ctrl-C or SIGTERM
+	}
 	// Drain first, then close the kit: limiters (exact counts), pool, store.
 	drain, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()

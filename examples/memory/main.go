@@ -31,6 +31,10 @@ var (
 )
 
 func main() {
+	l, err := net.Listen("tcp", "127.0.0.1:8080")
+	if err != nil {
+		log.Fatal(err)
+	}
 	k := kit.Must(kit.Open(memory.Open()))
 	app := porch.New()      // a chi router that drains, then runs its closers
 	app.OnShutdown(k.Close) // limiters, pool, store
@@ -39,11 +43,7 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	l, err := net.Listen("tcp", "127.0.0.1:8080")
-	if err != nil {
-		log.Fatal(err)
-	}
-	if err := app.Serve(ctx, l); err != nil {
+	if err := app.Serve(ctx, l); err != nil { // stops on Ctrl-C or SIGTERM
 		log.Fatal(err)
 	}
 }
