@@ -1,27 +1,29 @@
-# porch-go's everyday commands; `just --list` shows them. CI (.ci/run) runs
-# the same commands without just.
+# porch-go's everyday commands; `just --list` shows them, each by the one
+# comment line right above it. CI (.ci/run) runs the same commands without
+# just. Install just with `npm i -g rust-just`, `cargo install just` or
+# Debian's `apt-get install just`.
 
 # Run the sample storefront (extra arguments are its flags, e.g. -addr :9000).
 run *args:
     go run ./sample/storefront {{args}}
 
-# Every unit test, with the race detector.
+# Every unit test, with the race detector (3–8 min on 2 shared cores).
 test:
     go test -race ./...
 
-# The acceptance gate: real storefront processes on loopback, real HTTP, the SQLite tables.
+# The acceptance gate: real storefronts on loopback (about 4.5 min on 2 cores).
 web-app *args:
     ./acceptance.sh {{args}}
 
-# Keyed checkouts per second, the working tree against REV (default: before
-# the exactly-once change), alternated on SQLite and PostgreSQL.
-bench-checkout rev="cc0b196" rounds="3" duration="5s":
+# Keyed checkouts per second, the working tree against REV, on SQLite and PostgreSQL.
+bench-checkout rev="main" rounds="3" duration="5s":
     bench/checkout.sh {{rev}} {{rounds}} {{duration}}
 
-# The chaos legs alone, for longer: kill -9, hang-ups, duplicates and lost
-# PostgreSQL sessions, then every key checked; on Redis, killed, hung and
-# switched-over primaries, every client's count checked (e.g. just chaos -duration 5m;
-# -seed N replays a schedule the log printed).
+# Kill -9, hang-ups, duplicates and lost PostgreSQL sessions, then every key
+# checked; on Redis, killed, hung and switched-over primaries, every client's
+# count checked. -seed N replays a schedule the log printed.
+
+# The chaos legs alone, for longer (e.g. just chaos -duration 5m).
 chaos *args:
     ./acceptance.sh -run Chaos -timeout 2h -- {{args}}
 
@@ -29,14 +31,14 @@ chaos *args:
 linkcheck:
     go run ./internal/tools/linkcheck
 
-# The docs site in site/: README.md, docs/*.md, the Example functions of
-# porch/ and the charts in docs/*.svg, link-checked. Open site/index.html.
+# The docs site in site/ (README, docs, runnable examples), link-checked; open site/index.html.
 site:
     go run ./internal/tools/site
     go run ./internal/tools/linkcheck -site site
 
-# Redraw docs/perf-reqs.svg and docs/perf-latency.svg from the throughput
-# table in FROM: docs/performance.md, or a saved `just bench` output.
+# FROM is docs/performance.md or a saved `just bench` output.
+
+# Redraw docs/perf-reqs.svg and docs/perf-latency.svg from FROM's throughput table.
 charts from="docs/performance.md":
     go run ./internal/tools/perfchart -in {{from}} -out docs
 
@@ -50,15 +52,17 @@ bench-charts *args:
 # Installs Debian's wrk if it is missing; docs/performance.md explains the
 # output. The go test benchmarks are separate:
 # go test -run '^$' -bench . -benchmem ./porch/...
-# The load harness: every limiter under wrk on loopback, memory, the targets (args are its flags, e.g. -duration 10s).
+
+# Every limiter under wrk on loopback (args are its flags, e.g. -duration 10s).
 bench *args:
     command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk)
     cd bench && go run ./cmd/bench {{args}}
 
-# Run every fuzz target (func Fuzz… in porch/ and sample/) for a while each,
-# e.g. `just fuzz 60s`. `go test ./...` already runs their seed corpora as
-# plain tests; an input that fails here is saved under the package's
-# testdata/fuzz/, to check in with its fix.
+# `go test ./...` already runs the seed corpora as plain tests; an input
+# that fails here is saved under the package's testdata/fuzz/, to check in
+# with its fix.
+
+# Run every fuzz target in porch/ and sample/ for TIME each (e.g. just fuzz 60s).
 fuzz time="30s":
     #!/usr/bin/env bash
     set -euo pipefail
@@ -68,12 +72,17 @@ fuzz time="30s":
         go test -run '^$' -fuzz "^${name}\$" -fuzztime '{{time}}' "./$(dirname "$file")"
     done
 
-# A PostgreSQL-only program, built without a C compiler, served and stopped
-# against PORCH_TEST_POSTGRES (or -dsn DSN): the drivers are leaves.
+# A PostgreSQL-only program, built without cgo, served and stopped against PORCH_TEST_POSTGRES.
 pgonly *args:
     CGO_ENABLED=0 go build -o /tmp/porch-pgonly ./internal/tools/pgonly && /tmp/porch-pgonly {{args}}
 
-# Rewrite api.txt, the record of porch's public API that CI holds the code
-# to, after a deliberate change to it (say what changed in CHANGELOG.md).
+# api.txt records porch's public API; CI holds the code to it. After a
+# deliberate change, regenerate it and say what changed in CHANGELOG.md.
+
+# Rewrite api.txt from the code, after a deliberate change to the public API.
 api:
     go run ./internal/tools/apilist > api.txt
+
+# Check that each Go program in README.md is its file under examples/ and builds.
+readme:
+    go run ./internal/tools/readmecheck

@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
 # Keyed checkouts per second: the storefront built from the working tree
-# against one built from REV (default: main's parent of the exactly-once
-# change), alternated ROUNDS times on SQLite and on PostgreSQL
+# against one built from REV (default: main), alternated ROUNDS times on SQLite and on PostgreSQL
 # ($PORCH_TEST_POSTGRES, else the local server), each run wrk -t2 -c32 for
 # DURATION with a fresh Idempotency-Key per request and the rate limiter off.
 # Prints every round and the medians; a run that got non-2xx answers says
@@ -9,7 +8,7 @@
 #   bench/checkout.sh [REV] [ROUNDS] [DURATION]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-rev=${1:-cc0b196}
+rev=${1:-main}
 rounds=${2:-3}
 duration=${3:-5s}
 dsn=${PORCH_TEST_POSTGRES:-postgres://postgres@127.0.0.1:5432/test?sslmode=disable}

@@ -11,7 +11,9 @@ import (
 )
 
 // digest reads the body (restoring it for the handler) and hashes method,
-// path with query, and the body's fingerprint.
+// path with query, and the body's fingerprint. Without Options.Fingerprint,
+// a JSON body's digest carries a second hash, of its canonical form (see
+// jsonHint).
 func (m *Keys) digest(r *http.Request) ([]byte, *porch.Response) {
 	body, err := m.readBody(r)
 	if err != nil {
@@ -21,13 +23,56 @@ func (m *Keys) digest(r *http.Request) ([]byte, *porch.Response) {
 		return nil, m.problem(problemBodyTooLarge, http.StatusRequestEntityTooLarge, "Body too large",
 			fmt.Sprintf("an idempotent request body may be at most %d bytes", m.opt.MaxBody))
 	}
-	fp := body
-	if m.opt.Fingerprint != nil {
-		if fp, err = m.opt.Fingerprint(body); err != nil {
-			return nil, m.problem(problemBodyInvalid, http.StatusBadRequest, "Invalid body", err.Error())
-		}
+	if m.opt.Fingerprint == nil {
+		return withJSONForm(requestDigest(r.Method, r.URL.RequestURI(), body), r.Method, r.URL.RequestURI(), body), nil
+	}
+	fp, err := m.opt.Fingerprint(body)
+	if err != nil {
+		return nil, m.problem(problemBodyInvalid, http.StatusBadRequest, "Invalid body", err.Error())
 	}
 	return requestDigest(r.Method, r.URL.RequestURI(), fp), nil
+}
+
+// A request's digest is the SHA-256 that requestDigest makes: two requests
+// are the same request exactly when its first digestSize bytes are equal.
+// Without Options.Fingerprint, the digest of a JSON body of at most
+// jsonHintMaxBody bytes is followed by a second SHA-256, of the same
+// framing with the body's CanonicalJSON form. It decides nothing: when a
+// key is reused with a body that differs only in how its JSON is written
+// (member order, whitespace, escapes, 1.0 for 1), it lets the 422 say that
+// FingerprintJSON would have replayed it, which is what such a client's
+// developer needs to hear. Older stored digests, without it, compare as
+// before.
+const (
+	digestSize      = sha256.Size
+	jsonHintMaxBody = 64 << 10
+)
+
+// withJSONForm appends to d the digest of body's canonical JSON form, when
+// body is a JSON object or array of at most jsonHintMaxBody bytes.
+func withJSONForm(d []byte, method, uri string, body []byte) []byte {
+	if len(body) > jsonHintMaxBody {
+		return d
+	}
+	if i := skipSpace(body, 0); i == len(body) || (body[i] != '{' && body[i] != '[') {
+		return d
+	}
+	c, err := CanonicalJSON(body)
+	if err != nil {
+		return d
+	}
+	return append(d, requestDigest(method, uri, c)...)
+}
+
+// sameRequest reports whether digests a and b are of the same request.
+func sameRequest(a, b []byte) bool {
+	return bytes.Equal(a[:min(len(a), digestSize)], b[:min(len(b), digestSize)])
+}
+
+// sameJSON reports whether digests a and b, of different requests, are of
+// bodies that differ only in how their JSON is written.
+func sameJSON(a, b []byte) bool {
+	return len(a) == 2*digestSize && len(b) == 2*digestSize && bytes.Equal(a[digestSize:], b[digestSize:])
 }
 
 // readBody reads r's body, up to one byte past MaxBody, and hands the

@@ -40,3 +40,34 @@ func TestDigestFraming(t *testing.T) {
 		}
 	}
 }
+
+// Without Options.Fingerprint a JSON body's digest is the byte-exact
+// SHA-256 followed by that of its canonical form, which decides nothing:
+// a digest stored without the second hash (or with it) still matches a
+// retry of the same bytes, and only the first hash tells requests apart.
+func TestDigestJSONForm(t *testing.T) {
+	m := &Keys{opt: Options{MaxBody: DefaultMaxBody}}
+	digest := func(body string) []byte {
+		got, res := m.digest(httptest.NewRequest(http.MethodPost, "/orders", strings.NewReader(body)))
+		if res != nil {
+			t.Fatalf("body %q: refused %d", body, res.StatusCode())
+		}
+		return got
+	}
+	d := digest(`{"b":1,"a":2}`)
+	exact := sha256.Sum256([]byte("POST\x00/orders\x00" + `{"b":1,"a":2}`))
+	canon := sha256.Sum256([]byte("POST\x00/orders\x00" + `{"a":2,"b":1}`))
+	if want := append(exact[:], canon[:]...); !bytes.Equal(d, want) {
+		t.Fatalf("digest %x, want %x", d, want)
+	}
+	if !sameRequest(d, exact[:]) || !sameRequest(exact[:], d) {
+		t.Errorf("a digest stored without the canonical hash does not match its retry")
+	}
+	other := digest(`{"a":2,"b":1}`)
+	if sameRequest(d, other) || !sameJSON(d, other) {
+		t.Errorf("reordered members: sameRequest %v (want false), sameJSON %v (want true)", sameRequest(d, other), sameJSON(d, other))
+	}
+	if big := digest(`[` + strings.Repeat(`0,`, jsonHintMaxBody/2) + `0]`); len(big) != digestSize {
+		t.Errorf("a body over jsonHintMaxBody: digest of %d bytes, want %d", len(big), digestSize)
+	}
+}

@@ -33,10 +33,11 @@
 //	keys := idem.New(pool, st, idem.Options{RequireKey: true})
 //	r.With(porch.Chain(limiter, keys)).Post("/checkout", checkout)
 //
-// The digest that tells a retry from a reused key is byte-exact by default;
-// Options.Fingerprint with [FingerprintJSON] compares JSON bodies by their
-// [CanonicalJSON] form instead, so a client that re-encodes its JSON on a
-// retry is not refused.
+// The digest that tells a retry from a reused key is byte-exact by default
+// (a 422 for a JSON body re-encoded on a retry says so, and names the
+// option); Options.Fingerprint with [FingerprintJSON] compares JSON bodies
+// by their [CanonicalJSON] form instead, so a client that re-encodes its
+// JSON on a retry is not refused.
 //
 // [Keys.Handler] is the same middleware for chi alone: r.With(keys.Handler).
 // [New] does no I/O: it panics on a programming error, as chi's constructors

@@ -24,12 +24,9 @@ func ExampleOptions_storeStatus() {
 	k := kit.Must(kit.Open(sqlite.Open(filepath.Join(dir, "shop.db"), sqlite.Options{})))
 	defer k.Close(context.Background()) // the pool, then the store
 
-	keys, err := k.Idempotency(idem.Options{
+	keys := k.Idempotency(idem.Options{
 		StoreStatus: func(status int) bool { return status < 400 },
 	})
-	if err != nil {
-		panic(err)
-	}
 	h := keys.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var order struct{ Qty int }
 		if json.NewDecoder(r.Body).Decode(&order) != nil || order.Qty < 1 {
@@ -59,10 +56,7 @@ func ExampleOptions_maxStoredBody() {
 	k := kit.Must(kit.Open(sqlite.Open(filepath.Join(dir, "shop.db"), sqlite.Options{})))
 	defer k.Close(context.Background()) // the pool, then the store
 
-	keys, err := k.Idempotency(idem.Options{MaxStoredBody: 1024})
-	if err != nil {
-		panic(err)
-	}
+	keys := k.Idempotency(idem.Options{MaxStoredBody: 1024})
 	h := keys.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Write([]byte(strings.Repeat("x", 2048)))
 	}))
@@ -85,13 +79,10 @@ func ExampleOptions_keyHeader() {
 	k := kit.Must(kit.Open(sqlite.Open(filepath.Join(dir, "shop.db"), sqlite.Options{})))
 	defer k.Close(context.Background()) // the pool, then the store
 
-	keys, err := k.Idempotency(idem.Options{
+	keys := k.Idempotency(idem.Options{
 		KeyHeader:      "X-Idempotency-Key",
 		ReplayedHeader: "Idempotent-Replayed",
 	})
-	if err != nil {
-		panic(err)
-	}
 	h := keys.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusCreated)
 	}))
@@ -115,13 +106,10 @@ func ExampleKeys_Forget() {
 	k := kit.Must(kit.Open(sqlite.Open(filepath.Join(dir, "shop.db"), sqlite.Options{})))
 	defer k.Close(context.Background()) // the pool, then the store
 
-	keys, err := k.Idempotency(idem.Options{
+	keys := k.Idempotency(idem.Options{
 		// In a real API, the account the auth middleware authenticated.
 		Principal: porch.KeyByHeader("X-Account"),
 	})
-	if err != nil {
-		panic(err)
-	}
 	runs := 0
 	h := keys.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		runs++

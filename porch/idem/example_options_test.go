@@ -24,14 +24,11 @@ func ExampleOptions() {
 	k := kit.Must(kit.Open(sqlite.Open(filepath.Join(dir, "shop.db"), sqlite.Options{})))
 	defer k.Close(context.Background()) // the pool, then the store
 
-	keys, err := k.Idempotency(idem.Options{
+	keys := k.Idempotency(idem.Options{
 		KeepHeaders: []string{"Location"},
 		Fingerprint: idem.FingerprintJSON,
 		ProblemBase: "https://api.example.com/problems/",
 	})
-	if err != nil {
-		panic(err)
-	}
 	orders := 0
 	h := keys.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		orders++

@@ -1,7 +1,6 @@
 package idem
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"net/http"
@@ -223,10 +222,9 @@ func (m *Keys) wait(r *http.Request, f *flight, digest []byte) *porch.Response {
 	case <-f.done:
 		return nil
 	case <-timeout:
-		if owner := f.owner.Load(); owner != nil && !bytes.Equal(*owner, digest) {
+		if owner := f.owner.Load(); owner != nil && !sameRequest(*owner, digest) {
 			m.observe(r, Mismatch)
-			return m.problem(problemKeyReused, http.StatusUnprocessableEntity, m.keyHeader+" reused",
-				"a request with a different method, path or body is running under this key")
+			return m.reused("a request with a different method, path or body is running under this key", *owner, digest)
 		}
 		m.observe(r, InFlight)
 		return m.inFlight()
@@ -249,10 +247,9 @@ func (m *Keys) inFlight() *porch.Response {
 // replay when it is the same request, and 422 when the key was reused for a
 // different one. Nothing is run and nothing is overwritten.
 func (m *Keys) answer(r *http.Request, row driver.Response, digest []byte) *porch.Response {
-	if !bytes.Equal(row.Digest, digest) {
+	if !sameRequest(row.Digest, digest) {
 		m.observe(r, Mismatch)
-		return m.problem(problemKeyReused, http.StatusUnprocessableEntity, m.keyHeader+" reused",
-			"this key was used for a request with a different method, path or body")
+		return m.reused("this key was used for a request with a different method, path or body", row.Digest, digest)
 	}
 	m.observe(r, Replayed)
 	return replay(row, m.keep, m.replayedHeader)

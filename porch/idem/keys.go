@@ -1,7 +1,6 @@
 package idem
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -121,7 +120,9 @@ type Options struct {
 	// reserved. Changing it on a live route makes a retry of a request
 	// stored under the old one 422, unless both give its body the same
 	// fingerprint. It must not change body, which the handler reads next.
-	// If nil, the body byte for byte.
+	// If nil, the body byte for byte; a 422 for a JSON body that differs
+	// from the first only in how its JSON is written then says so, and
+	// names FingerprintJSON.
 	Fingerprint func(body []byte) ([]byte, error)
 	// ProblemBase prefixes the type URI of every problem the middleware
 	// answers with, in place of "https://porch.dev/problems/": with
@@ -276,7 +277,7 @@ func (m *Keys) Before(r *http.Request) (*http.Request, *porch.Response) {
 		// request, and will store its response: leading it again would
 		// wait on its own reservation forever. This request stores
 		// nothing, so its After must not find the outer ownership.
-		if !bytes.Equal(outer.digest, digest) {
+		if !sameRequest(outer.digest, digest) {
 			m.observe(r, Mismatch)
 			return r, m.problem(problemKeyReused, http.StatusUnprocessableEntity, m.keyHeader+" reused",
 				"an enclosing request owns this key for a different method, path or body")

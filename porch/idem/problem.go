@@ -43,6 +43,18 @@ func (m *Keys) problemType(typ string) string {
 	return problemtype.Under(m.opt.ProblemBase, typ)
 }
 
+// reused is the 422 for a key reused for another request, whose digest is
+// other. When the two bodies differ only in how their JSON is written, the
+// detail says so, and names the option that treats them as one request.
+func (m *Keys) reused(detail string, other, digest []byte) *porch.Response {
+	if sameJSON(other, digest) {
+		detail += "; the two bodies differ only in how their JSON is written (member order, whitespace, " +
+			"escapes or number forms): with idem.Options.Fingerprint set to idem.FingerprintJSON the server " +
+			"would take them as one request and replay its answer"
+	}
+	return m.problem(problemKeyReused, http.StatusUnprocessableEntity, m.keyHeader+" reused", detail)
+}
+
 // unavailable is the fail-closed answer: the handler does not run, or its
 // response is withheld because it could not be made durable.
 func (m *Keys) unavailable(r *http.Request, err error) *porch.Response {

@@ -2,6 +2,7 @@ package kit_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -32,10 +33,7 @@ func TestKitProbes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	keys, err := k.Idempotency(idem.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	keys := k.Idempotency(idem.Options{})
 	limit := k.Limit(5, time.Minute)
 	if err := k.Close(context.Background()); err != nil {
 		t.Fatal(err)
@@ -68,6 +66,26 @@ func TestKitProbes(t *testing.T) {
 		}()
 		k.Limit(5, time.Minute)
 	}()
+	if p := panicOf(func() { k.Idempotency(idem.Options{}) }); !errors.Is(p, porch.ErrClosed) {
+		t.Errorf("Idempotency on a closed kit: got panic %v, want porch.ErrClosed", p)
+	}
+}
+
+// The first Limit's policy is "default", the name a limiter without
+// Options.Name has and the one a reader guesses; later ones are numbered
+// so that each route keeps a limit of its own. After a Limiter of that
+// name, the first Limit is "limit1" instead (TestKitProbes).
+func TestLimitNames(t *testing.T) {
+	k := kit.Must(kit.Open(sqlite.Open(filepath.Join(t.TempDir(), "app.db"), sqlite.Options{})))
+	defer k.Close(context.Background())
+	ok := http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})
+	for _, want := range []string{`"default";q=5;w=60`, `"limit2";q=5;w=60`, `"limit3";q=5;w=60`} {
+		rec := httptest.NewRecorder()
+		k.Limit(5, time.Minute)(ok).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
+		if got := rec.Header().Get("RateLimit-Policy"); got != want {
+			t.Errorf("RateLimit-Policy: got %q, want %q", got, want)
+		}
+	}
 }
 
 // Two routes each mounting k.Limit(5, time.Minute) get a limit each, and
@@ -109,7 +127,7 @@ func TestTwoLimitsCountApartAcrossRestarts(t *testing.T) {
 		}
 	}
 	// Limits are named in the order they are made, so the reopened kit's
-	// first Limit is /a's limit1 again, with its 5 hits.
+	// first Limit is /a's "default" again, with its 5 hits.
 	if servedA != 5 || servedB != 1 {
 		t.Errorf("served %d on /a (want 5, across a restart) and %d on /b (want 1), under a limit of 5 per minute each", servedA, servedB)
 	}

@@ -1,10 +1,15 @@
-// Package kit is porch in three lines: one value that owns a pool and a
+// Package kit is porch's shortest start: one value that owns a pool and a
 // store, hands out limiters and idempotency middlewares built on them, and
 // closes everything in the one order that loses nothing.
 //
 //	k := kit.Must(kit.Open(sqlite.Open("app.db", sqlite.Options{})))
-//	defer k.Close(context.Background())
 //	r.Use(k.Limit(100, time.Minute))
+//	r.With(k.Idempotency(idem.Options{RequireKey: true}).Handler).Post("/checkout", checkout)
+//	// … serve r; once the server has drained:
+//	k.Close(ctx)
+//
+// Whole programs that stop cleanly, with porch.App or net/http, are in the
+// repository's examples directory.
 //
 // The parts stay available for what kit does not cover: k.Pool() and the
 // store you opened are the ones rate.New and idem.New take, and New builds
@@ -38,17 +43,18 @@ import (
 type Kit struct {
 	pool     *porch.Pool
 	counters driver.Counters // the limiters' store; nil: Limiter fails
-	keys     driver.KeyStore // the idempotency keys' store; nil: Idempotency fails
+	keys     driver.KeyStore // the idempotency keys' store; nil: Idempotency panics
 
 	mu       sync.Mutex
 	limiters []*rate.Limiter
-	limits   int // Limit calls, which name their limiters
+	limits   int  // Limit calls, which name their limiters
+	named    bool // a limiter named "default" was made
 	closed   bool
 }
 
-// ErrNoStore is returned (or panicked with, by Limit) when a Kit has no
-// store for what is asked of it: counters for a limiter, keys for
-// idempotency.
+// ErrNoStore is returned by Limiter (and panicked with by Limit and
+// Idempotency) when a Kit has no store for what is asked of it: counters
+// for a limiter, keys for idempotency.
 var ErrNoStore = errors.New("kit: no store for this middleware")
 
 // Open returns a Kit on st, which holds both the limiters' counters and
@@ -110,22 +116,30 @@ func (k *Kit) Limiter(limit int, window time.Duration, opt rate.Options) (*rate.
 		return nil, err
 	}
 	k.limiters = append(k.limiters, l)
+	if opt.Name == "" || opt.Name == "default" {
+		k.named = true
+	}
 	return l, nil
 }
 
 // Limit is Limiter with the default options, as chi middleware: limit
 // requests per window per client address. Each Limit is a limiter of its
-// own, named in the order they are made ("limit1", "limit2", …: its counts
-// and its RateLimit-Policy go by that name), so that two routes each get
-// their limit; make them in the same order across restarts, or use Limiter
-// with Options.Name. It panics if the limiter cannot be built (a policy
-// conflict, a store failing at start): it is for a program's setup, where
-// that is fatal anyway. Use Limiter to handle the error, or to pass
-// options.
+// own, named in the order they are made (its counts and its
+// RateLimit-Policy go by that name): the first "default", the name of a
+// limiter without Options.Name, unless the Kit has made one of that name
+// already, then "limit2", "limit3", …, so that two routes each get their
+// limit. Make them in the same order across restarts, or use Limiter with
+// Options.Name. It panics if the limiter cannot be built (a
+// policy conflict, a store failing at start): it is for a program's
+// setup, where that is fatal anyway. Use Limiter to handle the error, or
+// to pass options.
 func (k *Kit) Limit(limit int, window time.Duration) func(http.Handler) http.Handler {
 	k.mu.Lock()
 	k.limits++
 	name := fmt.Sprintf("limit%d", k.limits)
+	if k.limits == 1 && !k.named {
+		name = "default"
+	}
 	k.mu.Unlock()
 	l, err := k.Limiter(limit, window, rate.Options{Name: name})
 	if err != nil {
@@ -135,17 +149,19 @@ func (k *Kit) Limit(limit int, window time.Duration) func(http.Handler) http.Han
 }
 
 // Idempotency returns the idempotency-key middleware on the Kit's keys
-// (see idem.New). It fails with ErrNoStore on a Kit without keys.
-func (k *Kit) Idempotency(opt idem.Options) (*idem.Keys, error) {
+// (see idem.New). Like idem.New it does no I/O and returns no error: on a
+// Kit without keys, or after Close, it panics with an error wrapping
+// ErrNoStore or porch.ErrClosed, both mistakes in a program's setup.
+func (k *Kit) Idempotency(opt idem.Options) *idem.Keys {
 	if k.keys == nil {
-		return nil, fmt.Errorf("%w: idempotency needs a store of keys (SQLite or PostgreSQL)", ErrNoStore)
+		panic(fmt.Errorf("%w: idempotency needs a store of keys (SQLite, PostgreSQL or memory)", ErrNoStore))
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.closed {
-		return nil, porch.ErrClosed
+		panic(fmt.Errorf("kit: Idempotency: %w", porch.ErrClosed))
 	}
-	return idem.New(k.pool, k.keys, opt), nil
+	return idem.New(k.pool, k.keys, opt)
 }
 
 // Close closes, in order, every limiter the Kit handed out (so that they

@@ -3,6 +3,7 @@ package kit_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -80,8 +81,8 @@ func TestNewWithoutAStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	counters := kit.New(porch.NewPool(porch.PoolOptions{}), st, nil)
-	if _, err := counters.Idempotency(idem.Options{}); !errors.Is(err, kit.ErrNoStore) {
-		t.Errorf("Idempotency without keys: %v, want kit.ErrNoStore", err)
+	if p := panicOf(func() { counters.Idempotency(idem.Options{}) }); !errors.Is(p, kit.ErrNoStore) {
+		t.Errorf("Idempotency without keys: panicked with %v, want kit.ErrNoStore", p)
 	}
 	keys := kit.New(porch.NewPool(porch.PoolOptions{}), nil, st)
 	if _, err := keys.Limiter(1, time.Minute, rate.Options{}); !errors.Is(err, kit.ErrNoStore) {
@@ -94,10 +95,7 @@ func TestNewWithoutAStore(t *testing.T) {
 		t.Log("the store closed twice without an error") // sqlite.Store.Close is idempotent
 	}
 	both := kit.Must(kit.Open(sqlite.Open(filepath.Join(t.TempDir(), "b.db"), sqlite.Options{})))
-	m, err := both.Idempotency(idem.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := both.Idempotency(idem.Options{})
 	h := m.Handler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(201) }))
 	req := httptest.NewRequest(http.MethodPost, "/", nil)
 	req.Header.Set("Idempotency-Key", "k1")
@@ -109,4 +107,18 @@ func TestNewWithoutAStore(t *testing.T) {
 	if err := both.Close(context.Background()); err != nil {
 		t.Errorf("Close of a kit whose one store is both: %v, want it closed once", err)
 	}
+}
+
+// panicOf runs f and returns the error it panicked with, or nil.
+func panicOf(f func()) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err, _ = p.(error)
+			if err == nil {
+				err = fmt.Errorf("%v", p)
+			}
+		}
+	}()
+	f()
+	return nil
 }

@@ -49,15 +49,17 @@ type example struct {
 	ast       *ast.File // the file fn is in
 }
 
-// examplePackages finds every package under root whose test files hold
-// Example functions, sorted by directory.
+// examplePackages finds every public package under root whose test files
+// hold Example functions, sorted by directory. Packages under an internal
+// directory are left out: an application cannot import them, so their
+// examples document nothing it can use.
 func examplePackages(root string) ([]*examplePackage, error) {
 	var pkgs []*examplePackage
 	err := filepath.WalkDir(root, func(dir string, d fs.DirEntry, err error) error {
 		if err != nil || !d.IsDir() {
 			return err
 		}
-		if name := d.Name(); name == "testdata" || strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_") {
+		if name := d.Name(); name == "testdata" || name == "internal" || strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_") {
 			return filepath.SkipDir
 		}
 		pkg, err := loadExamples(filepath.ToSlash(dir))

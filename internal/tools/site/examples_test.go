@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 )
 
@@ -103,5 +104,23 @@ func ExampleHello_whole() {
 	}
 	if len(want) > 0 {
 		t.Errorf("examples not found: %v", want)
+	}
+}
+
+// The site documents what an application can import: no package under an
+// internal directory gets a page, though porch/internal has examples.
+func TestNoInternalPackages(t *testing.T) {
+	t.Chdir("../../..")
+	pkgs, err := examplePackages("porch")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pkgs {
+		if strings.Contains("/"+p.dir+"/", "/internal/") {
+			t.Errorf("%s: an internal package has a page", p.dir)
+		}
+	}
+	if len(pkgs) == 0 {
+		t.Fatal("no packages found: the check checked nothing")
 	}
 }

@@ -27,7 +27,7 @@ var layout = template.Must(template.New("page").Funcs(template.FuncMap{
 <head>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<title>{{.Title}} · porch-go</title>
+<title>{{if eq .Title "porch-go"}}porch-go: a durable rate limiter and idempotency keys for chi{{else}}{{.Title}} · porch-go{{end}}</title>
 <style>` + css + `</style>
 </head>
 <body>
@@ -38,7 +38,7 @@ var layout = template.Must(template.New("page").Funcs(template.FuncMap{
 <main>
 {{html .Body}}
 </main>
-<footer>Built from the repository's README.md, docs/*.md and the Example functions under porch/ by <code>go run ./internal/tools/site</code>.</footer>
+<footer>Built from the repository's README.md, docs/*.md and the Example functions of porch's public packages by <code>go run ./internal/tools/site</code>.</footer>
 </body>
 </html>
 `))
@@ -79,7 +79,7 @@ img { max-width: 100%; height: auto; }
 // examplesIndex is the body of examples.html: each package and its examples.
 func (s *site) examplesIndex() string {
 	var b strings.Builder
-	b.WriteString("<h1>Examples</h1>\n<p>The runnable examples of each package: <code>go test</code> runs them and checks their output, and <code>go doc</code> shows them. Each package's page shows their source and output.</p>\n<ul>\n")
+	b.WriteString("<h1>Examples</h1>\n<p>The runnable examples of each package: <code>go test</code> runs them and checks their output, and pkg.go.dev shows them beside each package's documentation. Each package's page shows their source and output.</p>\n<ul>\n")
 	for _, p := range s.pkgs {
 		fmt.Fprintf(&b, "<li><a href=\"%s\"><code>%s</code></a> — %s", p.out(), html.EscapeString(p.dir), html.EscapeString(p.parse.Synopsis(p.doc)))
 		b.WriteString("<ul>")

@@ -69,10 +69,7 @@ func newRig(t *testing.T) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	keys, err := rg.kit.Idempotency(idem.Options{Observer: m, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
+	keys := rg.kit.Idempotency(idem.Options{Observer: m, Logger: quiet})
 
 	tracer := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rg.spans)).Tracer("test")
 	r := chi.NewRouter()

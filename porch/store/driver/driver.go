@@ -130,7 +130,7 @@ type Hit struct {
 // replaying a stored Set-Cookie or Date would be wrong.
 type Response struct {
 	Key         string
-	Digest      []byte // SHA-256 of method, path with query, and the body's fingerprint
+	Digest      []byte // opaque to the store: idem's SHA-256 of method, path with query and the body's fingerprint, and possibly a hint after it
 	Status      int
 	ContentType string
 	Body        []byte
