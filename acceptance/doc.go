@@ -31,7 +31,8 @@
 // /usr/lib/postgresql/N/bin, and runs them as the postgres user when the
 // gate runs as root, and redisfailover: two instances on a Sentinel-managed
 // primary with two replicas, or on a Cluster with a replica per primary,
-// the primary holding a limited client's count killed; and the chaos legs,
+// the primary holding a limited client's count killed, and one started
+// while its replica is still in its first sync; and the chaos legs,
 // chaos_test.go on SQLite and PostgreSQL, chaos_redis_test.go on Redis with
 // Sentinel).
 package acceptance

@@ -398,3 +398,42 @@ func TestRedisClusterFailover(t *testing.T) {
 	a.stop(t)
 	b.stop(t)
 }
+
+// A storefront started with -redis-replicas 1 while its primary's replica
+// is still in its first sync, as compose or Kubernetes start a primary, a
+// replica and the application together (Redis 7 holds a first sync back
+// for repl-diskless-sync-delay, 5 s by default; here until the leg lets
+// it go), starts rather than exiting: it answers limited requests 503
+// with Retry-After and /healthz 503 saying Redis cannot count, logs the
+// shortfall, and serves 200 once the sync ends, without a restart.
+func TestRedisStartsWhileReplicaSyncs(t *testing.T) {
+	t.Parallel()
+	primary := redistest.StartServer(t, "--repl-diskless-sync-delay", "3600")
+	replica := redistest.StartSyncingReplica(t, primary)
+	s, _ := launchStorefront(t, newDB(t), "-redis", "redis://"+primary.Addr+"/0", "-redis-replicas", "1",
+		"-rate-limit", "100", "-rate-window", "1h")
+
+	r := s.get(t, limited)
+	checkProblem(t, r, http.StatusServiceUnavailable)
+	if r.Header.Get("Retry-After") == "" {
+		t.Errorf("GET %s while the replica syncs: no Retry-After (%s)", limited, r)
+	}
+	h := s.get(t, "/healthz")
+	checkProblem(t, h, http.StatusServiceUnavailable)
+	if !strings.Contains(string(h.Body), "Redis cannot count") || h.Header.Get("Retry-After") == "" {
+		t.Errorf("GET /healthz while the replica syncs: %s (Retry-After %q), want 503 with Retry-After saying Redis cannot count",
+			h, h.Header.Get("Retry-After"))
+	}
+	waitFor(t, healthTimeout, "the log naming the replicas not online", func() bool {
+		return strings.Contains(s.stderr.String(), "0 online replicas")
+	})
+
+	redistest.FinishSync(t, primary, replica)
+	waitFor(t, healthTimeout, "GET /healthz 200 once the replica is online", func() bool {
+		return s.get(t, "/healthz").Status == http.StatusOK
+	})
+	if r := s.get(t, limited); r.Status != http.StatusOK {
+		t.Errorf("GET %s once the replica is online: got %s, want 200", limited, r)
+	}
+	s.stop(t)
+}

@@ -61,6 +61,27 @@ func (c *rawConn) get(t *testing.T, path string) {
 	}
 }
 
+// timedOut fails unless the storefront answers c's stalled body 408
+// problem+json whose detail is plain: the read's error names the server's
+// socket addresses (read tcp 127.0.0.1:…->…: i/o timeout).
+func (c *rawConn) timedOut(t *testing.T, what string) {
+	t.Helper()
+	c.SetReadDeadline(time.Now().Add(stopTimeout))
+	res, err := http.ReadResponse(c.br, nil)
+	if err != nil {
+		t.Fatalf("%s body stalled past -read-timeout: %v, want a 408", what, err)
+	}
+	body, err := io.ReadAll(res.Body)
+	res.Body.Close()
+	r := reply{Status: res.StatusCode, Header: res.Header, Body: body, Err: err}
+	checkProblem(t, r, http.StatusRequestTimeout)
+	for _, leak := range []string{"127.0.0.1", "tcp", "i/o timeout"} {
+		if strings.Contains(string(body), leak) {
+			t.Errorf("%s body stalled past -read-timeout: %s, want no %q in it", what, body, leak)
+		}
+	}
+}
+
 // closedWithin reports whether the storefront has closed c, waiting at
 // most d for its EOF.
 func (c *rawConn) closedWithin(d time.Duration) bool {
@@ -170,8 +191,9 @@ func TestServeUnroutedAndHead(t *testing.T) {
 }
 
 // -idle-timeout, -read-timeout and -max-header-bytes reach the server: an
-// idle keep-alive connection and a trickling upload are closed, an
-// oversized header is refused.
+// idle keep-alive connection is closed, a trickling upload is answered 408
+// (with a detail that names no socket address) and closed, an oversized
+// header is refused.
 func TestServeTimeouts(t *testing.T) {
 	t.Parallel()
 	s := startStorefront(t, newDB(t), "-idle-timeout", "300ms", "-read-timeout", "300ms", "-max-header-bytes", "4096")
@@ -183,7 +205,15 @@ func TestServeTimeouts(t *testing.T) {
 	})
 	t.Run("slow body", func(t *testing.T) {
 		c := s.slowCheckout(t, "slow-body")
+		c.timedOut(t, "checkout")
 		c.closedByServer(t, "upload trickling past -read-timeout")
+	})
+	t.Run("slow login body", func(t *testing.T) {
+		c := s.dial(t)
+		c.send(t, "POST /login HTTP/1.1\r\nHost: storefront\r\nContent-Type: application/json\r\n"+
+			"Content-Length: 100\r\n\r\n{\"user\":") // and nothing more
+		c.timedOut(t, "login")
+		c.closedByServer(t, "login body trickling past -read-timeout")
 	})
 	t.Run("large header", func(t *testing.T) {
 		r := s.get(t, "/healthz", "X-Big", strings.Repeat("a", 16<<10))

@@ -62,6 +62,16 @@ func newDB(t *testing.T) string {
 // /healthz with 200.
 func startStorefront(t *testing.T, db string, flags ...string) *storefront {
 	t.Helper()
+	s, deadline := launchStorefront(t, db, flags...)
+	s.waitReady(t, deadline)
+	return s
+}
+
+// launchStorefront starts the storefront as startStorefront does and
+// returns once it has printed its address, ready or not, with the
+// deadline for it to become ready.
+func launchStorefront(t *testing.T, db string, flags ...string) (*storefront, <-chan time.Time) {
+	t.Helper()
 	args := append([]string{"-addr", "127.0.0.1:0", "-db", db}, flags...)
 	s := &storefront{
 		db:     db,
@@ -102,8 +112,7 @@ func startStorefront(t *testing.T, db string, flags ...string) *storefront {
 	case <-deadline:
 		t.Fatalf("storefront printed no %q line within %s\n%s", listeningPrefix, startTimeout, s.output())
 	}
-	s.waitReady(t, deadline)
-	return s
+	return s, deadline
 }
 
 // waitReady polls GET /healthz until it answers 200.

@@ -76,7 +76,8 @@ type App struct {
 	ReadHeaderTimeout time.Duration
 	// ReadTimeout bounds reading a whole request, header and body
 	// (http.Server.ReadTimeout); a handler still reading the body then gets
-	// an error matching os.ErrDeadlineExceeded. It does not bound the
+	// an error matching os.ErrDeadlineExceeded, which [BodyProblem] answers
+	// 408. It does not bound the
 	// handler: net/http lifts the deadline once the body has been read. If
 	// zero, DefaultReadTimeout.
 	ReadTimeout time.Duration

@@ -2,9 +2,15 @@ package porch_test
 
 import (
 	"encoding/json"
+	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -68,5 +74,45 @@ func TestResponseZeroValue(t *testing.T) {
 	res.Write(rec)
 	if rec.Code != http.StatusOK || rec.Header().Get("X-A") != "1" || rec.Header().Get("Content-Length") != "0" {
 		t.Errorf("got %d %v, want 200 with X-A: 1 and Content-Length: 0", rec.Code, rec.Header())
+	}
+}
+
+// BodyProblem tells a body that stalled past the server's ReadTimeout
+// (408), one over an http.MaxBytesReader's cap (413) and any other failed
+// read (400), and its detail never carries the read error's text, which
+// names the server's socket addresses.
+func TestBodyProblem(t *testing.T) {
+	addr := func(port int) net.Addr { return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: port} }
+	opErr := func(err error) error {
+		return &net.OpError{Op: "read", Net: "tcp", Source: addr(8080), Addr: addr(51234), Err: err}
+	}
+	const base = "https://api.example.com/problems/"
+	tests := []struct {
+		name       string
+		err        error
+		wantStatus int
+		wantType   string
+	}{
+		{"read deadline", opErr(os.ErrDeadlineExceeded), http.StatusRequestTimeout, base + "body-timeout"},
+		{"read deadline, wrapped", fmt.Errorf("decode: %w", opErr(os.ErrDeadlineExceeded)), http.StatusRequestTimeout, base + "body-timeout"},
+		{"over the cap", &http.MaxBytesError{Limit: 64}, http.StatusRequestEntityTooLarge, base + "body-too-large"},
+		{"connection reset", opErr(syscall.ECONNRESET), http.StatusBadRequest, base + "body-unreadable"},
+		{"short body", io.ErrUnexpectedEOF, http.StatusBadRequest, base + "body-unreadable"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := porch.BodyProblem(base, tc.err)
+			if p.Status != tc.wantStatus || p.Type != tc.wantType {
+				t.Errorf("got %d %s, want %d %s", p.Status, p.Type, tc.wantStatus, tc.wantType)
+			}
+			if p.Title == "" || p.Detail == "" {
+				t.Errorf("got title %q, detail %q; want both", p.Title, p.Detail)
+			}
+			for _, leak := range []string{"127.0.0.1", "8080", "51234", "tcp"} {
+				if strings.Contains(p.Detail, leak) {
+					t.Errorf("detail %q carries %q from the error, want a plain one", p.Detail, leak)
+				}
+			}
+		})
 	}
 }

@@ -37,9 +37,50 @@ func StartReplica(tb testing.TB, primary *Server, args ...string) *Server {
 	return r
 }
 
+// StartSyncingReplica runs a redis-server that replicates primary (args
+// as for StartServer) and waits until primary counts it as a replica still
+// in its first sync: connected, and not online. primary must have been
+// started with a repl-diskless-sync-delay longer than the test
+// ("--repl-diskless-sync-delay", "3600"): Redis holds a diskless first
+// sync back that long, waiting for more replicas to share it (5 s by
+// default). FinishSync lets it start.
+func StartSyncingReplica(tb testing.TB, primary *Server, args ...string) *Server {
+	tb.Helper()
+	host, port, _ := net.SplitHostPort(primary.Addr)
+	r := StartServer(tb, append([]string{"--replicaof", host, port}, args...)...)
+	waitReplicaState(tb, primary.Addr, "wait_bgsave", r.Addr)
+	return r
+}
+
+// FinishSync lets primary start the first syncs it holds back for
+// repl-diskless-sync-delay (CONFIG SET repl-diskless-sync-delay 0) and
+// waits until it reports each of replicas online.
+func FinishSync(tb testing.TB, primary *Server, replicas ...*Server) {
+	tb.Helper()
+	c := goredis.NewClient(&goredis.Options{Addr: primary.Addr, MaxRetries: -1})
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.ConfigSet(ctx, "repl-diskless-sync-delay", "0").Err(); err != nil {
+		tb.Fatalf("redistest: CONFIG SET repl-diskless-sync-delay 0 on %s: %v", primary.Addr, err)
+	}
+	addrs := make([]string, len(replicas))
+	for i, r := range replicas {
+		addrs[i] = r.Addr
+	}
+	WaitReplicas(tb, primary.Addr, addrs...)
+}
+
 // WaitReplicas waits until the server at primary reports each of replicas
 // (addresses) online in INFO replication, or fails tb.
 func WaitReplicas(tb testing.TB, primary string, replicas ...string) {
+	tb.Helper()
+	waitReplicaState(tb, primary, "online", replicas...)
+}
+
+// waitReplicaState waits until the server at primary reports each of
+// replicas (addresses) in state (INFO replication's state=), or fails tb.
+func waitReplicaState(tb testing.TB, primary, state string, replicas ...string) {
 	tb.Helper()
 	c := goredis.NewClient(&goredis.Options{Addr: primary, MaxRetries: -1})
 	defer c.Close()
@@ -52,14 +93,14 @@ func WaitReplicas(tb testing.TB, primary string, replicas ...string) {
 		}
 		for _, r := range replicas {
 			host, port, _ := net.SplitHostPort(r)
-			if !strings.Contains(info, "ip="+host+",port="+port+",state=online") {
+			if !strings.Contains(info, "ip="+host+",port="+port+",state="+state+",") {
 				return false, nil
 			}
 		}
 		return true, nil
 	})
 	if err != nil {
-		tb.Fatalf("redistest: replicas %v of %s not online: %v\n%s", replicas, primary, err, info)
+		tb.Fatalf("redistest: replicas %v of %s not %s: %v\n%s", replicas, primary, state, err, info)
 	}
 }
 

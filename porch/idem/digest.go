@@ -8,6 +8,7 @@ import (
 	"net/http"
 
 	"github.com/writeonce/porch-go/porch"
+	"github.com/writeonce/porch-go/porch/internal/problemtype"
 )
 
 // digest reads the body (restoring it for the handler) and hashes method,
@@ -17,10 +18,14 @@ import (
 func (m *Keys) digest(r *http.Request) ([]byte, *porch.Response) {
 	body, err := m.readBody(r)
 	if err != nil {
-		return nil, m.problem(problemBodyUnreadable, http.StatusBadRequest, "Unreadable body", err.Error())
+		// idempotency-body-timeout, -too-large or -unreadable, with a
+		// detail that does not carry the server's socket addresses.
+		p := porch.BodyProblem(problemtype.Default+"idempotency-", err)
+		p.Type = m.problemType(p.Type)
+		return nil, p.Response()
 	}
 	if int64(len(body)) > m.opt.MaxBody {
-		return nil, m.problem(problemBodyTooLarge, http.StatusRequestEntityTooLarge, "Body too large",
+		return nil, m.problem(problemBodyTooLarge, http.StatusRequestEntityTooLarge, "Content Too Large",
 			fmt.Sprintf("an idempotent request body may be at most %d bytes", m.opt.MaxBody))
 	}
 	if m.opt.Fingerprint == nil {

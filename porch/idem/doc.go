@@ -77,8 +77,12 @@
 //     printable ASCII.
 //   - idempotency-key-reused: 422, the key was used for another request.
 //   - idempotency-in-flight: 409, the key's first request is still running.
-//   - idempotency-body-too-large: 413, a body over Options.MaxBody.
-//   - idempotency-body-unreadable: 400, the body could not be read.
+//   - idempotency-body-too-large: 413, a body over Options.MaxBody (or an
+//     http.MaxBytesReader's limit).
+//   - idempotency-body-timeout: 408, the body did not arrive within the
+//     server's ReadTimeout.
+//   - idempotency-body-unreadable: 400, the body could not be read (the
+//     client closed the connection or sent less than its Content-Length).
 //   - idempotency-body-invalid: 400, Options.Fingerprint refused the body.
 //   - idempotency-principal-failed: 500, Options.Principal failed.
 //   - idempotency-unavailable: 503, the key could not be decided or its

@@ -8,6 +8,7 @@ const (
 	ProblemInFlight         = problemInFlight
 	ProblemBodyTooLarge     = problemBodyTooLarge
 	ProblemBodyUnreadable   = problemBodyUnreadable
+	ProblemBodyTimeout      = problemBodyTimeout
 	ProblemUnavailable      = problemUnavailable
 	ProblemWriteFailed      = problemWriteFailed
 	ProblemBodyInvalid      = problemBodyInvalid

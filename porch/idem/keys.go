@@ -135,9 +135,8 @@ type Options struct {
 	// [Outcome]). If nil, nothing is observed.
 	Observer Observer
 	// Logger receives what the middleware logs: a store failure or a
-	// handler's failed writes (at most one line of a kind every
-	// errlog.DefaultEvery) and a client address rewritten from a
-	// header. If nil, App.Logger for a request an App serves, else
+	// handler's failed writes (at most one line of a kind every 10
+	// seconds) and a client address rewritten from a header. If nil, App.Logger for a request an App serves, else
 	// slog.Default().
 	Logger *slog.Logger
 }

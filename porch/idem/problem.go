@@ -21,6 +21,7 @@ const (
 	problemInFlight       = "https://porch.dev/problems/idempotency-in-flight"
 	problemBodyTooLarge   = "https://porch.dev/problems/idempotency-body-too-large"
 	problemBodyUnreadable = "https://porch.dev/problems/idempotency-body-unreadable"
+	problemBodyTimeout    = "https://porch.dev/problems/idempotency-body-timeout"
 	problemUnavailable    = "https://porch.dev/problems/idempotency-unavailable"
 	problemWriteFailed    = "https://porch.dev/problems/idempotency-write-failed"
 	problemBodyInvalid    = "https://porch.dev/problems/idempotency-body-invalid"

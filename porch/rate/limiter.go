@@ -193,9 +193,9 @@ type Options struct {
 	// If nil, nothing is observed.
 	Observer Observer
 	// Logger receives what the limiter logs: a store failure (at most one
-	// line of a kind every errlog.DefaultEvery) and a client
-	// address rewritten from a header. If nil, App.Logger for a request an
-	// App serves, else slog.Default().
+	// line of a kind every 10 seconds) and a client address rewritten
+	// from a header. If nil, App.Logger for a request an App serves, else
+	// slog.Default().
 	Logger *slog.Logger
 }
 

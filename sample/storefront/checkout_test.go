@@ -2,10 +2,15 @@ package main
 
 import (
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
+
+	"github.com/writeonce/porch-go/porch"
 )
 
 func TestDecodeCheckout(t *testing.T) {
@@ -55,4 +60,59 @@ func TestDecodeCheckout(t *testing.T) {
 // capped is body behind the cap the checkout handler puts on it.
 func capped(body string) io.Reader {
 	return http.MaxBytesReader(httptest.NewRecorder(), io.NopCloser(strings.NewReader(body)), maxCheckoutBody)
+}
+
+// failingBody yields prefix, then fails with err, as a connection does.
+type failingBody struct {
+	prefix string
+	err    error
+}
+
+func (b *failingBody) Read(p []byte) (int, error) {
+	if b.prefix != "" {
+		n := copy(p, b.prefix)
+		b.prefix = b.prefix[n:]
+		return n, nil
+	}
+	return 0, b.err
+}
+
+// A body whose read fails is refused for the read: 408 when it stalled
+// past the server's read timeout, 400 when the connection failed, and
+// never with the error's text, which names the server's socket addresses.
+func TestDecodeRefusesAFailedReadPlainly(t *testing.T) {
+	addr := func(port int) net.Addr { return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: port} }
+	opErr := func(err error) error {
+		return &net.OpError{Op: "read", Net: "tcp", Source: addr(8080), Addr: addr(51234), Err: err}
+	}
+	decoders := map[string]func(io.Reader) *porch.Problem{
+		"checkout": func(r io.Reader) *porch.Problem { _, p := decodeCheckout(r); return p },
+		"login":    func(r io.Reader) *porch.Problem { _, p := decodeLogin(r); return p },
+	}
+	tests := []struct {
+		name       string
+		err        error
+		wantStatus int
+	}{
+		{"stalled past the read timeout", opErr(os.ErrDeadlineExceeded), http.StatusRequestTimeout},
+		{"connection reset", opErr(syscall.ECONNRESET), http.StatusBadRequest},
+	}
+	for name, decode := range decoders {
+		for _, tc := range tests {
+			t.Run(name+"/"+tc.name, func(t *testing.T) {
+				p := decode(&failingBody{prefix: `{"sku":`, err: tc.err})
+				if p == nil {
+					t.Fatalf("got it accepted, want %d", tc.wantStatus)
+				}
+				if p.Status != tc.wantStatus {
+					t.Errorf("got %d %s, want %d", p.Status, p.Detail, tc.wantStatus)
+				}
+				for _, leak := range []string{"127.0.0.1", "8080", "51234", "tcp"} {
+					if strings.Contains(p.Detail, leak) {
+						t.Errorf("detail %q carries %q from the error, want a plain one", p.Detail, leak)
+					}
+				}
+			})
+		}
+	}
 }

@@ -64,17 +64,28 @@ type loginBodyKey struct{}
 // (loginUser) reads the user from there and the handler the rest. It
 // answers nothing itself, so that a malformed body reaches the limiter and
 // is counted as the failed attempt it is; and r.Body is not rewound for a
-// second reader, so the KeyFunc is a pure lookup.
+// second reader, so the KeyFunc is a pure lookup. A body whose connection
+// failed while it was read (it stalled past the server's read timeout, or
+// the client went away) is the exception: net/http has ended the request
+// (its context is cancelled), so it is answered here, 408 or 400, as no
+// attempt at all.
 func readLogin(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		b := decodeLoginBody(w, r)
+		b, broken := decodeLoginBody(w, r)
+		if broken {
+			b.bad.Write(w)
+			return
+		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), loginBodyKey{}, b)))
 	})
 }
 
-func decodeLoginBody(w http.ResponseWriter, r *http.Request) *loginBody {
-	req, bad := decodeLogin(http.MaxBytesReader(w, r.Body, maxLoginBody))
-	return &loginBody{req: req, bad: bad}
+// decodeLoginBody decodes r's body, and reports whether its connection
+// failed while it was read.
+func decodeLoginBody(w http.ResponseWriter, r *http.Request) (b *loginBody, broken bool) {
+	rd := &bodyReader{r: http.MaxBytesReader(w, r.Body, maxLoginBody)}
+	req, bad := decodeLogin(rd)
+	return &loginBody{req: req, bad: bad}, rd.broken()
 }
 
 // decodeLogin reads one JSON object {"user", "password"}, both non-empty
@@ -82,13 +93,14 @@ func decodeLoginBody(w http.ResponseWriter, r *http.Request) *loginBody {
 // returns the problem to answer otherwise (see decodeCheckout).
 func decodeLogin(body io.Reader) (loginRequest, *porch.Problem) {
 	var req loginRequest
-	dec := json.NewDecoder(body)
+	rd := &bodyReader{r: body}
+	dec := json.NewDecoder(rd)
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
-		return loginRequest{}, bodyProblem(err, "the body must be a JSON object {\"user\": string, \"password\": string}: "+err.Error())
+		return loginRequest{}, rd.problem("the body must be a JSON object {\"user\": string, \"password\": string}: " + err.Error())
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return loginRequest{}, bodyProblem(err, "the body must hold one JSON object and nothing after it")
+		return loginRequest{}, rd.problem("the body must hold one JSON object and nothing after it")
 	}
 	if req.User == "" || req.Password == "" || len(req.User) > maxLoginUser {
 		return loginRequest{}, badRequest("invalid-login", fmt.Sprintf("user (at most %d bytes) and password are required", maxLoginUser))
@@ -130,7 +142,7 @@ func newLoginLimiter(cfg config, pool *porch.Pool, st driver.Counters, obs rate.
 func (s *shop) login(w http.ResponseWriter, r *http.Request) {
 	b, _ := r.Context().Value(loginBodyKey{}).(*loginBody)
 	if b == nil { // mounted without readLogin
-		b = decodeLoginBody(w, r)
+		b, _ = decodeLoginBody(w, r)
 	}
 	if b.bad != nil {
 		b.bad.Write(w)

@@ -37,7 +37,7 @@ func TestDecodeLogin(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			r := httptest.NewRequest(http.MethodPost, "/login", strings.NewReader(tc.body))
-			b := decodeLoginBody(httptest.NewRecorder(), r)
+			b, _ := decodeLoginBody(httptest.NewRecorder(), r)
 			switch {
 			case tc.wantStatus == 0 && b.bad != nil:
 				t.Fatalf("got %d %s, want it accepted", b.bad.Status, b.bad.Detail)

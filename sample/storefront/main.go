@@ -25,7 +25,8 @@
 // server that would forget a count it replied to, and fails requests
 // closed (503) after a failover to one (see redis.Options.RequireDurable);
 // -redis-replicas N answers a request only once N replicas hold its hit,
-// else 503, so that a failover cannot forget it (redis.Options.Replicas);
+// else 503, so that a failover cannot forget it (redis.Options.Replicas):
+// from start-up, too, while they are still in their first sync;
 // -redis-prefix starts every key. More than one of -redis, -redis-sentinel
 // and -redis-cluster, -redis-sentinel without -redis-master or the
 // reverse, a negative -redis-replicas, or -redis-require-durable,

@@ -97,9 +97,11 @@ func (c redisConfig) check(sentinel, cluster string, replicasSet bool) (redisCon
 // openRedis opens the client -redis, -redis-sentinel or -redis-cluster
 // names and porch's Redis store on it. The caller closes the store, then
 // the client (the store does not own it). A server that does not answer,
-// or that would forget counts under -redis-require-durable, or has fewer
-// replicas online than -redis-replicas, is an error: a start-up failure,
-// not a flag error.
+// or that would forget counts under -redis-require-durable, is an error: a
+// start-up failure, not a flag error. A primary with fewer replicas online
+// than -redis-replicas (still in their first sync, as when everything
+// starts together) is not: the shop serves, answering rate-limited
+// requests 503 and /healthz 503 until they are online.
 func openRedis(ctx context.Context, c redisConfig, opt store.Options) (*redis.Store, goredis.UniversalClient, error) {
 	// Each client drops a connection whose round trip outlasts the store's
 	// Timeout instead of waiting out ReadTimeout: a hung server then fails

@@ -10,7 +10,8 @@
 //
 // Names are counted as pkg.go.dev shows them: top-level funcs, types,
 // consts and vars, methods of exported types, exported struct fields and
-// interface methods, in non-test files.
+// interface methods, in non-test files. A name declared twice (in files
+// for different builds) is an error: one declaration, one doc.
 package main
 
 import (
@@ -173,6 +174,14 @@ func pkgAPI(dir string) ([]string, error) {
 		}
 	}
 	sort.Strings(lines)
+	for i := 1; i < len(lines); i++ {
+		if lines[i] == lines[i-1] && !strings.HasPrefix(lines[i], "embed ") {
+			// One name declared in files behind exclusive build tags: each
+			// build sees one, but the two docs drift apart, and a reader
+			// of the source, or of this listing, meets it twice.
+			return nil, fmt.Errorf("%s: %q is declared more than once (in files for different builds?); declare it once, in a file every build compiles", dir, lines[i])
+		}
+	}
 	return lines, nil
 }
 

@@ -14,7 +14,9 @@ import (
 )
 
 // DefaultEvery is how often a Log lets a repeated kind of error through,
-// and the interval of the process's (see [Error]).
+// and the interval of the process's (see [Error]). The docs of
+// rate.Options.Logger and idem.Options.Logger state its value: change
+// them with it.
 const DefaultEvery = 10 * time.Second
 
 // Log logs errors at ERROR without flooding. A store that fails fails

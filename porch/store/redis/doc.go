@@ -52,7 +52,10 @@
 // errors, in Health and in the log, until it does. Open adds a hook to a
 // non-cluster client (AddHook) to notice its new connections; on a
 // cluster, a failover fails the batches in flight, and the next one judges
-// every master first.
+// every master first. Open itself refuses a primary that would forget
+// counts under RequireDurable, but not one whose replicas are not online
+// yet (still in their first sync when everything starts together): it
+// opens failing closed, as after a failover, and counts once they are.
 //
 // What WAIT does not do: a replica holds the batch in memory, not on disk;
 // a failover that loses the primary and every acknowledging replica at

@@ -120,15 +120,97 @@ func TestReplicaAckFailsClosedWithoutReplica(t *testing.T) {
 	}
 }
 
-// Open refuses a primary with fewer replicas online than Options.Replicas,
-// and a negative Replicas.
-func TestOpenRefusesTooFewReplicas(t *testing.T) {
-	srv := redistest.StartServer(t)
-	_, err := redis.Open(context.Background(), client(t, srv.Addr), redis.Options{Replicas: 1})
-	if err == nil || !strings.Contains(err.Error(), "0 online replicas") {
-		t.Errorf("Open with Replicas 1 on a server without replicas: %v, want an error naming 0 online replicas", err)
+// A primary whose replica is still in its first sync, as when a primary,
+// its replica and the application start together (compose, Kubernetes),
+// is a wait, not a misconfiguration: Open opens on it, as the store would
+// run on it after a failover. Each hit fails closed saying why, without
+// reaching the server, Health says why, and once the sync ends the same
+// store counts, with no restart. Through Sentinel alike.
+func TestOpenWhileReplicaSyncs(t *testing.T) {
+	primary := redistest.StartServer(t, "--repl-diskless-sync-delay", "3600")
+	replica := redistest.StartSyncingReplica(t, primary)
+	ss := redistest.StartSentinels(t, "porch", primary, nil, 1)
+	rule := algorithm.MustRule(algorithm.Fixed, 100, time.Hour, 0)
+	logger, logs := captureLog()
+	opt := redis.Options{Replicas: 1, Timeout: 2 * time.Second, Options: store.Options{Logger: logger}}
+	fc := goredis.NewFailoverClient(ss.FailoverOptions())
+	t.Cleanup(func() { fc.Close() })
+	stores := []struct {
+		name string
+		c    goredis.UniversalClient
+	}{{"one server", client(t, primary.Addr)}, {"Sentinel", fc}}
+	var opened []*redis.Store
+	for _, c := range stores {
+		st, err := redis.Open(context.Background(), c.c, opt)
+		if err != nil {
+			t.Fatalf("%s: Open with Replicas 1 while the replica syncs: %v, want it open, failing closed until the sync ends", c.name, err)
+		}
+		t.Cleanup(func() { st.Close(context.Background()) })
+		opened = append(opened, st)
 	}
-	_, err = redis.Open(context.Background(), client(t, srv.Addr), redis.Options{Replicas: -1})
+	for i, st := range opened {
+		key := "rate:x:p:" + strconv.Itoa(i)
+		h, err := addHit(st, key, rule)
+		if err == nil {
+			t.Fatalf("%s: hit while the replica syncs: answered %+v, want an error (no replica holds it)", stores[i].name, h)
+		}
+		if !strings.Contains(err.Error(), "0 online replicas") {
+			t.Errorf("%s: hit while the replica syncs: %v, want it to name 0 online replicas", stores[i].name, err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err = st.Health(ctx)
+		cancel()
+		if !errors.Is(err, store.ErrUnhealthy) || !strings.Contains(err.Error(), "0 online replicas") {
+			t.Errorf("%s: Health while the replica syncs: %v, want store.ErrUnhealthy naming 0 online replicas", stores[i].name, err)
+		}
+	}
+	if !strings.Contains(logs.String(), "every batch fails closed until it may") {
+		t.Errorf("log: %q, want the shortfall logged", logs.String())
+	}
+	// The hits refused were judged before they were sent: none counted.
+	for i := range opened {
+		key := "rate:x:p:" + strconv.Itoa(i)
+		if n := peekCount(t, client(t, primary.Addr), redis.DefaultPrefix, key, rule); n != 0 {
+			t.Errorf("%s: count on the primary after the refused hit: %d, want 0 (not sent)", stores[i].name, n)
+		}
+	}
+
+	redistest.FinishSync(t, primary, replica)
+	for i, st := range opened {
+		key := "rate:x:p:" + strconv.Itoa(i)
+		if h := untilHit(t, st, key, rule); !h.Allowed {
+			t.Errorf("%s: first hit once the replica is online: %+v, want allowed", stores[i].name, h)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := st.Health(ctx); err != nil {
+			t.Errorf("%s: Health once the replica is online: %v", stores[i].name, err)
+		}
+		cancel()
+	}
+	if !strings.Contains(logs.String(), "meets the store's options again") {
+		t.Errorf("log: %q, want the recovery logged", logs.String())
+	}
+}
+
+// While a replica syncs, Open still refuses what waiting cannot mend:
+// RequireDurable on a primary with appendonly no, a master name no
+// Sentinel monitors, and a negative Replicas.
+func TestOpenWhileReplicaSyncsRefusesMisconfiguration(t *testing.T) {
+	primary := redistest.StartServer(t, "--repl-diskless-sync-delay", "3600")
+	redistest.StartSyncingReplica(t, primary)
+	ss := redistest.StartSentinels(t, "porch", primary, nil, 1)
+	_, err := redis.Open(context.Background(), client(t, primary.Addr), redis.Options{Replicas: 1, RequireDurable: true})
+	if !errors.Is(err, redis.ErrNotDurable) {
+		t.Errorf("Open with Replicas 1 and RequireDurable on appendonly no: %v, want ErrNotDurable", err)
+	}
+	opt := ss.FailoverOptions()
+	opt.MasterName = "not-porch"
+	fc := goredis.NewFailoverClient(opt)
+	t.Cleanup(func() { fc.Close() })
+	if _, err := redis.Open(context.Background(), fc, redis.Options{Replicas: 1}); err == nil {
+		t.Errorf("Open through Sentinels that monitor no %q: opened, want an error", opt.MasterName)
+	}
+	_, err = redis.Open(context.Background(), client(t, primary.Addr), redis.Options{Replicas: -1})
 	if err == nil || !strings.Contains(err.Error(), "Replicas") {
 		t.Errorf("Open with Replicas -1: %v, want an error naming Replicas", err)
 	}

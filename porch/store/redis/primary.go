@@ -143,7 +143,9 @@ func (s *Store) readNodes(ctx context.Context) ([]nodeConfig, error) {
 // unfit returns why nodes may not count under the store's options, or nil
 // if they may: a replica where a primary should be, a primary that would
 // forget a count under RequireDurable, or one with fewer online replicas
-// than Replicas.
+// than Replicas. The last is reported only when no node has another
+// reason, so that errFewReplicas, which Open lets pass (see Open), never
+// hides one it refuses.
 func (s *Store) unfit(nodes []nodeConfig) error {
 	for _, n := range nodes {
 		if n.role != "" && n.role != "master" {
@@ -162,12 +164,27 @@ func (s *Store) unfit(nodes []nodeConfig) error {
 					ErrNotDurable, n.addr, unknown(n.version), unknown(n.appendonly), unknown(n.appendfsync))
 			}
 		}
+	}
+	for _, n := range nodes {
 		if n.replicas < s.opt.Replicas {
 			return fmt.Errorf("%w: the primary %s has %d online replicas, and Options.Replicas is %d",
 				errFewReplicas, n.addr, n.replicas, s.opt.Replicas)
 		}
 	}
 	return nil
+}
+
+// openShort lets Open start on primaries with fewer replicas online than
+// Options.Replicas (why, errFewReplicas): the state a failover leaves, and
+// handled as one. Every batch judges the primaries again first, and fails
+// closed with why until they may count.
+func (s *Store) openShort(why error) {
+	w := &s.watch
+	w.mu.Lock()
+	w.why = why
+	w.mu.Unlock()
+	w.stale.Store(true)
+	commit.Log(s.opt.Logger).Error("redis: the primary may not count under the store's options; every batch fails closed until it may", "err", why)
 }
 
 // runIDs names nodes by their run_ids: a restarted or promoted server has

@@ -62,9 +62,9 @@ type Options struct {
 	// cluster, each node's share waits for that node's own replicas). A
 	// batch that fewer replicas acknowledged in time fails closed, as a
 	// timed-out one does, though its hits were counted on the primary.
-	// Open refuses a primary with fewer replicas online; a primary that
-	// takes over later with fewer fails every batch closed until they
-	// are. Set it to every replica: WAIT counts any Replicas of them, and
+	// A primary with fewer replicas online (at Open, or one that takes
+	// over later) fails every batch closed until they are (see Open). Set
+	// it to every replica: WAIT counts any Replicas of them, and
 	// a failover while the old primary lives on (a pause, a manual
 	// failover) may promote one that did not acknowledge, which forgets
 	// the batch's answered hits (Open logs a warning when Replicas is
@@ -138,8 +138,18 @@ const openPing = 5 * time.Second
 // more of the server: it accepts appendonly yes with any appendfsync
 // without a warning, and refuses RequireDurable.
 //
-// With Options.Replicas, Open also refuses a primary with fewer replicas
-// online than it.
+// With Options.Replicas, Open does not refuse a primary with fewer
+// replicas online than it: replicas still in their first sync (Redis 7
+// starts one only after repl-diskless-sync-delay, 5 s by default) or not
+// yet connected are how a primary, its replicas and the application look
+// when started together, and a refusal would crash-loop the application
+// until they are online. The store opens as it would be after a failover
+// to such a primary: every batch fails closed (its requests are answered
+// 503), Health says why, the log says so once, and the first batch after
+// they are online is counted. A setting the primary does not meet under
+// RequireDurable is a misconfiguration, not a wait, and Open refuses it,
+// as it refuses a server that does not answer or a Sentinel that names
+// no primary.
 //
 // The check reads INFO server and replication and CONFIG GET
 // appendonly/appendfsync; a server where CONFIG is renamed or disabled
@@ -207,10 +217,13 @@ func Open(ctx context.Context, c goredis.UniversalClient, opt Options) (*Store, 
 		return nil, fmt.Errorf("redis: ping: %w", err)
 	}
 	nodes, err := s.checkDurable(ctx)
-	if err != nil {
+	if err != nil && !errors.Is(err, errFewReplicas) {
 		return nil, err
 	}
 	s.watch.ids = runIDs(nodes)
+	if err != nil {
+		s.openShort(err)
+	}
 	if _, ok := c.(*goredis.ClusterClient); !ok && s.watching() {
 		c.AddHook(dialWatch{&s.watch.dials})
 	}

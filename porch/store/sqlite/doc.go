@@ -2,7 +2,10 @@
 // written by one process, whose limiters may therefore keep an exact count
 // of their own keys in memory ([driver.ExclusiveCounters]). It needs cgo
 // (github.com/mattn/go-sqlite3); a program that only uses PostgreSQL
-// imports porch/store/postgres instead and links none of this.
+// imports porch/store/postgres instead and links none of this. Built
+// without cgo (CGO_ENABLED=0, or no C compiler), a program that imports it
+// fails to compile with one error, a name that says so and names the
+// stores that need no cgo: porch/store/memory and porch/store/postgres.
 //
 // [Open] takes an exclusive lock on the file for as long as the store is
 // open, so a second process, or a second Open in this one by another name

@@ -1,20 +1,12 @@
-//go:build unix
+//go:build cgo && unix
 
 package sqlite
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 )
-
-// ErrFileGone is returned by every write, and by Health, once the database
-// file or its WAL no longer has the name the store opened it by (deleted, or
-// replaced by another file). SQLite would go on writing into the nameless
-// file and report success, and everything written from then on would be
-// lost at the next restart; failing closed is the only honest answer.
-var ErrFileGone = errors.New("sqlite: the database file was deleted or replaced while open")
 
 // files checks, before each commit, that the database and its WAL are still
 // the files this store opened. It costs two stat calls per batch. Only the

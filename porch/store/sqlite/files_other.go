@@ -1,16 +1,8 @@
-//go:build !unix
+//go:build cgo && !unix
 
 package sqlite
 
-import (
-	"context"
-	"errors"
-)
-
-// ErrFileGone is returned by writes once the database file was deleted or
-// replaced while open. Without file identities (non-Unix builds) it is
-// never detected.
-var ErrFileGone = errors.New("sqlite: the database file was deleted or replaced while open")
+import "context"
 
 // files is a no-op where the OS gives no file identity.
 type files struct{}

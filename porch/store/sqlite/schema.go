@@ -1,3 +1,5 @@
+//go:build cgo
+
 package sqlite
 
 // sqliteMigrations are applied in order; PRAGMA user_version records how many

@@ -1,3 +1,5 @@
+//go:build cgo
+
 package sqlite
 
 import (
@@ -25,6 +27,15 @@ import (
 // link): one process per SQLite file is what keeps its counts exact.
 // Several instances share a PostgreSQL store instead.
 var ErrLocked = errors.New("sqlite: database file already open")
+
+// ErrFileGone is returned by every write, and by Health, once the database
+// file or its WAL no longer has the name the store opened it by (deleted, or
+// replaced by another file). SQLite would go on writing into the nameless
+// file and report success, and everything written from then on would be
+// lost at the next restart; failing closed is the only honest answer. It
+// needs the files' identities (device and inode), so only a Unix build
+// detects it; elsewhere it is never returned.
+var ErrFileGone = errors.New("sqlite: the database file was deleted or replaced while open")
 
 // Store is the embedded store: one SQLite file in WAL mode, written only by
 // its committer with synchronous=FULL (NORMAL for a batch of counts alone

@@ -35,7 +35,7 @@
 //	}
 //
 // A shared store's DB names one database both instances open (for
-// PostgreSQL, pgtest.DSN(t): a fresh schema). The suite closes every store
+// PostgreSQL, the DSN of a schema fresh to the test). The suite closes every store
 // it opens. A shared driver that has no statements for an algorithm
 // answers driver.ErrAlgorithm, and the suite skips that algorithm for it.
 // The package's own test runs the suite over a driver.SharedCounters kept
