@@ -44,6 +44,9 @@ func main() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := run(ctx, *dsn, os.Stdout); err != nil {
+		if *dsn == pgschema.LocalDSN {
+			err = fmt.Errorf("%w (the local server: pass -dsn or set PORCH_TEST_POSTGRES for another)", err)
+		}
 		fmt.Fprintln(os.Stderr, "pgonly:", err)
 		os.Exit(1)
 	}
