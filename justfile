@@ -1,7 +1,7 @@
 # porch-go's everyday commands; `just --list` shows them, each by the one
 # comment line right above it. CI (.ci/run) runs the same commands without
-# just. Install just with `npm i -g rust-just`, `cargo install just` or
-# Debian's `apt-get install just`.
+# just. Install just with `npm i -g rust-just`, `cargo install just` or,
+# on Debian 13 (trixie) or later, `apt-get install just`.
 
 # Run the sample storefront (extra arguments are its flags, e.g. -addr :9000).
 run *args:
@@ -38,11 +38,11 @@ site:
 
 # FROM is docs/performance.md or a saved `just bench` output.
 
-# Redraw docs/perf-reqs.svg and docs/perf-latency.svg from FROM's throughput table.
+# Redraw (overwrite) docs/perf-reqs.svg and docs/perf-latency.svg from FROM's throughput table.
 charts from="docs/performance.md":
     go run ./internal/tools/perfchart -in {{from}} -out docs
 
-# `just bench`, its output kept in bench-out.txt, then the charts drawn from it.
+# `just bench`, its output kept in bench-out.txt, then its charts written over docs/perf-*.svg.
 bench-charts *args:
     #!/usr/bin/env bash
     set -euo pipefail
@@ -53,7 +53,7 @@ bench-charts *args:
 # output. The go test benchmarks are separate:
 # go test -run '^$' -bench . -benchmem ./porch/...
 
-# Every limiter under wrk on loopback (args are its flags, e.g. -duration 10s).
+# Every limiter under wrk on loopback, installing wrk if missing (args are its flags, e.g. -duration 10s).
 bench *args:
     command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk)
     cd bench && go run ./cmd/bench {{args}}
@@ -72,7 +72,7 @@ fuzz time="30s":
         go test -run '^$' -fuzz "^${name}\$" -fuzztime '{{time}}' "./$(dirname "$file")"
     done
 
-# A PostgreSQL-only program, built without cgo, served and stopped against PORCH_TEST_POSTGRES.
+# A PostgreSQL-only program, built without cgo, served and stopped against PORCH_TEST_POSTGRES, else 127.0.0.1:5432.
 pgonly *args:
     CGO_ENABLED=0 go build -o /tmp/porch-pgonly ./internal/tools/pgonly && /tmp/porch-pgonly {{args}}
 

@@ -15,6 +15,11 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
+// LocalDSN is the server a developer's machine (and CI) conventionally
+// runs: user postgres without a password, database test, on 127.0.0.1:5432.
+// pgtest tries it when PORCH_TEST_POSTGRES is unset, and pgonly uses it then.
+const LocalDSN = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+
 // Fresh creates an empty schema named prefix followed by random hex on
 // dsn's server. It returns a DSN whose search_path is that schema, and the
 // function that drops it with everything in it.

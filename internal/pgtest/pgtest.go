@@ -35,7 +35,7 @@ const (
 	// runs: tried when EnvDSN is unset, so that a plain go test ./... runs
 	// the PostgreSQL tests wherever one is listening instead of skipping
 	// them unnoticed.
-	LocalDSN = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+	LocalDSN = pgschema.LocalDSN
 	// LocalTimeout bounds the try of LocalDSN: short, since most machines
 	// without a server refuse at once, and a filtered port must not stall
 	// every run by the full connect timeout before dockertest is tried.

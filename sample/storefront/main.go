@@ -260,8 +260,13 @@ func (c config) writeAhead() int {
 
 func main() {
 	cfg, err := parseFlags(os.Args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		// -h or -help: the flag package has printed the usage. Asking for
+		// it is no mistake, so exit 0, as flag.ExitOnError does.
+		os.Exit(0)
+	}
 	if err != nil {
-		if !errors.Is(err, flag.ErrHelp) && !errors.Is(err, errFlagSyntax) {
+		if !errors.Is(err, errFlagSyntax) {
 			fmt.Fprintln(os.Stderr, "storefront:", err) // flag prints only its own errors
 		}
 		os.Exit(2)

@@ -196,10 +196,48 @@ func TestStartupErrorExit2(t *testing.T) {
 	}
 }
 
+// -h and -help print the flags and exit 0: asking for help is not a
+// mistake, and go run reports any other status as "exit status 2". A flag
+// that does not exist still exits 2, naming it on the first line.
+func TestHelpExit0(t *testing.T) {
+	for _, arg := range []string{"-h", "-help", "--help"} {
+		code, stdout, stderr := runMain(t, []string{arg})
+		if code != 0 {
+			t.Errorf("storefront %s: got exit status %d, want 0", arg, code)
+		}
+		if !strings.HasPrefix(stderr, "Usage of storefront:\n") || !strings.Contains(stderr, "-rate-limit") {
+			t.Errorf("storefront %s: stderr got %q, want the usage with every flag", arg, stderr)
+		}
+		if stdout != "" {
+			t.Errorf("storefront %s: stdout got %q, want nothing", arg, stdout)
+		}
+	}
+	code, _, stderr := runMain(t, []string{"-no-such-flag"})
+	if first, _, _ := strings.Cut(stderr, "\n"); code != 2 || first != "flag provided but not defined: -no-such-flag" {
+		t.Errorf("storefront -no-such-flag: got exit status %d, first line %q; want 2 and the line naming the flag", code, first)
+	}
+}
+
 // wantRefused runs the storefront with args in a child process (see
 // TestStartupErrorExit2) and wants exit status 2, the one line
 // "storefront: want" on stderr and nothing on stdout.
 func wantRefused(t *testing.T, args []string, want string) {
+	t.Helper()
+	code, stdout, stderr := runMain(t, args)
+	if code != 2 {
+		t.Errorf("storefront %q: got exit status %d, want 2", args, code)
+	}
+	if want := "storefront: " + want + "\n"; stderr != want {
+		t.Errorf("storefront %q: stderr got %q, want the one line %q", args, stderr, want)
+	}
+	if stdout != "" {
+		t.Errorf("storefront %q: stdout got %q, want nothing", args, stdout)
+	}
+}
+
+// runMain runs the storefront's main with args in a child process (see
+// TestStartupErrorExit2) and returns its exit status and output.
+func runMain(t *testing.T, args []string) (code int, stdout, stderr string) {
 	t.Helper()
 	// A deadline, not a wait: a command line wrongly accepted would
 	// serve until killed.
@@ -210,16 +248,8 @@ func wantRefused(t *testing.T, args []string, want string) {
 	// wrongly accepted must not touch anything real.
 	full := append([]string{"-addr", "127.0.0.1:0", "-db", filepath.Join(t.TempDir(), "sf.db")}, args...)
 	cmd.Env = append(os.Environ(), mainArgsEnv+"="+strings.Join(full, "\n"))
-	var stdout, stderr strings.Builder
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	var out, errOut strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errOut
 	cmd.Run() //nolint:errcheck // the exit status is read from ProcessState
-	if code := cmd.ProcessState.ExitCode(); code != 2 {
-		t.Errorf("storefront %q: got exit status %d, want 2", args, code)
-	}
-	if want := "storefront: " + want + "\n"; stderr.String() != want {
-		t.Errorf("storefront %q: stderr got %q, want the one line %q", args, stderr.String(), want)
-	}
-	if stdout.Len() != 0 {
-		t.Errorf("storefront %q: stdout got %q, want nothing", args, stdout.String())
-	}
+	return cmd.ProcessState.ExitCode(), out.String(), errOut.String()
 }

@@ -10,6 +10,9 @@
 // exits 0 only if every answer was right and the flush succeeded, and
 // drops its schema either way.
 //
+// Its server is -dsn, else $PORCH_TEST_POSTGRES, else the local server the
+// tests also try (pgschema.LocalDSN):
+//
 //	CGO_ENABLED=0 go build -o pgonly ./internal/tools/pgonly
 //	./pgonly -dsn "$PORCH_TEST_POSTGRES"
 package main
@@ -35,19 +38,27 @@ import (
 )
 
 func main() {
-	dsn := flag.String("dsn", os.Getenv("PORCH_TEST_POSTGRES"), "PostgreSQL DSN (default $PORCH_TEST_POSTGRES)")
+	dsn := flag.String("dsn", defaultDSN(os.Getenv), "PostgreSQL DSN (default $PORCH_TEST_POSTGRES, else the local server the tests try)")
 	flag.Parse()
-	if *dsn == "" {
-		fmt.Fprintln(os.Stderr, "pgonly: no DSN: pass -dsn or set PORCH_TEST_POSTGRES")
-		os.Exit(2)
-	}
 	fmt.Printf("pgonly: built with CGO_ENABLED=%s\n", buildSetting("CGO_ENABLED"))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := run(ctx, *dsn, os.Stdout); err != nil {
+		if *dsn == pgschema.LocalDSN {
+			err = fmt.Errorf("%w (the local server: pass -dsn or set PORCH_TEST_POSTGRES for another)", err)
+		}
 		fmt.Fprintln(os.Stderr, "pgonly:", err)
 		os.Exit(1)
 	}
+}
+
+// defaultDSN is $PORCH_TEST_POSTGRES, else the local server pgtest tries,
+// so that pgonly runs wherever go test ./... finds a PostgreSQL.
+func defaultDSN(getenv func(string) string) string {
+	if dsn := getenv("PORCH_TEST_POSTGRES"); dsn != "" {
+		return dsn
+	}
+	return pgschema.LocalDSN
 }
 
 // run serves the app in a fresh schema of dsn's database, checks its

@@ -22,3 +22,22 @@ func TestRun(t *testing.T) {
 		t.Errorf("got output\n%s\nwant it to end with the flush", out.String())
 	}
 }
+
+// Without PORCH_TEST_POSTGRES, pgonly tries the local server the tests try
+// rather than refusing to start.
+func TestDefaultDSN(t *testing.T) {
+	env := func(v string) func(string) string {
+		return func(name string) string {
+			if name == "PORCH_TEST_POSTGRES" {
+				return v
+			}
+			return ""
+		}
+	}
+	if got, want := defaultDSN(env("")), "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"; got != want {
+		t.Errorf("unset: got %q, want %q", got, want)
+	}
+	if got, want := defaultDSN(env("postgres://ci/porch")), "postgres://ci/porch"; got != want {
+		t.Errorf("set: got %q, want %q", got, want)
+	}
+}
