@@ -43,7 +43,16 @@
 // r.Use(lim.Handler) above and porch.Chain(lim, keys) on one route, or lim
 // alone and in a Set, the mount further out counts it and the others pass
 // it on uncounted, reporting that count. Two different limiters each count
-// it.
+// it. The mark is in the request's context, so it holds through every copy
+// a middleware between the mounts makes (r.WithContext, r.Clone): a
+// request built on that context, a sub-request, is the same request too.
+// A batch endpoint that replays each operation through its router, and
+// wants each counted as a request of its own, says so with CountAgain:
+//
+//	op, _ := http.NewRequestWithContext(rate.CountAgain(r.Context()), http.MethodPost, "/orders", body)
+//	router.ServeHTTP(rec, op)
+//
+// Without it the operations pass uncounted, whoever they are for.
 //
 // # Panics and errors
 //

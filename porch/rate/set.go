@@ -175,7 +175,7 @@ func (s *Set) count(r *http.Request) (decision, []member) {
 // withCounts records in ctx each member the set counted, so that a mount of
 // one of them further in passes the request on (see counted). The records
 // share one allocation.
-func withCounts(ctx context.Context, r *http.Request, ms []member) context.Context {
+func withCounts(ctx context.Context, ms []member) context.Context {
 	n := 0
 	for i := range ms {
 		if ms[i].counted() {
@@ -188,7 +188,7 @@ func withCounts(ctx context.Context, r *http.Request, ms []member) context.Conte
 	recs := make([]counted, 0, n)
 	for i := range ms {
 		if m := &ms[i]; m.counted() {
-			recs = append(recs, counted{Context: ctx, l: m.l, v: m.v, hdr: r.Header})
+			recs = append(recs, counted{Context: ctx, l: m.l, v: m.v})
 			ctx = &recs[len(recs)-1]
 		}
 	}

@@ -23,7 +23,7 @@ func (s *Set) Before(r *http.Request) (*http.Request, *porch.Response) {
 		r = r.WithContext(context.WithValue(r.Context(), setKey{s}, d))
 		return r, s.refusal(r, d)
 	}
-	r = r.WithContext(context.WithValue(withCounts(r.Context(), r, ms), setKey{s}, d))
+	r = r.WithContext(context.WithValue(withCounts(r.Context(), ms), setKey{s}, d))
 	if s.settles {
 		r = r.WithContext(context.WithValue(r.Context(), setHitsKey{s}, ms))
 	}
@@ -64,7 +64,7 @@ func (s *Set) Handler(next http.Handler) http.Handler {
 			s.refusal(r, d).Write(w)
 		default:
 			s.setHeaders(w.Header(), d)
-			if ctx := withCounts(r.Context(), r, ms); ctx != r.Context() {
+			if ctx := withCounts(r.Context(), ms); ctx != r.Context() {
 				r = r.WithContext(ctx)
 			}
 			if !s.settles {
