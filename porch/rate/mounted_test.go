@@ -204,3 +204,62 @@ func peek(t *testing.T, l *rate.Limiter) int64 {
 	}
 	return v.Remaining
 }
+
+// A limiter mounted twice gives a request's hit back once when its status
+// does not count (Options.CountStatus): a Set's chain further in, which
+// passes the request on, gave the hit counted further out back too, and
+// so took back another request's (an earlier failure's) hit with it.
+func TestMountedTwiceGivesBackOnce(t *testing.T) {
+	chain := func(m porch.Middleware, h http.Handler) http.Handler { return porch.Chain(m)(h) }
+	tests := []struct {
+		name string
+		wrap func(m mounts, h http.Handler) http.Handler
+	}{
+		{"Set chain twice", func(m mounts, h http.Handler) http.Handler {
+			return chain(m.set, m.cp.Handler(chain(m.set, h)))
+		}},
+		{"Handler+Set chain", func(m mounts, h http.Handler) http.Handler {
+			return m.a.Handler(m.cp.Handler(chain(m.set, h)))
+		}},
+		{"Set.Handler+Set chain", func(m mounts, h http.Handler) http.Handler {
+			return m.set.Handler(m.cp.Handler(chain(m.set, h)))
+		}},
+		{"Tiers chain twice", func(m mounts, h http.Handler) http.Handler {
+			return chain(m.tiers, m.cp.Handler(chain(m.tiers, h)))
+		}},
+		{"Chain+Chain", func(m mounts, h http.Handler) http.Handler {
+			return chain(m.a, m.cp.Handler(chain(m.a, h)))
+		}},
+	}
+	alice := func(*http.Request) (string, error) { return "alice", nil }
+	set := func(*http.Request) (string, error) { return "set", nil }
+	for _, tt := range tests {
+		for _, c := range copies {
+			t.Run(tt.name+"/"+c.name, func(t *testing.T) {
+				rg := newRig(t, 5, time.Minute, rigOptions{rate: rate.Options{Name: "a", KeyFunc: alice, CountStatus: rate.Failures}})
+				m := mounts{
+					a: rg.lim, set: rate.All(rg.lim),
+					tiers: rate.Tiers(set, map[string]rate.Tier{"set": rate.All(rg.lim)}),
+					cp:    c.cp,
+				}
+				handler := tt.wrap(m, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					if r.URL.Path == "/fail" {
+						w.WriteHeader(http.StatusUnauthorized)
+					}
+				}))
+				for i, path := range []string{"/fail", "/fail", "/", "/"} {
+					req := request("192.0.2.1:1")
+					req.URL.Path = path
+					serve(handler, req)
+					want := int64(3) // the two failures count, the rest are given back
+					if i == 0 {
+						want = 4
+					}
+					if got := peek(t, rg.lim); got != want {
+						t.Errorf("after %s (request %d): a has %d left, want %d", path, i+1, got, want)
+					}
+				}
+			})
+		}
+	}
+}

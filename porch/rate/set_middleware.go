@@ -14,7 +14,7 @@ import (
 func (s *Set) Before(r *http.Request) (*http.Request, *porch.Response) {
 	d, ms := s.count(r)
 	if errors.Is(d.err, porch.ErrSkip) {
-		return r, nil
+		return s.passOn(r), nil
 	}
 	if d.err != nil {
 		return r, d.lim.failure(r, d.err)
@@ -32,16 +32,30 @@ func (s *Set) Before(r *http.Request) (*http.Request, *porch.Response) {
 
 type setHitsKey struct{ s *Set }
 
+// passOn hands on a request s counts nothing of here (every limiter
+// skipped it, or counted it further out) so that After finds no decision:
+// a chain of s further out that counted the request settles and reports it
+// itself, and settling it here too would give its hits back twice.
+func (s *Set) passOn(r *http.Request) *http.Request {
+	if r.Context().Value(setKey{s}) == nil {
+		return r
+	}
+	return r.WithContext(context.WithValue(r.Context(), setKey{s}, nil))
+}
+
 // After puts the set's rate-limit headers on the final response, unless
 // another middleware or the handler refused it (see Limiter.After), and
 // gives back the hits whose limiter's Options.CountStatus does not count
 // its status. It implements porch.Middleware.
 func (s *Set) After(r *http.Request, res *porch.Response, _ porch.Completion) {
+	d, ok := r.Context().Value(setKey{s}).(decision)
+	if !ok {
+		return // s counted nothing of r here
+	}
 	if ms, ok := r.Context().Value(setHitsKey{s}).([]member); ok {
 		settleMembers(ms, res.StatusCode())
 	}
-	d, ok := r.Context().Value(setKey{s}).(decision)
-	if !ok || refusedByOther(res, d.v.Allowed) {
+	if refusedByOther(res, d.v.Allowed) {
 		return
 	}
 	if res.Header == nil {
