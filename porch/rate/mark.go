@@ -86,7 +86,7 @@ type countAgain struct{ context.Context }
 
 func (c *countAgain) Value(key any) any {
 	switch key.(type) {
-	case countedKey, setKey, setHitsKey, tierKey:
+	case countedKey, setKey, tierKey:
 		return nil
 	}
 	return c.Context.Value(key)

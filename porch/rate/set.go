@@ -135,6 +135,12 @@ type decision struct {
 	// dry is X-RateLimit-Dry-Run's value when a dry-run limiter counted
 	// the request; nil otherwise.
 	dry []string
+	// settle is, in a chain, the members whose hits After settles with
+	// the final status (see Options.CountStatus): those of the request the
+	// set served, when one of its limiters has CountStatus; nil otherwise.
+	// It travels with the decision so that After settles the hits of the
+	// request this mount decided, never those of another on its context.
+	settle []member
 }
 
 type setKey struct{ s *Set }

@@ -23,14 +23,12 @@ func (s *Set) Before(r *http.Request) (*http.Request, *porch.Response) {
 		r = r.WithContext(context.WithValue(r.Context(), setKey{s}, d))
 		return r, s.refusal(r, d)
 	}
-	r = r.WithContext(context.WithValue(withCounts(r.Context(), ms), setKey{s}, d))
 	if s.settles {
-		r = r.WithContext(context.WithValue(r.Context(), setHitsKey{s}, ms))
+		d.settle = ms
 	}
+	r = r.WithContext(context.WithValue(withCounts(r.Context(), ms), setKey{s}, d))
 	return r, nil
 }
-
-type setHitsKey struct{ s *Set }
 
 // passOn hands on a request s counts nothing of here (every limiter
 // skipped it, or counted it further out) so that After finds no decision:
@@ -52,9 +50,7 @@ func (s *Set) After(r *http.Request, res *porch.Response, _ porch.Completion) {
 	if !ok {
 		return // s counted nothing of r here
 	}
-	if ms, ok := r.Context().Value(setHitsKey{s}).([]member); ok {
-		settleMembers(ms, res.StatusCode())
-	}
+	settleMembers(d.settle, res.StatusCode())
 	if refusedByOther(res, d.v.Allowed) {
 		return
 	}
