@@ -6,27 +6,35 @@ import (
 )
 
 // counted is the context a limiter's mount hands on once it has counted a
-// request, recording the verdict: a mount of the same limiter further in
-// (r.Use(lim.Handler) and porch.Chain(lim, keys) on one route, or lim both
-// alone and in a Set) finds it and passes the request on instead of
-// counting it again, and After finds the verdict to report in it. It wraps
-// its parent itself, rather than going into a context.WithValue, so that
-// recording costs one allocation, not two.
+// request, recording the client key it counted and the verdict: a mount of
+// the same limiter further in (r.Use(lim.Handler) and porch.Chain(lim, keys)
+// on one route, or lim both alone and in a Set) that keys the request the
+// same finds it and passes the request on instead of counting it again,
+// and After finds the verdict to report in it. It wraps its parent itself,
+// rather than going into a context.WithValue, so that recording costs one
+// allocation, not two.
 //
 // The record is the request's context, not anything of the *http.Request:
 // every copy a middleware makes keeps the context (r.WithContext,
 // r.Clone, httputil.ReverseProxy's outgoing request), while a Clone
-// replaces the header map and the URL. A sub-request an application
-// builds on the same context is therefore part of the request it came
-// from, until CountAgain says otherwise; idem's mark of a key its request
-// owns is kept the same way.
+// replaces the header map and the URL; idem's mark of a key its request
+// owns is kept the same way. A sub-request an application builds on the
+// same context keeps it too, which is why the record names the key: a
+// sub-request for another client is that client's request, and counted as
+// one (see countedAs); one for the same client is the request again, until
+// CountAgain says otherwise.
 type counted struct {
 	context.Context
 	l *Limiter
-	v Verdict
+	// key is the counter key l counted the request against; "" on the
+	// record of a mount that counted nothing (see passOn), which no key
+	// matches.
+	key string
+	v   Verdict
 	// through marks the record of a mount that passed the request on: its
-	// After leaves the headers to the mount that counted, whose verdict it
-	// would otherwise write over a Set's report of it.
+	// After leaves the headers (and the give-back) to the mount that
+	// counted, whose verdict it would otherwise write over a Set's report
+	// of it.
 	through bool
 	// h is the hit this mount counted, to give back when the final
 	// status does not count (see Options.CountStatus).
@@ -43,10 +51,14 @@ func (c *counted) Value(key any) any {
 	return c.Context.Value(key)
 }
 
-// countOf finds, in r's context, the innermost record of l's count of r,
-// or nil if l has not counted r (or CountAgain hid its count).
+// countOf finds, in r's context, the innermost record a mount of l left,
+// or nil if no mount of l has seen r's context (or CountAgain hid them).
+// On a route that mounts l once it is nil, and costs one Value lookup.
 func countOf(r *http.Request, l *Limiter) *counted {
-	ctx := r.Context()
+	return recordOf(r.Context(), l)
+}
+
+func recordOf(ctx context.Context, l *Limiter) *counted {
 	for {
 		c, _ := ctx.Value(countedKey{}).(*counted)
 		if c == nil || c.l == l {
@@ -56,19 +68,48 @@ func countOf(r *http.Request, l *Limiter) *counted {
 	}
 }
 
+// countedAs finds, among c and the records of c's limiter further out,
+// the one of a count of key: the request's client was counted by that
+// limiter on this context already. It is nil for another client's
+// request, a sub-request a batch endpoint replays for another user, which
+// is counted as that user's. c may be nil.
+func (c *counted) countedAs(key string) *counted {
+	for ; c != nil; c = recordOf(c.Context, c.l) {
+		if c.key == key {
+			return c
+		}
+	}
+	return nil
+}
+
+// passOn hands r on from a mount of l that counts nothing of it (it
+// skipped it, failed, or found it counted further out), given prior, the
+// innermost record of l on r (countOf). When a mount of l further out left
+// a record that counts, r gets one that does not, so that After does not
+// settle and report the other mount's count as its own: a single mount
+// that skips or fails r reports nothing.
+func (l *Limiter) passOn(r *http.Request, prior *counted) *http.Request {
+	if prior == nil || prior.through {
+		return r
+	}
+	return r.WithContext(&counted{Context: r.Context(), l: l, through: true})
+}
+
 // CountAgain returns a copy of ctx on which every limiter counts a request
-// anew: the context of a sub-request that is to be counted as a request of
-// its own, such as each operation a batch endpoint replays through its
-// router.
+// anew: the context of a sub-request of the same client that is to be
+// counted as a request of its own, such as each operation a batch endpoint
+// replays through its router for the caller.
 //
-// Without it a limiter counts a request once however often the route
-// mounts it, and a request built on the context of one it counted (with
-// http.NewRequestWithContext, r.WithContext or r.Clone) is that request
-// again: it passes every mount of that limiter uncounted, whatever its key.
-// With it, each mount counts the sub-request as a client's request would
-// be, against the key its KeyFunc names, once however often the route
-// mounts the limiter; the request it came from keeps its own count and
-// headers.
+// A limiter counts a request once per client key, however often the route
+// mounts it and whatever copies middlewares make of it (r.WithContext,
+// r.Clone): the mark of its count is in the request's context, with the
+// key it counted. A request built on that context (with
+// http.NewRequestWithContext, r.WithContext or r.Clone) for another key
+// (another user, another address) is counted as that key's; one for the
+// same key is the request again, and passes every mount of that limiter
+// uncounted. On CountAgain's context it is counted, against the key its
+// KeyFunc names, once however often the route mounts the limiter; the
+// request it came from keeps its own count and headers.
 //
 //	op, _ := http.NewRequestWithContext(rate.CountAgain(r.Context()), http.MethodPost, "/orders", body)
 //	router.ServeHTTP(rec, op)

@@ -18,24 +18,23 @@ const (
 )
 
 // Before counts the request. A refusal short-circuits with 429; a failure
-// with 503. A request l has counted already, mounted further out on the
-// route, passes on uncounted. It implements porch.Middleware.
+// with 503. A request l has counted already for the same client key,
+// mounted further out on the route, passes on uncounted; one for another
+// key is counted against its own. It implements porch.Middleware.
 func (l *Limiter) Before(r *http.Request) (*http.Request, *porch.Response) {
-	ctx := r.Context()
-	if c := countOf(r, l); c != nil {
-		if c.through {
-			return r, nil // marked by a pass-through mount further out
-		}
-		return r.WithContext(&counted{Context: ctx, l: l, v: c.v, through: true}), nil
+	prior := countOf(r, l)
+	key, n, err := l.resolve(r)
+	if err == nil && prior.countedAs(key) != nil {
+		return l.passOn(r, prior), nil
 	}
-	v, h, err := l.count(r)
+	v, h, err := l.countResolved(r, key, n, err)
 	if errors.Is(err, porch.ErrSkip) {
-		return r, nil
+		return l.passOn(r, prior), nil
 	}
 	if err != nil {
-		return r, l.failure(r, err)
+		return l.passOn(r, prior), l.failure(r, err)
 	}
-	r = r.WithContext(&counted{Context: ctx, l: l, v: v, h: h})
+	r = r.WithContext(&counted{Context: r.Context(), l: l, key: key, v: v, h: h})
 	if !v.Allowed && !v.DryRun {
 		return r, l.refusal(r, v)
 	}
@@ -51,7 +50,7 @@ func (l *Limiter) Before(r *http.Request) (*http.Request, *porch.Response) {
 // Retry-After is another policy's, and this one's X-RateLimit-* beside it
 // would contradict it. Use All to count one request against several
 // limits. A mount that passed the request on (see Before) leaves the
-// headers to the one that counted it.
+// headers, and the give-back, to the one that counted it.
 func (l *Limiter) After(r *http.Request, res *porch.Response, _ porch.Completion) {
 	c := countOf(r, l)
 	if c != nil && !c.through {
@@ -67,16 +66,17 @@ func (l *Limiter) After(r *http.Request, res *porch.Response, _ porch.Completion
 
 // Handler is the limiter as plain chi middleware. Unlike a porch chain it
 // does not buffer the response: headers are set before next runs. A request
-// l has counted already, mounted further out on the route, passes on
-// uncounted, with the headers that mount set.
+// l has counted already for the same client key, mounted further out on
+// the route, passes on uncounted, with the headers that mount set; one for
+// another key is counted against its own.
 func (l *Limiter) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx := r.Context()
-		if countOf(r, l) != nil {
+		key, n, err := l.resolve(r)
+		if err == nil && countOf(r, l).countedAs(key) != nil {
 			next.ServeHTTP(w, r)
 			return
 		}
-		v, h, err := l.count(r)
+		v, h, err := l.countResolved(r, key, n, err)
 		if errors.Is(err, porch.ErrSkip) {
 			next.ServeHTTP(w, r)
 			return
@@ -90,7 +90,7 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 			return
 		}
 		l.setHeaders(w.Header(), v)
-		r = r.WithContext(&counted{Context: ctx, l: l, v: v})
+		r = r.WithContext(&counted{Context: r.Context(), l: l, key: key, v: v})
 		if l.opt.CountStatus == nil || !v.Allowed {
 			next.ServeHTTP(w, r)
 			return

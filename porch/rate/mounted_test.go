@@ -2,6 +2,7 @@ package rate_test
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strconv"
 	"testing"
@@ -257,6 +258,93 @@ func TestMountedTwiceGivesBackOnce(t *testing.T) {
 					}
 					if got := peek(t, rg.lim); got != want {
 						t.Errorf("after %s (request %d): a has %d left, want %d", path, i+1, got, want)
+					}
+				}
+			})
+		}
+	}
+}
+
+// A mount further in keys the request again, and answers as it would
+// mounted alone when its KeyFunc names no key it counted: a middleware
+// between the mounts that makes the KeyFunc skip the request serves it
+// without a second count, one that makes it fail answers 500 (the hit the
+// mount further out counted is given back once, as for any 500 its
+// CountStatus does not count), and one that makes it name another client
+// counts that client too.
+func TestMountedTwiceKeyedAgain(t *testing.T) {
+	errKey := errors.New("no principal")
+	keyFunc := func(r *http.Request) (string, error) {
+		switch who := r.Header.Get("X-Inner"); who {
+		case "":
+			return "alice", nil
+		case "skip":
+			return "", porch.ErrSkip
+		case "error":
+			return "", errKey
+		default:
+			return who, nil
+		}
+	}
+	tests := []struct {
+		inner      string // what the KeyFunc sees further in
+		wantStatus int
+		wantAlice  int64 // remaining, after a first request and this one
+		wantBob    int64
+	}{
+		{"skip", http.StatusOK, 3, 5},
+		{"error", http.StatusInternalServerError, 4, 5},
+		{"bob", http.StatusOK, 3, 4},
+	}
+	// A Tiered whose pick, too, skips or fails where the KeyFunc does.
+	pickedAgain := func(l *rate.Limiter) (outer, inner mw) {
+		pick := func(r *http.Request) (string, error) {
+			_, err := keyFunc(r)
+			return "one", err
+		}
+		tiers := porch.Chain(rate.Tiers(pick, map[string]rate.Tier{"one": l}))
+		return tiers, tiers
+	}
+	mounts := append(subMounts[:len(subMounts):len(subMounts)], struct {
+		name  string
+		mount func(l *rate.Limiter) (outer, inner mw)
+	}{"Tiers picked again, chain", pickedAgain})
+	for _, tt := range tests {
+		for _, mount := range mounts {
+			t.Run(tt.inner+"/"+mount.name, func(t *testing.T) {
+				rg := newRig(t, 5, time.Minute, rigOptions{rate: rate.Options{KeyFunc: keyFunc, CountStatus: rate.UnlessServerError}})
+				between := copier(func(r *http.Request) *http.Request {
+					if r.URL.Path == "/plain" {
+						return r
+					}
+					r = r.Clone(r.Context())
+					r.Header.Set("X-Inner", tt.inner)
+					return r
+				})
+				h := &counted{}
+				handler := mountTwice(mount.mount, rg.lim, between, h)
+				req := request("192.0.2.1:1")
+				req.URL.Path = "/plain"
+				if res, body := serve(handler, req); res.StatusCode != http.StatusOK {
+					t.Fatalf("first request: got status %d (%s), want 200", res.StatusCode, body)
+				}
+				res, body := serve(handler, request("192.0.2.1:1"))
+				if res.StatusCode != tt.wantStatus {
+					t.Fatalf("got status %d (%s), want %d", res.StatusCode, body, tt.wantStatus)
+				}
+				if got := res.Header.Values("X-RateLimit-Remaining"); len(got) != 1 {
+					t.Errorf("got X-RateLimit-Remaining %q, want one value", got)
+				}
+				for _, w := range []struct {
+					who  string
+					want int64
+				}{{"alice", tt.wantAlice}, {"bob", tt.wantBob}} {
+					v, err := rg.lim.Peek(context.Background(), w.who)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if v.Remaining != w.want {
+						t.Errorf("%s has %d left, want %d", w.who, v.Remaining, w.want)
 					}
 				}
 			})

@@ -17,7 +17,7 @@ func (s *Set) Before(r *http.Request) (*http.Request, *porch.Response) {
 		return s.passOn(r), nil
 	}
 	if d.err != nil {
-		return r, d.lim.failure(r, d.err)
+		return s.passOn(r), d.lim.failure(r, d.err)
 	}
 	if !d.v.Allowed {
 		r = r.WithContext(context.WithValue(r.Context(), setKey{s}, d))
@@ -31,9 +31,10 @@ func (s *Set) Before(r *http.Request) (*http.Request, *porch.Response) {
 }
 
 // passOn hands on a request s counts nothing of here (every limiter
-// skipped it, or counted it further out) so that After finds no decision:
-// a chain of s further out that counted the request settles and reports it
-// itself, and settling it here too would give its hits back twice.
+// skipped it or counted it further out, or one failed it) so that After
+// finds no decision: a chain of s further out that counted the request
+// settles and reports it itself, and settling it here too would give its
+// hits back twice, or another client's.
 func (s *Set) passOn(r *http.Request) *http.Request {
 	if r.Context().Value(setKey{s}) == nil {
 		return r
