@@ -16,10 +16,12 @@ import (
 )
 
 // A batch endpoint replays each of its operations through the API it
-// belongs to, under the same limiter. The limiter counts the batch once;
-// each operation is counted as a request of its own because the batch
-// builds it on rate.CountAgain's context. Without CountAgain the
-// operations would be the batch again, and pass uncounted.
+// belongs to, under the same limiter, for the caller. The limiter counts
+// the batch once; each operation is counted as a request of its own
+// because the batch builds it on rate.CountAgain's context. Without
+// CountAgain an operation for the caller's own key would be the batch
+// again, and pass uncounted; one for another user is counted as that
+// user's either way.
 func ExampleCountAgain() {
 	dir, _ := os.MkdirTemp("", "porch-example")
 	defer os.RemoveAll(dir)
