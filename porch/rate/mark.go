@@ -26,18 +26,20 @@ import (
 type counted struct {
 	context.Context
 	l *Limiter
-	// key is the counter key l counted the request against; "" on the
-	// record of a mount that counted nothing (see passOn), which no key
-	// matches.
-	key string
-	v   Verdict
+	v Verdict
 	// through marks the record of a mount that passed the request on: its
 	// After leaves the headers (and the give-back) to the mount that
 	// counted, whose verdict it would otherwise write over a Set's report
 	// of it.
 	through bool
-	// h is the hit this mount counted, to give back when the final
-	// status does not count (see Options.CountStatus).
+	// h is the hit this mount counted. Its key is the one a mount further
+	// in matches (see countedAs): "" on the record of a mount that counted
+	// nothing (see passOn), which no key matches. Its window and weight are
+	// set on a chain's record only, whose After gives it back when the
+	// final status does not count (see Options.CountStatus); Handler and
+	// a Set give back their own. One field for both keeps the record,
+	// which every counted request allocates, in the size class it had
+	// before it named a key.
 	h hit
 }
 
@@ -75,7 +77,7 @@ func recordOf(ctx context.Context, l *Limiter) *counted {
 // is counted as that user's. c may be nil.
 func (c *counted) countedAs(key string) *counted {
 	for ; c != nil; c = recordOf(c.Context, c.l) {
-		if c.key == key {
+		if c.h.key == key {
 			return c
 		}
 	}

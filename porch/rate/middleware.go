@@ -34,7 +34,7 @@ func (l *Limiter) Before(r *http.Request) (*http.Request, *porch.Response) {
 	if err != nil {
 		return l.passOn(r, prior), l.failure(r, err)
 	}
-	r = r.WithContext(&counted{Context: r.Context(), l: l, key: key, v: v, h: h})
+	r = r.WithContext(&counted{Context: r.Context(), l: l, v: v, h: h})
 	if !v.Allowed && !v.DryRun {
 		return r, l.refusal(r, v)
 	}
@@ -90,7 +90,7 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 			return
 		}
 		l.setHeaders(w.Header(), v)
-		r = r.WithContext(&counted{Context: r.Context(), l: l, key: key, v: v})
+		r = r.WithContext(&counted{Context: r.Context(), l: l, v: v, h: hit{key: key}}) // the give-back is serveSettling's
 		if l.opt.CountStatus == nil || !v.Allowed {
 			next.ServeHTTP(w, r)
 			return

@@ -196,7 +196,7 @@ func withCounts(ctx context.Context, ms []member) context.Context {
 	recs := make([]counted, 0, n)
 	for i := range ms {
 		if m := &ms[i]; m.counted() {
-			recs = append(recs, counted{Context: ctx, l: m.l, key: m.key, v: m.v})
+			recs = append(recs, counted{Context: ctx, l: m.l, v: m.v, h: hit{key: m.key}}) // the set gives back
 			ctx = &recs[len(recs)-1]
 		}
 	}
