@@ -39,11 +39,24 @@
 //	r := chi.NewRouter()
 //	r.Use(lim.Handler)
 //
-// A limiter counts a request once however often the route mounts it: with
-// r.Use(lim.Handler) above and porch.Chain(lim, keys) on one route, or lim
-// alone and in a Set, the mount further out counts it and the others pass
-// it on uncounted, reporting that count. Two different limiters each count
-// it.
+// A limiter counts a request once per client key, however often the route
+// mounts it and whatever copies middlewares make of it (r.WithContext,
+// r.Clone): with r.Use(lim.Handler) above and porch.Chain(lim, keys) on one
+// route, or lim alone and in a Set, the mount further out counts it and
+// the others, keying it the same, pass it on uncounted, reporting that
+// count. Two different limiters each count it. The mark, the limiter and
+// the key it counted, is in the request's context, which every copy keeps.
+// A sub-request built on that context for another key (a batch endpoint
+// replaying an operation for another user) is counted as that key's; to
+// count a sub-request for the same key, build it on CountAgain:
+//
+//	op, _ := http.NewRequestWithContext(rate.CountAgain(r.Context()), http.MethodPost, "/orders", body)
+//	router.ServeHTTP(rec, op)
+//
+// Each mount runs the KeyFunc. One that keys the request differently from
+// a mount further out (a principal that an authentication middleware
+// between them resolved) counts it against that key too, and one whose
+// KeyFunc skips or fails it answers as it would mounted alone.
 //
 // # Panics and errors
 //

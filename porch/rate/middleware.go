@@ -1,11 +1,9 @@
 package rate
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/http"
-	"reflect"
 
 	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/internal/fail"
@@ -19,82 +17,24 @@ const (
 	problemUnavailable = "https://porch.dev/problems/rate-unavailable"
 )
 
-// counted is the context a limiter's mount hands on once it has counted a
-// request, recording the verdict: a mount of the same limiter further in
-// (r.Use(lim.Handler) and porch.Chain(lim, keys) on one route, or lim both
-// alone and in a Set) finds it and passes the request on instead of
-// counting it again, and After finds the verdict to report in it. It wraps
-// its parent itself, rather than going into a context.WithValue, so that
-// recording costs one allocation, not two.
-type counted struct {
-	context.Context
-	l *Limiter
-	v Verdict
-	// hdr is the counted request's header map, which names the request:
-	// r.WithContext and chi's routing copy a request but share its map,
-	// so a mount further in on the same request finds it, while a
-	// sub-request an application builds on the same context (a batch
-	// endpoint replaying operations through its router) has a map of its
-	// own and is counted as the new request it is.
-	hdr http.Header
-	// through marks the record of a mount that passed the request on: its
-	// After leaves the headers to the mount that counted, whose verdict it
-	// would otherwise write over a Set's report of it.
-	through bool
-	// h is the hit this mount counted, to give back when the final
-	// status does not count (see Options.CountStatus).
-	h hit
-}
-
-type countedKey struct{}
-
-// Value answers countedKey with c, and anything else as c's parent does.
-func (c *counted) Value(key any) any {
-	if _, ok := key.(countedKey); ok {
-		return c
-	}
-	return c.Context.Value(key)
-}
-
-// countOf finds, in r's context, the innermost record of l's count of r,
-// or nil if l has not counted r: a record of another request on the same
-// context (see counted.hdr) does not count.
-func countOf(r *http.Request, l *Limiter) *counted {
-	ctx := r.Context()
-	for {
-		c, _ := ctx.Value(countedKey{}).(*counted)
-		if c == nil || (c.l == l && sameRequest(c.hdr, r.Header)) {
-			return c
-		}
-		ctx = c.Context
-	}
-}
-
-// sameRequest reports whether two header maps are one map: the mark of one
-// request through its copies. A nil map names no request.
-func sameRequest(a, b http.Header) bool {
-	return a != nil && b != nil && reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
-}
-
 // Before counts the request. A refusal short-circuits with 429; a failure
-// with 503. A request l has counted already, mounted further out on the
-// route, passes on uncounted. It implements porch.Middleware.
+// with 503. A request l has counted already for the same client key,
+// mounted further out on the route, passes on uncounted; one for another
+// key is counted against its own. It implements porch.Middleware.
 func (l *Limiter) Before(r *http.Request) (*http.Request, *porch.Response) {
-	ctx := r.Context()
-	if c := countOf(r, l); c != nil {
-		if c.through {
-			return r, nil // marked by a pass-through mount further out
-		}
-		return r.WithContext(&counted{Context: ctx, l: l, v: c.v, hdr: r.Header, through: true}), nil
+	prior := countOf(r, l)
+	key, n, err := l.resolve(r)
+	if err == nil && prior.countedAs(key) != nil {
+		return l.passOn(r, prior), nil
 	}
-	v, h, err := l.count(r)
+	v, h, err := l.countResolved(r, key, n, err)
 	if errors.Is(err, porch.ErrSkip) {
-		return r, nil
+		return l.passOn(r, prior), nil
 	}
 	if err != nil {
-		return r, l.failure(r, err)
+		return l.passOn(r, prior), l.failure(r, err)
 	}
-	r = r.WithContext(&counted{Context: ctx, l: l, v: v, h: h, hdr: r.Header})
+	r = r.WithContext(&counted{Context: r.Context(), l: l, v: v, h: h})
 	if !v.Allowed && !v.DryRun {
 		return r, l.refusal(r, v)
 	}
@@ -110,7 +50,7 @@ func (l *Limiter) Before(r *http.Request) (*http.Request, *porch.Response) {
 // Retry-After is another policy's, and this one's X-RateLimit-* beside it
 // would contradict it. Use All to count one request against several
 // limits. A mount that passed the request on (see Before) leaves the
-// headers to the one that counted it.
+// headers, and the give-back, to the one that counted it.
 func (l *Limiter) After(r *http.Request, res *porch.Response, _ porch.Completion) {
 	c := countOf(r, l)
 	if c != nil && !c.through {
@@ -126,16 +66,17 @@ func (l *Limiter) After(r *http.Request, res *porch.Response, _ porch.Completion
 
 // Handler is the limiter as plain chi middleware. Unlike a porch chain it
 // does not buffer the response: headers are set before next runs. A request
-// l has counted already, mounted further out on the route, passes on
-// uncounted, with the headers that mount set.
+// l has counted already for the same client key, mounted further out on
+// the route, passes on uncounted, with the headers that mount set; one for
+// another key is counted against its own.
 func (l *Limiter) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx := r.Context()
-		if countOf(r, l) != nil {
+		key, n, err := l.resolve(r)
+		if err == nil && countOf(r, l).countedAs(key) != nil {
 			next.ServeHTTP(w, r)
 			return
 		}
-		v, h, err := l.count(r)
+		v, h, err := l.countResolved(r, key, n, err)
 		if errors.Is(err, porch.ErrSkip) {
 			next.ServeHTTP(w, r)
 			return
@@ -149,7 +90,7 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 			return
 		}
 		l.setHeaders(w.Header(), v)
-		r = r.WithContext(&counted{Context: ctx, l: l, v: v, hdr: r.Header})
+		r = r.WithContext(&counted{Context: r.Context(), l: l, v: v, h: hit{key: key}}) // the give-back is serveSettling's
 		if l.opt.CountStatus == nil || !v.Allowed {
 			next.ServeHTTP(w, r)
 			return

@@ -26,12 +26,12 @@ type keyError struct{ err error }
 func (e *keyError) Error() string { return "rate: key function: " + e.err.Error() }
 func (e *keyError) Unwrap() error { return e.err }
 
-// count counts r as the middleware does: against its key, by its weight,
-// reported as DryRun says. It returns porch.ErrSkip for a request to serve
-// uncounted and without headers, and otherwise the hit, for a take-back
-// once the handler's status is known (see Options.CountStatus).
-func (l *Limiter) count(r *http.Request) (Verdict, hit, error) {
-	key, n, err := l.resolve(r)
+// countResolved counts r as the middleware does, given what resolve named
+// for it: against key, by weight n, reported as DryRun says; err is
+// resolve's. It returns porch.ErrSkip for a request to serve uncounted and
+// without headers, and otherwise the hit, for a take-back once the
+// handler's status is known (see Options.CountStatus).
+func (l *Limiter) countResolved(r *http.Request, key string, n int64, err error) (Verdict, hit, error) {
 	var v Verdict
 	var start time.Time
 	if err == nil {

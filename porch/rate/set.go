@@ -60,10 +60,12 @@ import (
 // several limits on one route.
 //
 // A limiter of the set that already counted the request further out on
-// the route (mounted alone, or in another set) is not counted again: its
-// verdict there takes part in the set's decision, and it is neither given
-// back nor observed by the set. A set all of whose limiters counted the
-// request further out passes it on, as one mounted twice.
+// the route (mounted alone, or in another set), against the key it names
+// here, is not counted again: its verdict there takes part in the set's
+// decision, and it is neither given back nor observed by the set. A set
+// all of whose limiters counted the request further out passes it on, as
+// one mounted twice. A limiter that names another key here (a sub-request
+// for another client) counts it against that key.
 //
 // A Set is safe for concurrent use, and does not own its limiters: Close
 // each of them. The zero value is not usable.
@@ -113,9 +115,9 @@ type member struct {
 	err   error
 	// left marks a dry-run limiter that could not count: it is left out.
 	left bool
-	// prior marks a limiter that counted the request further out on the
-	// route (mounted alone, or in another set): v is its verdict there,
-	// and the set neither counts it again nor gives it back.
+	// prior marks a limiter that counted the request's key further out on
+	// the route (mounted alone, or in another set): v is its verdict
+	// there, and the set neither counts it again nor gives it back.
 	prior bool
 }
 
@@ -135,6 +137,12 @@ type decision struct {
 	// dry is X-RateLimit-Dry-Run's value when a dry-run limiter counted
 	// the request; nil otherwise.
 	dry []string
+	// settle is, in a chain, the members whose hits After settles with
+	// the final status (see Options.CountStatus): those of the request the
+	// set served, when one of its limiters has CountStatus; nil otherwise.
+	// It travels with the decision so that After settles the hits of the
+	// request this mount decided, never those of another on its context.
+	settle []member
 }
 
 type setKey struct{ s *Set }
@@ -175,7 +183,7 @@ func (s *Set) count(r *http.Request) (decision, []member) {
 // withCounts records in ctx each member the set counted, so that a mount of
 // one of them further in passes the request on (see counted). The records
 // share one allocation.
-func withCounts(ctx context.Context, r *http.Request, ms []member) context.Context {
+func withCounts(ctx context.Context, ms []member) context.Context {
 	n := 0
 	for i := range ms {
 		if ms[i].counted() {
@@ -188,7 +196,7 @@ func withCounts(ctx context.Context, r *http.Request, ms []member) context.Conte
 	recs := make([]counted, 0, n)
 	for i := range ms {
 		if m := &ms[i]; m.counted() {
-			recs = append(recs, counted{Context: ctx, l: m.l, v: m.v, hdr: r.Header})
+			recs = append(recs, counted{Context: ctx, l: m.l, v: m.v, h: hit{key: m.key}}) // the set gives back
 			ctx = &recs[len(recs)-1]
 		}
 	}
@@ -197,16 +205,13 @@ func withCounts(ctx context.Context, r *http.Request, ms []member) context.Conte
 
 // resolve names each limiter's key and weight. A limiter that skips r is
 // left out; one that cannot key or weigh it decides the request (ok false)
-// before anything is counted, unless it is in DryRun. A limiter that
-// counted r further out on the route brings the verdict it had there.
+// before anything is counted, unless it is in DryRun: as they would with
+// the set mounted once. A limiter that counted r's key further out on the
+// route brings the verdict it had there.
 func (s *Set) resolve(r *http.Request) (ms []member, d decision, ok bool) {
 	ms = make([]member, 0, len(s.lims))
 	fresh := false // some limiter is to count r here
 	for _, l := range s.lims {
-		if c := countOf(r, l); c != nil {
-			ms = append(ms, member{l: l, v: c.v, prior: true})
-			continue
-		}
 		key, n, err := l.resolve(r)
 		switch {
 		case errors.Is(err, porch.ErrSkip):
@@ -216,6 +221,10 @@ func (s *Set) resolve(r *http.Request) (ms []member, d decision, ok bool) {
 			continue
 		case err != nil:
 			return nil, decision{lim: l, err: err}, false
+		}
+		if c := countOf(r, l).countedAs(key); c != nil {
+			ms = append(ms, member{l: l, key: key, v: c.v, prior: true})
+			continue
 		}
 		ms = append(ms, member{l: l, key: key, n: n})
 		fresh = true

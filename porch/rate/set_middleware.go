@@ -14,34 +14,45 @@ import (
 func (s *Set) Before(r *http.Request) (*http.Request, *porch.Response) {
 	d, ms := s.count(r)
 	if errors.Is(d.err, porch.ErrSkip) {
-		return r, nil
+		return s.passOn(r), nil
 	}
 	if d.err != nil {
-		return r, d.lim.failure(r, d.err)
+		return s.passOn(r), d.lim.failure(r, d.err)
 	}
 	if !d.v.Allowed {
 		r = r.WithContext(context.WithValue(r.Context(), setKey{s}, d))
 		return r, s.refusal(r, d)
 	}
-	r = r.WithContext(context.WithValue(withCounts(r.Context(), r, ms), setKey{s}, d))
 	if s.settles {
-		r = r.WithContext(context.WithValue(r.Context(), setHitsKey{s}, ms))
+		d.settle = ms
 	}
+	r = r.WithContext(context.WithValue(withCounts(r.Context(), ms), setKey{s}, d))
 	return r, nil
 }
 
-type setHitsKey struct{ s *Set }
+// passOn hands on a request s counts nothing of here (every limiter
+// skipped it or counted it further out, or one failed it) so that After
+// finds no decision: a chain of s further out that counted the request
+// settles and reports it itself, and settling it here too would give its
+// hits back twice, or another client's.
+func (s *Set) passOn(r *http.Request) *http.Request {
+	if r.Context().Value(setKey{s}) == nil {
+		return r
+	}
+	return r.WithContext(context.WithValue(r.Context(), setKey{s}, nil))
+}
 
 // After puts the set's rate-limit headers on the final response, unless
 // another middleware or the handler refused it (see Limiter.After), and
 // gives back the hits whose limiter's Options.CountStatus does not count
 // its status. It implements porch.Middleware.
 func (s *Set) After(r *http.Request, res *porch.Response, _ porch.Completion) {
-	if ms, ok := r.Context().Value(setHitsKey{s}).([]member); ok {
-		settleMembers(ms, res.StatusCode())
-	}
 	d, ok := r.Context().Value(setKey{s}).(decision)
-	if !ok || refusedByOther(res, d.v.Allowed) {
+	if !ok {
+		return // s counted nothing of r here
+	}
+	settleMembers(d.settle, res.StatusCode())
+	if refusedByOther(res, d.v.Allowed) {
 		return
 	}
 	if res.Header == nil {
@@ -64,7 +75,7 @@ func (s *Set) Handler(next http.Handler) http.Handler {
 			s.refusal(r, d).Write(w)
 		default:
 			s.setHeaders(w.Header(), d)
-			if ctx := withCounts(r.Context(), r, ms); ctx != r.Context() {
+			if ctx := withCounts(r.Context(), ms); ctx != r.Context() {
 				r = r.WithContext(ctx)
 			}
 			if !s.settles {

@@ -98,14 +98,24 @@ func (t *Tiered) tierOf(r *http.Request) (string, error) {
 func (t *Tiered) Before(r *http.Request) (*http.Request, *porch.Response) {
 	name, err := t.tierOf(r)
 	if errors.Is(err, porch.ErrSkip) {
-		return r, nil
+		return t.passOn(r), nil
 	}
 	if err != nil {
-		return r, tierFailure(r, err)
+		return t.passOn(r), tierFailure(r, err)
 	}
 	tier := t.tiers[name]
 	r, res := tier.Before(r)
 	return r.WithContext(context.WithValue(r.Context(), tierKey{t}, tier)), res
+}
+
+// passOn hands on a request t picks no tier for here, so that After finds
+// no tier: a chain of t further out that counted the request settles and
+// reports it itself, as with a Set (see Set.passOn).
+func (t *Tiered) passOn(r *http.Request) *http.Request {
+	if r.Context().Value(tierKey{t}) == nil {
+		return r
+	}
+	return r.WithContext(context.WithValue(r.Context(), tierKey{t}, nil))
 }
 
 // After runs the After of the tier Before picked. It implements

@@ -1,0 +1,60 @@
+package rate_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/writeonce/porch-go/porch"
+	"github.com/writeonce/porch-go/porch/kit"
+	"github.com/writeonce/porch-go/porch/rate"
+	"github.com/writeonce/porch-go/porch/store/sqlite"
+)
+
+// A batch endpoint replays each of its operations through the API it
+// belongs to, under the same limiter, for the caller. The limiter counts
+// the batch once; each operation is counted as a request of its own
+// because the batch builds it on rate.CountAgain's context. Without
+// CountAgain an operation for the caller's own key would be the batch
+// again, and pass uncounted; one for another user is counted as that
+// user's either way.
+func ExampleCountAgain() {
+	dir, _ := os.MkdirTemp("", "porch-example")
+	defer os.RemoveAll(dir)
+	k := kit.Must(kit.Open(sqlite.Open(filepath.Join(dir, "app.db"), sqlite.Options{})))
+	defer k.Close(context.Background()) // the limiters, the pool, the store: in that order
+
+	lim, err := k.Limiter(3, time.Minute, rate.Options{KeyFunc: porch.KeyByHeader("X-User")})
+	if err != nil {
+		panic(err)
+	}
+	mux := http.NewServeMux()
+	api := lim.Handler(mux)
+	mux.HandleFunc("GET /orders/{id}", func(w http.ResponseWriter, r *http.Request) {})
+	mux.HandleFunc("POST /batch", func(w http.ResponseWriter, r *http.Request) {
+		ctx := rate.CountAgain(r.Context())
+		for _, id := range []string{"1", "2", "3"} {
+			op, _ := http.NewRequestWithContext(ctx, http.MethodGet, "/orders/"+id, nil)
+			op.Header.Set("X-User", r.Header.Get("X-User"))
+			rec := httptest.NewRecorder()
+			api.ServeHTTP(rec, op)
+			fmt.Fprintln(w, "order", id, rec.Code, rec.Header().Get("X-RateLimit-Remaining"))
+		}
+	})
+
+	req := httptest.NewRequest(http.MethodPost, "/batch", nil)
+	req.Header.Set("X-User", "ann")
+	rec := httptest.NewRecorder()
+	api.ServeHTTP(rec, req)
+	fmt.Println("batch", rec.Code, rec.Header().Get("X-RateLimit-Remaining"))
+	fmt.Print(rec.Body)
+	// Output:
+	// batch 200 2
+	// order 1 200 1
+	// order 2 200 0
+	// order 3 429 0
+}
