@@ -11,8 +11,10 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/writeonce/porch-go/internal/pgtest"
+	"github.com/writeonce/porch-go/porch/porchtest"
 	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/driver"
+	"github.com/writeonce/porch-go/porch/store/internal/commit"
 )
 
 const (
@@ -48,8 +50,11 @@ func TestDeadSynchronousStandbyBoundsEveryWait(t *testing.T) {
 		{"process-crash", store.SurvivesProcessCrash},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			// Health answers from the last outcome for HealthMaxAge: the
+			// fake clock moves past it, so that Health probes.
+			clk := porchtest.NewFakeClock(time.Now())
 			p := openInternal(t, privateSchema(t, srv, tc.name),
-				Options{Options: store.Options{Durability: tc.durability}, Timeout: boundTimeout})
+				Options{Options: store.Options{Durability: tc.durability, Clock: clk}, Timeout: boundTimeout})
 			rule := fixed(1000, time.Hour)
 			if err := hitWithin(t, p, "rate:warm", rule); err != nil {
 				t.Fatalf("a hit before the standby died: %v", err)
@@ -58,10 +63,12 @@ func TestDeadSynchronousStandbyBoundsEveryWait(t *testing.T) {
 			killStandby(t, srv)
 			if tc.durability == store.SurvivesPowerLoss {
 				hitsFailInTime(t, p, rule)
+				clk.Advance(commit.HealthMaxAge)
 				if err := healthWithin(t, p); !errors.Is(err, store.ErrUnhealthy) {
 					t.Errorf("Health with no standby confirming: got %v, want store.ErrUnhealthy", err)
 				}
 			} else {
+				clk.Advance(commit.HealthMaxAge)
 				hitsGoOn(t, p, rule)
 			}
 			ownerFailsInTimeAndReplays(t, p)
@@ -69,7 +76,10 @@ func TestDeadSynchronousStandbyBoundsEveryWait(t *testing.T) {
 			reviveStandby(t, srv)
 			start := time.Now()
 			waitWithin(t, healWithin, "a hit is counted again", func() bool { return hitWithin(t, p, "rate:healed", rule) == nil })
-			waitWithin(t, healWithin, "Health is nil again", func() bool { return healthWithin(t, p) == nil })
+			waitWithin(t, healWithin, "Health is nil again", func() bool {
+				clk.Advance(commit.HealthMaxAge)
+				return healthWithin(t, p) == nil
+			})
 			t.Logf("healed %s after the standby came back", time.Since(start).Round(time.Millisecond))
 		})
 	}
@@ -162,8 +172,7 @@ func ownerFailsInTimeAndReplays(t *testing.T, p *Store) {
 	}
 }
 
-// hitWithin counts one hit of key and returns its error, failing t if it
-// is not answered within answerWithin.
+// hitWithin counts one hit of key and returns its error (see answer).
 func hitWithin(t *testing.T, p *Store, key string, rule driver.Rule) error {
 	t.Helper()
 	return answer(t, "hit of "+key, func(done func(error)) error {
@@ -171,8 +180,7 @@ func hitWithin(t *testing.T, p *Store, key string, rule driver.Rule) error {
 	})
 }
 
-// healthWithin runs Health, failing t if it does not answer within
-// answerWithin.
+// healthWithin runs Health and returns its error (see answer).
 func healthWithin(t *testing.T, p *Store) error {
 	t.Helper()
 	return answer(t, "Health", func(done func(error)) error {
@@ -182,7 +190,7 @@ func healthWithin(t *testing.T, p *Store) error {
 }
 
 // answer starts an operation that reports through done, and returns its
-// outcome, failing t if none comes within answerWithin.
+// outcome, or errNoAnswer, failing t, if none comes within answerWithin.
 func answer(t *testing.T, what string, start func(done func(error)) error) error {
 	t.Helper()
 	ch := make(chan error, 1)
@@ -193,10 +201,13 @@ func answer(t *testing.T, what string, start func(done func(error)) error) error
 	case err := <-ch:
 		return err
 	case <-time.After(answerWithin):
-		t.Fatalf("%s: no answer within %s", what, answerWithin)
-		return nil
+		t.Errorf("%s: no answer within %s", what, answerWithin) // not Fatalf: goroutines call it
+		return errNoAnswer
 	}
 }
+
+// errNoAnswer is answer's error for an operation that did not answer.
+var errNoAnswer = errors.New("no answer")
 
 // privateSchema creates a schema of its own on srv and returns a DSN that
 // works in it.
