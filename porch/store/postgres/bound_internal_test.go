@@ -300,3 +300,21 @@ func waitWithin(t *testing.T, d time.Duration, what string, cond func() bool) {
 		time.Sleep(20 * time.Millisecond) // a poll's pace, not a synchronisation
 	}
 }
+
+// The default bound: zero is DefaultTimeout, negative is refused, and a
+// request's longest wait under it, two batches each cancelled and given
+// cancelGrace to answer, stays under the 10 s a request may wait.
+func TestTimeoutDefault(t *testing.T) {
+	if worst := 2 * (DefaultTimeout + cancelGrace); worst >= 10*time.Second {
+		t.Errorf("2 × (DefaultTimeout + cancelGrace) = %s, want under 10s", worst)
+	}
+	dsn := pgtest.DSN(t)
+	p := openInternal(t, dsn, Options{})
+	if p.opt.Timeout != DefaultTimeout {
+		t.Errorf("Options.Timeout zero: got %s, want DefaultTimeout %s", p.opt.Timeout, DefaultTimeout)
+	}
+	if p, err := Open(context.Background(), dsn, Options{Timeout: -time.Second}); err == nil {
+		p.Close(context.Background())
+		t.Errorf("Open accepted a negative Timeout")
+	}
+}

@@ -41,17 +41,18 @@ type Options struct {
 	// answers 503. If zero, DefaultKeyConns; Open refuses a negative one.
 	KeyConns int
 	// Timeout bounds each commit a request waits for: a committer's batch
-	// of hits (with its take-backs and resets) and an owner's stored
-	// response. Past it the server is asked to cancel, and the requests
-	// are answered 503 with Retry-After, counted in Stats.Failed, logged,
-	// and Health says why, until a commit succeeds again. What a commit
-	// waits for is the server, a lock, or a synchronous standby
-	// (synchronous_standby_names) that does not confirm; PostgreSQL
-	// cancels the last by committing on the primary alone, so a 503 may
-	// mean "done": a count then errs high, and a stored response is
-	// replayed to the retry with the same key. A request waits at most
-	// about twice Timeout (the batch before its own, then its own). If
-	// zero, DefaultTimeout; Open refuses a negative one.
+	// of hits (with its take-backs and resets), an owner's stored
+	// response, Inspect and Forget. Past it the server is asked to
+	// cancel, and the requests are answered 503 with Retry-After, logged
+	// and counted (a batch in Stats.Failed, a Save as idem's
+	// Unavailable), and Health says why until a commit succeeds again.
+	// What a commit waits for is the server, a lock, or a synchronous
+	// standby (synchronous_standby_names) that does not confirm;
+	// PostgreSQL cancels the last by committing on the primary alone, so
+	// a 503 may mean "done": a count then errs high, and a stored
+	// response is replayed to the retry with the same key. A request
+	// waits at most about twice Timeout (the batch before its own, then
+	// its own). If zero, DefaultTimeout; Open refuses a negative one.
 	Timeout time.Duration
 }
 
