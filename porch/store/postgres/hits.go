@@ -259,10 +259,7 @@ func (p *Store) takeBacks(ctx context.Context, batch []commit.Op) {
 		keys, starts, ns = append(keys, []byte(w.key)), append(starts, w.start), append(ns, s.n)
 		leases, settled = append(leases, w.lease), append(settled, s.settled)
 	}
-	err := p.hitsTx(ctx, func(tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, pgTakeBack, keys, starts, ns, leases, settled)
-		return err
-	})
+	err := p.hitsExec(ctx, pgTakeBack, keys, starts, ns, leases, settled)
 	if err != nil {
 		err = fmt.Errorf("postgres: take back hits: %w", err)
 	}
@@ -303,22 +300,36 @@ func (p *Store) queueBegin(pl *pgx.Batch) int {
 	return 2
 }
 
-// hitsTx runs fn in a transaction of its own on the committer's pool, at
-// the level queueBegin gives the hits: take-backs and resets. Either one
-// lost in a crash leaves a count as high as it was before it, the safe
-// side, as a lost hit leaves it lower; and since the WAL is flushed in
-// order, a hit counted after it is lost with it. At the server's level,
-// one waiting for a synchronous standby would hold up the hits of its
-// batch, which at SurvivesProcessCrash wait for none.
-func (p *Store) hitsTx(ctx context.Context, fn func(pgx.Tx) error) error {
-	return pgx.BeginTxFunc(ctx, p.writer, readCommitted, func(tx pgx.Tx) error {
-		if p.opt.Durability == store.SurvivesProcessCrash {
-			if _, err := tx.Exec(ctx, pgCommitAsync); err != nil {
-				return err
-			}
-		}
-		return fn(tx)
-	})
+// hitsExec runs one statement in a transaction of its own on the
+// committer's pool, at the level queueBegin gives the hits: take-backs
+// and resets. Either one lost in a crash leaves a count as high as it was
+// before it, the safe side, as a lost hit leaves it lower; and since the
+// WAL is flushed in order, a hit counted after it is lost with it. At the
+// server's level, one waiting for a synchronous standby would hold up the
+// hits of its batch, which at SurvivesProcessCrash wait for none. The
+// transaction is one pipeline, one round trip; if a statement fails, it
+// is left open and aborted, and the pool closes the connection.
+func (p *Store) hitsExec(ctx context.Context, sql string, args ...any) error {
+	pl := &pgx.Batch{}
+	begins := p.queueBegin(pl)
+	pl.Queue(sql, args...)
+	pl.Queue("COMMIT")
+	br := p.writer.SendBatch(ctx, pl)
+	defer br.Close()
+	if err := readBegin(br, begins); err != nil {
+		return err
+	}
+	if _, err := br.Exec(); err != nil {
+		return err
+	}
+	tag, err := br.Exec()
+	if err != nil {
+		return err
+	}
+	if tag.String() != "COMMIT" {
+		return pgx.ErrTxCommitRollback
+	}
+	return br.Close()
 }
 
 // readBegin reads the n results queueBegin queued.
