@@ -4,14 +4,12 @@ package acceptance
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"os/user"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -54,36 +52,6 @@ func (s *pgServer) dsn() string {
 	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", s.port)
 }
 
-// pgBinDir finds initdb, postgres and pg_basebackup: on PATH, else in the
-// newest /usr/lib/postgresql/N/bin (Debian and Ubuntu install the server's
-// programs there, off PATH, with the postgresql-N package).
-func pgBinDir() (string, error) {
-	need := []string{"initdb", "postgres", "pg_basebackup"}
-	has := func(dir string) bool {
-		for _, p := range need {
-			if _, err := os.Stat(filepath.Join(dir, p)); err != nil {
-				return false
-			}
-		}
-		return true
-	}
-	if p, err := exec.LookPath("initdb"); err == nil && has(filepath.Dir(p)) {
-		return filepath.Dir(p), nil
-	}
-	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
-	version := func(dir string) int {
-		n, _ := strconv.Atoi(filepath.Base(filepath.Dir(dir)))
-		return n
-	}
-	slices.SortFunc(dirs, func(a, b string) int { return version(b) - version(a) })
-	for _, d := range dirs {
-		if has(d) {
-			return d, nil
-		}
-	}
-	return "", errors.New("no initdb, postgres and pg_basebackup on PATH or in /usr/lib/postgresql/*/bin (install the PostgreSQL server package, e.g. postgresql on Debian/Ubuntu)")
-}
-
 // freePort returns a loopback port nobody listened on a moment ago.
 func freePort(t *testing.T) int {
 	t.Helper()
@@ -105,7 +73,7 @@ func freePort(t *testing.T) int {
 // does) every server program runs as the postgres OS user.
 func startPGCluster(t *testing.T, sync bool) *pgCluster {
 	t.Helper()
-	bin, err := pgBinDir()
+	bin, err := pgtest.BinDir()
 	if err != nil {
 		if os.Getenv(pgtest.EnvRequire) != "" {
 			t.Fatalf("postgres required (%s is set) but unavailable: %v", pgtest.EnvRequire, err)

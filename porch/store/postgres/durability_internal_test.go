@@ -55,9 +55,9 @@ func recordSynchronousCommit(t *testing.T, p *Store) (seen func() []string, serv
 // TestDurabilityOfTransactions checks that under SurvivesProcessCrash the
 // committer's transactions of hits commit with synchronous_commit off,
 // both the one-round-trip path (fixed windows that fit) and the general
-// one, and that a batch carrying Health's probe, an owner's stored
-// response, and every transaction under the default keep the server's
-// level.
+// one, with the committer's probe, take-backs and resets, and that
+// Health's own probe, an owner's stored response, and every transaction
+// under the default keep the server's level.
 func TestDurabilityOfTransactions(t *testing.T) {
 	dsn := pgtest.DSN(t)
 	p := openInternal(t, dsn, Options{Options: store.Options{Durability: store.SurvivesProcessCrash}})
@@ -77,7 +77,12 @@ func TestDurabilityOfTransactions(t *testing.T) {
 	}{
 		{"fixed hits that fit", []commit.Op{hit("a", fixedRule), hit("b", fixedRule)}, "off"},
 		{"sliding hits", []commit.Op{hit("c", slidingRule)}, "off"},
-		{"hits with Health's probe", []commit.Op{hit("a", fixedRule), {Probe: true}}, server},
+		// The committer's probe at the hits' level: at the server's, it
+		// would wait for a synchronous standby, and its batch's hits
+		// with it (Health's own probe checks the server's level).
+		{"hits with the committer's probe", []commit.Op{hit("a", fixedRule), {Probe: true}}, "off"},
+		{"a take-back", []commit.Op{{TakeBack: &commit.TakeBack{Key: "a", N: 1}}}, "off"},
+		{"a reset", []commit.Op{{Reset: &commit.Reset{Key: "a"}}}, "off"},
 	}
 	for _, st := range steps {
 		if err := p.writeBatch(st.batch); err != nil {
@@ -89,6 +94,13 @@ func TestDurabilityOfTransactions(t *testing.T) {
 	}
 
 	ctx := context.Background()
+	if err := p.durable.probe(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := seen(); !allAre(got, server) {
+		t.Errorf("Health's own probe: committed with synchronous_commit %v, want %s", got, server)
+	}
+
 	r, err := p.Reserve(ctx, "idem")
 	if err != nil {
 		t.Fatal(err)

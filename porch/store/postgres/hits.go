@@ -259,10 +259,11 @@ func (p *Store) takeBacks(ctx context.Context, batch []commit.Op) {
 		keys, starts, ns = append(keys, []byte(w.key)), append(starts, w.start), append(ns, s.n)
 		leases, settled = append(leases, w.lease), append(settled, s.settled)
 	}
-	_, err := p.writer.Exec(ctx, pgTakeBack, keys, starts, ns, leases, settled)
+	err := p.hitsExec(ctx, pgTakeBack, keys, starts, ns, leases, settled)
 	if err != nil {
 		err = fmt.Errorf("postgres: take back hits: %w", err)
 	}
+	err = p.late(ctx, "take back hits", err)
 	for i := range batch {
 		if batch[i].TakeBack != nil {
 			batch[i].Settled, batch[i].Failed = true, err
@@ -281,21 +282,54 @@ const pgCommitAsync = `SET LOCAL synchronous_commit = off`
 
 // queueBegin queues the transaction's BEGIN and, under
 // store.SurvivesProcessCrash, pgCommitAsync, and returns how many
-// results they answer. Only the committer's transactions of hits take it:
-// they carry rate-limit counts alone (an owner's writes and its response
-// commit in the owner's own transaction, at the server's level). A batch
-// carrying Health's probe keeps the server's level, so that the probe
-// still proves a commit can reach the disk. A later transaction that
-// waits for the flush (a stored response, another instance's batch)
-// flushes this one's commit with its own, since the WAL is flushed in
-// order.
-func (p *Store) queueBegin(pl *pgx.Batch, b *batchHits) int {
+// results they answer. Only the committer's transactions take it: they
+// carry rate-limit counts alone (an owner's writes and its response
+// commit in the owner's own transaction, at the server's level). A
+// batch carrying Health's probe takes it too: a probe at the server's
+// level would wait for a synchronous standby, and every hit in its batch
+// with it; Health proves the server's level with a probe of its own (see
+// Health). A later transaction that waits for the flush (a stored
+// response, another instance's batch) flushes this one's commit with its
+// own, since the WAL is flushed in order.
+func (p *Store) queueBegin(pl *pgx.Batch) int {
 	pl.Queue(pgBegin)
-	if p.opt.Durability != store.SurvivesProcessCrash || b.probe {
+	if p.opt.Durability != store.SurvivesProcessCrash {
 		return 1
 	}
 	pl.Queue(pgCommitAsync)
 	return 2
+}
+
+// hitsExec runs one statement in a transaction of its own on the
+// committer's pool, at the level queueBegin gives the hits: take-backs
+// and resets. Either one lost in a crash leaves a count as high as it was
+// before it, the safe side, as a lost hit leaves it lower; and since the
+// WAL is flushed in order, a hit counted after it is lost with it. At the
+// server's level, one waiting for a synchronous standby would hold up the
+// hits of its batch, which at SurvivesProcessCrash wait for none. The
+// transaction is one pipeline, one round trip; if a statement fails, it
+// is left open and aborted, and the pool closes the connection.
+func (p *Store) hitsExec(ctx context.Context, sql string, args ...any) error {
+	pl := &pgx.Batch{}
+	begins := p.queueBegin(pl)
+	pl.Queue(sql, args...)
+	pl.Queue("COMMIT")
+	br := p.writer.SendBatch(ctx, pl)
+	defer br.Close()
+	if err := readBegin(br, begins); err != nil {
+		return err
+	}
+	if _, err := br.Exec(); err != nil {
+		return err
+	}
+	tag, err := br.Exec()
+	if err != nil {
+		return err
+	}
+	if tag.String() != "COMMIT" {
+		return pgx.ErrTxCommitRollback
+	}
+	return br.Close()
 }
 
 // readBegin reads the n results queueBegin queued.
@@ -322,7 +356,7 @@ func readBegin(br pgx.BatchResults, n int) error {
 // inside a transaction, which rolls it back).
 func (p *Store) countHits(ctx context.Context, conn *pgx.Conn, b *batchHits) error {
 	first := &pgx.Batch{}
-	b.begins = p.queueBegin(first, b)
+	b.begins = p.queueBegin(first)
 	for i := range b.adds {
 		first.Queue(addStatements[b.adds[i].algorithm], b.adds[i].args()...)
 	}
@@ -407,7 +441,7 @@ func (b *batchHits) fits() bool {
 func (p *Store) countFitting(ctx context.Context, conn *pgx.Conn, b *batchHits) (rest []*commit.Op, err error) {
 	g := &b.adds[0]
 	pl := &pgx.Batch{}
-	begins := p.queueBegin(pl, b)
+	begins := p.queueBegin(pl)
 	pl.Queue(pgAddFittingHits, byteKeys(g.keys), g.windows, g.hits, g.held, g.limits)
 	// The leases' settlement and adoption stand whether a key's hits fit
 	// or not, so they are queued for every key; those left over are
@@ -528,11 +562,22 @@ func (p *Store) sendFirst(ctx context.Context, conn *pgx.Conn, first *pgx.Batch,
 // on one of the committer's connections. The batch's take-backs and then
 // its resets commit first, each in a transaction of their own (see
 // takeBacks and resetHits), so a hit queued after either counts after it.
+//
+// The whole batch has Options.Timeout: past it, the statement running is
+// cancelled on the server and the rest fail at once, so the committer is
+// free for the next batch, which has a bound of its own, and a batch that
+// commits (the standby back) heals the store with no restart.
 func (p *Store) writeBatch(batch []commit.Op) error {
-	ctx := context.Background()
 	if p.opt.CommitDelay > 0 {
 		time.Sleep(p.opt.CommitDelay) // fault injection: a slow database
 	}
+	ctx, cancel := p.bounded(context.Background())
+	defer cancel()
+	return p.late(ctx, "commit batch", p.writeBounded(ctx, batch))
+}
+
+// writeBounded is writeBatch under ctx, its bound.
+func (p *Store) writeBounded(ctx context.Context, batch []commit.Op) error {
 	p.takeBacks(ctx, batch)
 	var resets []string
 	var ops []*commit.Op // what countHits counts: hits, peeks, Health's probe

@@ -21,7 +21,7 @@ import (
 
 // DefaultConns is the size of the application's connection pool (Pool)
 // when the DSN sets no pool_max_conns. With DefaultKeyConns and the
-// committer's 2, one instance opens at most 44 connections, so two fit
+// committer's 3, one instance opens at most 45 connections, so two fit
 // PostgreSQL's default max_connections of 100.
 const DefaultConns = 10
 
@@ -40,7 +40,27 @@ type Options struct {
 	// reservation beyond it fails with driver.ErrNoKeyConn and its request
 	// answers 503. If zero, DefaultKeyConns; Open refuses a negative one.
 	KeyConns int
+	// Timeout bounds each commit a request waits for: a committer's batch
+	// of hits (with its take-backs and resets), an owner's stored
+	// response, Inspect and Forget. Past it the server is asked to
+	// cancel, and the requests are answered 503 with Retry-After, logged
+	// and counted (a batch in Stats.Failed, a Save as idem's
+	// Unavailable), and Health says why until a commit succeeds again.
+	// What a commit waits for is the server, a lock, or a synchronous
+	// standby (synchronous_standby_names) that does not confirm;
+	// PostgreSQL cancels the last by committing on the primary alone, so
+	// a 503 may mean "done": a count then errs high, and a stored
+	// response is replayed to the retry with the same key. A request
+	// waits at most about twice Timeout (the batch before its own, then
+	// its own). If zero, DefaultTimeout; Open refuses a negative one.
+	Timeout time.Duration
 }
+
+// DefaultTimeout is Options.Timeout's default: a commit on a healthy
+// server, its synchronous standby included, takes milliseconds, and a
+// request waits at most about twice this (under 10 s) before it is
+// answered 503.
+const DefaultTimeout = 3 * time.Second
 
 // Store is the store for several instances behind one load balancer.
 // Counters are counted by the database, one atomic statement per batch of
@@ -58,6 +78,9 @@ type Store struct {
 	c      *commit.Committer
 	prunes *pruner // paces the committer's batches' prunes
 	saves  *pruner // paces the owners' Saves' prunes
+	// durable is Health's probe at the server's level under
+	// SurvivesProcessCrash (see Health).
+	durable *durableProbe
 
 	claims     policy.Claims // the rate policies this process counts under
 	policyMu   sync.Mutex    // serializes policy claims; protects policyConn
@@ -84,6 +107,12 @@ func Open(ctx context.Context, dsn string, opt Options) (*Store, error) {
 	case opt.KeyConns < 0:
 		return nil, fmt.Errorf("postgres: Options.KeyConns must not be negative, got %d", opt.KeyConns)
 	}
+	switch {
+	case opt.Timeout == 0:
+		opt.Timeout = DefaultTimeout
+	case opt.Timeout < 0:
+		return nil, fmt.Errorf("postgres: Options.Timeout must not be negative, got %s", opt.Timeout)
+	}
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: dsn: %w", err)
@@ -93,17 +122,21 @@ func Open(ctx context.Context, dsn string, opt Options) (*Store, error) {
 	}
 	// Three pools, so that no use can starve another: owners hold key
 	// connections for their handlers' whole run, the handlers query through
-	// the application's pool, and counting has connections of its own.
+	// the application's pool, and counting has connections of its own:
+	// the committer's, the policy claims' and Health's probe's.
 	pools := make([]*pgxpool.Pool, 0, 3)
 	closeAll := func() {
 		for _, pl := range pools {
 			pl.Close()
 		}
 	}
-	for _, size := range []int32{cfg.MaxConns, int32(opt.KeyConns), 2} {
+	for i, size := range []int32{cfg.MaxConns, int32(opt.KeyConns), 3} {
 		c := cfg.Copy()
 		c.MaxConns = size
 		c.MinConns = min(c.MinConns, size)
+		if i == 2 {
+			cancelOnServer(c.ConnConfig)
+		}
 		pl, err := pgxpool.NewWithConfig(ctx, c)
 		if err != nil {
 			closeAll()
@@ -114,6 +147,7 @@ func Open(ctx context.Context, dsn string, opt Options) (*Store, error) {
 	p := &Store{pool: pools[0], keys: pools[1], writer: pools[2], opt: opt,
 		prunes: newPruner(opt.PruneRows), saves: newPruner(opt.PruneRows),
 		slots: make(chan struct{}, opt.KeyConns)}
+	p.durable = &durableProbe{p: p}
 	if err := p.migrate(ctx); err != nil {
 		closeAll()
 		return nil, err
@@ -335,9 +369,10 @@ func (p *Store) Forget(ctx context.Context, key string) error {
 }
 
 // freeKeyTx runs fn in a transaction on a key connection that holds key's
-// lock, taken without waiting, and commits it; store.ErrKeyHeld if an
-// owner holds the lock. A support tool's call fails fast like an owner's
-// (driver.ErrNoKeyConn) rather than queue behind the owners.
+// lock, taken without waiting, and commits it, within Options.Timeout;
+// store.ErrKeyHeld if an owner holds the lock. A support tool's call fails
+// fast like an owner's (driver.ErrNoKeyConn) rather than queue behind the
+// owners.
 func (p *Store) freeKeyTx(ctx context.Context, key string, fn func(pgx.Tx) error) error {
 	select {
 	case p.slots <- struct{}{}:
@@ -345,12 +380,21 @@ func (p *Store) freeKeyTx(ctx context.Context, key string, fn func(pgx.Tx) error
 		return driver.ErrNoKeyConn
 	}
 	defer func() { <-p.slots }()
+	caller := ctx
+	ctx, cancel := p.bounded(ctx)
+	defer cancel()
+	late := func(err error) error {
+		if caller.Err() != nil {
+			return err // the caller's own end, not the store's failure
+		}
+		return p.late(ctx, "key", err)
+	}
 	conn, err := p.keys.Acquire(ctx)
 	if err != nil {
-		return err
+		return late(err)
 	}
 	defer conn.Release() // pgxpool closes a connection left in a transaction
-	return pgx.BeginTxFunc(ctx, conn, readCommitted, func(tx pgx.Tx) error {
+	err = pgx.BeginTxFunc(ctx, conn, readCommitted, func(tx pgx.Tx) error {
 		var free bool
 		if err := tx.QueryRow(ctx, pgTryLockKey, dbKey(key)).Scan(&free); err != nil {
 			return err
@@ -360,6 +404,8 @@ func (p *Store) freeKeyTx(ctx context.Context, key string, fn func(pgx.Tx) error
 		}
 		return fn(tx)
 	})
+	cancelAbandoned(ctx, conn)
+	return late(err)
 }
 
 // lockKey begins the owner's transaction on conn, takes key's lock in it
@@ -536,7 +582,7 @@ func (r *reservation) Save(ctx context.Context, res driver.Response, ttl time.Du
 	if res.Body == nil {
 		res.Body = []byte{} // NOT NULL: an empty body is a value
 	}
-	ctx, cancel := context.WithTimeout(ctx, pgSaveTimeout)
+	ctx, cancel := r.p.bounded(ctx)
 	defer cancel()
 	b := &pgx.Batch{}
 	b.Queue(pgSaveResponse, dbKey(r.key), res.Digest, res.Status, res.ContentType, res.Body,
@@ -552,8 +598,8 @@ func (r *reservation) Save(ctx context.Context, res driver.Response, ttl time.Du
 	if _, err := br.Exec(); err != nil {
 		// The server skipped the rest of the pipeline, COMMIT included.
 		br.Close()
-		r.end(false)
-		return fmt.Errorf("postgres: save response: %w", err)
+		r.endBounded(ctx)
+		return r.p.late(ctx, "save response", fmt.Errorf("postgres: save response: %w", err))
 	}
 	tag, err := br.Exec()
 	if err == nil && tag.String() != "COMMIT" {
@@ -564,11 +610,11 @@ func (r *reservation) Save(ctx context.Context, res driver.Response, ttl time.Du
 		// connection died during COMMIT the outcome is unknown, and the next
 		// owner reads the table and learns it.
 		br.Close()
-		r.end(false)
+		r.endBounded(ctx)
 		if ownersFault(ctx, err) {
 			return fmt.Errorf("%w: %w", store.ErrWriteFailed, err)
 		}
-		return fmt.Errorf("postgres: commit response: %w", err)
+		return r.p.late(ctx, "commit response", fmt.Errorf("postgres: commit response: %w", err))
 	}
 	if prune {
 		if tag, err := br.Exec(); err != nil {
@@ -579,12 +625,35 @@ func (r *reservation) Save(ctx context.Context, res driver.Response, ttl time.Du
 	}
 	br.Close() //nolint:errcheck // committed; the only statement left to fail was the prune, logged
 	r.end(true)
-	return nil
+	// Committed, but past the bound only if a synchronous standby's
+	// confirmation or the disk kept it: its client is told it failed, and
+	// its retry replays it.
+	return r.p.late(ctx, "commit response", nil)
 }
 
-// pgSaveTimeout bounds an owner's write, so a hung database turns into a 503
-// rather than a request that never ends.
-const pgSaveTimeout = 10 * time.Second
+// endBounded ends the reservation after a failed statement of Save. If
+// the statement outlived Save's bound, pgx has closed the connection, but
+// its backend may still be running it, waiting for a synchronous standby
+// to confirm the COMMIT: unaware that its client is gone, it would hold
+// the key's lock (and the row's) for as long as the standby stays away,
+// and the retry that should replay the response would wait for it. So
+// the server is asked to cancel it, which commits it on the primary alone
+// or rolls it back, and lets the lock go. r.mu is held.
+func (r *reservation) endBounded(ctx context.Context) {
+	cancelAbandoned(ctx, r.conn)
+	r.end(false)
+}
+
+// cancelAbandoned asks the server to cancel what conn's backend runs, if
+// ctx has ended: pgx then closed conn mid-statement (see endBounded).
+func cancelAbandoned(ctx context.Context, conn *pgxpool.Conn) {
+	if ctx.Err() == nil {
+		return
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelGrace)
+	defer cancel()
+	conn.Conn().PgConn().CancelRequest(cctx) //nolint:errcheck // closing the connection may do it too, later
+}
 
 func (r *reservation) Release() {
 	r.mu.Lock()

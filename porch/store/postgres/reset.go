@@ -19,7 +19,7 @@ import (
 // transaction would lock its keys out of order with the upsert's, and two
 // instances doing that at once could deadlock. Counting the batch's hits
 // after the resets is an order their callers could have seen, since none of
-// them has been answered yet.
+// them has been answered yet. It commits at the hits' level (see hitsExec).
 func (p *Store) resetHits(ctx context.Context, keys []string) error {
 	if len(keys) == 0 {
 		return nil
@@ -30,12 +30,11 @@ func (p *Store) resetHits(ctx context.Context, keys []string) error {
 	}
 	slices.Sort(db)
 	db = slices.Compact(db)
-	return pgx.BeginTxFunc(ctx, p.writer, readCommitted, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, pgResetHits, byteKeys(db)); err != nil {
-			return fmt.Errorf("postgres: reset counters: %w", err)
-		}
-		return nil
-	})
+	err := p.hitsExec(ctx, pgResetHits, byteKeys(db))
+	if err != nil {
+		err = fmt.Errorf("postgres: reset counters: %w", err)
+	}
+	return p.late(ctx, "reset counters", err)
 }
 
 // peekHits reads the counters peeks ask for, in tx after its hits were
