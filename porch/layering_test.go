@@ -73,3 +73,157 @@ func TestPorchDeclaresNoMiddlewareNames(t *testing.T) {
 		}
 	}
 }
+
+// floors places porch's packages from the bottom up: a package imports
+// only packages on its floor or below, so that no import runs back up. At
+// the bottom, the plumbing under porch/internal and the clock, which
+// import nothing else of porch; then the stores and their driver seam;
+// then the framework; then its middlewares; then what is built on them.
+// The first prefix that matches a package's path (relative to the module)
+// places it; a package none matches fails the test until it is placed.
+var floors = []struct {
+	prefix string
+	floor  int
+}{
+	{"porch/internal/", 0},
+	{"porch/clock", 0},
+	{"porch/store", 1}, // store, driver, the drivers, storetest
+	{"porch/rate", 3},
+	{"porch/idem", 3},
+	{"porch/kit", 4},
+	{"porch/metrics/", 4},
+	{"porch/porchtest", 4},
+	{"porch", 2}, // the framework itself
+}
+
+// pendingUp lists the imports that still run back up, each with what
+// removes it. An entry whose import is gone fails the test too, so the
+// list only shrinks.
+var pendingUp = map[string]string{
+	"porch/internal/fail -> porch": "fail.Closed returns a *porch.Response: inverting it (fail says what to answer, " +
+		"rate and idem build the response) edits rate/middleware.go's unavailable",
+}
+
+func floorOf(pkg string) (int, bool) {
+	for _, f := range floors {
+		if pkg == f.prefix || strings.HasPrefix(pkg, strings.TrimSuffix(f.prefix, "/")+"/") {
+			return f.floor, true
+		}
+	}
+	return 0, false
+}
+
+// porchPackages parses the non-test Go files of every package under porch/
+// (build tags ignored: every file counts), by package path relative to
+// the module.
+func porchPackages(t *testing.T, mode parser.Mode) (*token.FileSet, map[string][]*ast.File) {
+	t.Helper()
+	fset := token.NewFileSet()
+	pkgs := map[string][]*ast.File{}
+	err := filepath.WalkDir(".", func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if d.Name() == "testdata" {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, path, nil, mode)
+		if err != nil {
+			return err
+		}
+		pkg := filepath.ToSlash(filepath.Join("porch", filepath.Dir(path)))
+		pkgs[pkg] = append(pkgs[pkg], f)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fset, pkgs
+}
+
+// No import runs back up: the plumbing under porch/internal imports
+// nothing of porch above it (not the framework, not the driver seam),
+// a store driver imports neither the framework nor its middlewares, and
+// the framework imports none of its middlewares. This fails, for
+// instance, for porch/internal/algorithm importing porch/store/driver.
+func TestNoImportRunsBackUp(t *testing.T) {
+	const module = "github.com/writeonce/porch-go/"
+	fset, pkgs := porchPackages(t, parser.ImportsOnly)
+	seen := map[string]bool{}
+	for pkg, files := range pkgs {
+		from, ok := floorOf(pkg)
+		if !ok {
+			t.Errorf("%s is on no floor: place it in floors", pkg)
+			continue
+		}
+		for _, f := range files {
+			for _, is := range f.Imports {
+				imp := strings.Trim(is.Path.Value, `"`)
+				if !strings.HasPrefix(imp, module) {
+					continue
+				}
+				imp = strings.TrimPrefix(imp, module)
+				to, ok := floorOf(imp)
+				if !ok || to <= from {
+					continue
+				}
+				edge := pkg + " -> " + imp
+				if _, ok := pendingUp[edge]; ok {
+					seen[edge] = true
+					continue
+				}
+				t.Errorf("%s: %s imports %s, on a floor above it (%d above %d): move what they share down, or pass it in",
+					fset.Position(is.Pos()), pkg, imp, to, from)
+			}
+		}
+	}
+	for edge, why := range pendingUp {
+		if !seen[edge] {
+			t.Errorf("pendingUp lists %s, which no longer runs back up: remove the entry (%s)", edge, why)
+		}
+	}
+}
+
+// No package sets another's variable: a hook that a package above fills
+// in when it loads (as porch's init once set actor.Of) is an import run
+// back up in disguise, and an order of initialisation nobody reads. The
+// package below takes what it needs as an argument or an embedded value.
+func TestNoPackageSetsAnothersVariable(t *testing.T) {
+	fset, pkgs := porchPackages(t, 0)
+	for _, files := range pkgs {
+		for _, f := range files {
+			imported := map[string]bool{}
+			for _, is := range f.Imports {
+				p := strings.Trim(is.Path.Value, `"`)
+				name := p[strings.LastIndex(p, "/")+1:]
+				if is.Name != nil {
+					name = is.Name.Name
+				}
+				imported[name] = true
+			}
+			ast.Inspect(f, func(n ast.Node) bool {
+				as, ok := n.(*ast.AssignStmt)
+				if !ok {
+					return true
+				}
+				for _, lhs := range as.Lhs {
+					sel, ok := lhs.(*ast.SelectorExpr)
+					if !ok {
+						continue
+					}
+					// A package name resolves to no object in its file.
+					if x, ok := sel.X.(*ast.Ident); ok && x.Obj == nil && imported[x.Name] {
+						t.Errorf("%s: sets %s.%s, a variable of the package it imports", fset.Position(as.Pos()), x.Name, sel.Sel.Name)
+					}
+				}
+				return true
+			})
+		}
+	}
+}

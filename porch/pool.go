@@ -45,16 +45,12 @@ type PoolOptions struct {
 //
 // A Pool is safe for concurrent use. Create it with [NewPool]; the zero value
 // is not usable. Close it after the middlewares built on it.
-type Pool struct{ a *actor.Pool }
+type Pool struct{ actors }
 
-func init() {
-	actor.Of = func(pool any) *actor.Pool {
-		if p, _ := pool.(*Pool); p != nil {
-			return p.a
-		}
-		return nil
-	}
-}
+// actors are the pool's actor goroutines, embedded so that porch/rate and
+// porch/idem reach them with actor.Of; its one method is actor's own, so a
+// user sees neither the field nor the method.
+type actors = actor.Handle
 
 // NewPool starts the pool's actors. Close stops them.
 func NewPool(opt PoolOptions) *Pool {
@@ -71,13 +67,13 @@ func NewPool(opt PoolOptions) *Pool {
 	if opt.Observer != nil {
 		rejected = opt.Observer.PoolRejected
 	}
-	return &Pool{a: actor.New(opt.Size, opt.Mailbox, rejected)}
+	return &Pool{actor.New(opt.Size, opt.Mailbox, rejected).Handle()}
 }
 
 // Size reports the number of actors.
-func (p *Pool) Size() int { return p.a.Size() }
+func (p *Pool) Size() int { return actor.Of(p).Size() }
 
 // Close stops accepting work, lets every actor finish what is already in
 // its mailbox, and waits for the actors to exit or for ctx to end,
 // returning ctx.Err() in that case.
-func (p *Pool) Close(ctx context.Context) error { return p.a.Close(ctx) }
+func (p *Pool) Close(ctx context.Context) error { return actor.Of(p).Close(ctx) }

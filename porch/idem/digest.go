@@ -8,6 +8,7 @@ import (
 	"net/http"
 
 	"github.com/writeonce/porch-go/porch"
+	"github.com/writeonce/porch-go/porch/internal/canonjson"
 	"github.com/writeonce/porch-go/porch/internal/problemtype"
 )
 
@@ -59,10 +60,10 @@ func withJSONForm(d []byte, method, uri string, body []byte) []byte {
 	if len(body) > jsonHintMaxBody {
 		return d
 	}
-	if i := skipSpace(body, 0); i == len(body) || (body[i] != '{' && body[i] != '[') {
+	if v := bytes.TrimLeft(body, " \t\n\r"); len(v) == 0 || (v[0] != '{' && v[0] != '[') {
 		return d
 	}
-	c, err := CanonicalJSON(body)
+	c, err := canonjson.Form(body)
 	if err != nil {
 		return d
 	}

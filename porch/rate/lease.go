@@ -2,12 +2,10 @@ package rate
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/internal/actor"
 	"github.com/writeonce/porch-go/porch/store/driver"
 )
@@ -478,19 +476,6 @@ func (c *leases) adopt(shard int, key string, e *lease, ls driver.Lease, gen uin
 	}
 }
 
-// returned is the callback for hits given back to the store: during close,
-// counted, so that close waits for them.
-func (c *leases) returned() func(error) {
-	if !c.closing.Load() {
-		return c.lost
-	}
-	c.returns.Add(1)
-	return func(err error) {
-		c.lost(err)
-		c.returns.Done()
-	}
-}
-
 // resume runs on shard's actor when e's trip for a lease has been
 // answered: the hits that waited for it are decided now, in order.
 func (c *leases) resume(shard int, e *lease) {
@@ -550,161 +535,4 @@ func (c *leases) drop(shard int, key string) []*call {
 	s.nextGen++
 	*e = lease{used: e.used, gen: s.nextGen}
 	return ws
-}
-
-// sweeper runs sweep on every shard each leaseIdle, until close or until
-// the pool has closed under it (a limiter never closed).
-func (c *leases) sweeper() {
-	defer close(c.swept)
-	t := time.NewTicker(leaseIdle)
-	defer t.Stop()
-	for {
-		select {
-		case <-c.stop:
-			return
-		case <-t.C:
-			for shard := range c.shards {
-				// A full mailbox skips a round: the next one comes.
-				err := c.pool.SendShard(shard, false, func(i int) { c.sweep(i, time.Now()) })
-				if errors.Is(err, porch.ErrClosed) {
-					return
-				}
-			}
-		}
-	}
-}
-
-// sweep runs on shard's actor. A key idle since leaseIdle before now gives
-// its lease's hits back to the store, and settles its answered ones, and
-// is forgotten, and so is a key whose trip for a lease seems lost; a lease
-// past its until gives its hits back, while the store still counts them
-// in their epoch or in one a reset started since (after the epoch's end
-// only a reset can have kept them, and the store tells).
-func (c *leases) sweep(shard int, now time.Time) {
-	c.apply(shard)
-	s := &c.shards[shard]
-	for key, e := range s.m {
-		if (e.tokens > 0 || e.adopted > 0) && !now.Before(e.until) {
-			c.giveAllToStore(shard, key, e)
-		}
-		if e.asking || now.Sub(e.used) < leaseIdle {
-			continue
-		}
-		delete(s.m, key)
-		c.giveAllToStore(shard, key, e)
-		c.redo(shard, e)
-	}
-}
-
-// giveAllToStore ends what e holds of key in the store: its tokens go
-// back and its answered hits are settled (one give-back, if it holds
-// either), and its adopted hits, which the store does not hold, are taken
-// back as any counted hit is, unless a trip in flight asked the store to
-// hold them (see adopt). Each write's outcome goes to returned's callback.
-func (c *leases) giveAllToStore(shard int, key string, e *lease) {
-	if e.tokens > 0 || e.answered > 0 {
-		c.giveToStore(shard, key, driver.Lease{Held: e.tokens, Settled: e.answered, Start: e.start}, c.returned())
-	}
-	if e.adopted > 0 && !e.asking {
-		done := c.returned()
-		if err := c.st.TakeBack(key, e.start, e.adopted, done); err != nil {
-			done(err)
-		}
-		e.adopted = 0
-	}
-	e.tokens, e.answered = 0, 0
-}
-
-// giveToStore ends a lease's hold on key's hits in the store (see
-// driver.SharedCounters.GiveBack), done getting the outcome.
-func (c *leases) giveToStore(shard int, key string, ls driver.Lease, done func(error)) {
-	if err := c.st.GiveBack(key, ls, done); err != nil {
-		done(err)
-	}
-}
-
-// close gives every lease back (see giveAllBack), and then closes next;
-// it returns the first error.
-func (c *leases) close(ctx context.Context) error {
-	err := c.giveAllBack(ctx)
-	if nerr := c.next.close(ctx); err == nil {
-		err = nerr
-	}
-	return err
-}
-
-// giveAllBack stops new leases and the sweeper, gives every lease back,
-// waits for the trips still asking for one (their hits go back to the
-// store as they land), and then for the store to have them all, or for
-// ctx: Close leaves exact counts in the store.
-func (c *leases) giveAllBack(ctx context.Context) error {
-	c.closing.Store(true)
-	c.closeOnce.Do(func() { close(c.stop) })
-	if c.started.Load() {
-		select {
-		case <-c.swept:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	var (
-		mu    sync.Mutex
-		first error
-	)
-	record := func(err error) {
-		if err != nil {
-			mu.Lock()
-			if first == nil {
-				first = err
-			}
-			mu.Unlock()
-		}
-	}
-	// giveAll gives back every lease not still asking, on every shard,
-	// and reports whether the pool is open to do it again.
-	giveAll := func() bool {
-		var wg sync.WaitGroup
-		for shard := range c.shards {
-			wg.Add(1)
-			err := c.pool.SendShard(shard, true, func(i int) {
-				defer wg.Done()
-				c.apply(i)
-				s := &c.shards[i]
-				for key, e := range s.m {
-					if e.asking {
-						continue // given back as it lands
-					}
-					delete(s.m, key)
-					c.giveAllToStore(i, key, e)
-					c.redo(i, e) // decided by the store, without a lease
-				}
-			})
-			if err != nil {
-				wg.Done()
-				if errors.Is(err, porch.ErrClosed) {
-					wg.Wait()
-					return false // closed before the limiter: nothing left to run on
-				}
-				record(err)
-			}
-		}
-		wg.Wait()
-		return true
-	}
-	for open := giveAll(); open && c.inflight.Load() > 0; {
-		select {
-		case <-c.arrived:
-			open = giveAll()
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	done := make(chan struct{})
-	go func() { c.returns.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	return first
 }

@@ -70,10 +70,10 @@ type Options struct {
 	// rolling out a new limit. A request over the limit is served, with the
 	// usual rate-limit headers and X-RateLimit-Dry-Run: limited (allowed
 	// otherwise), and logged at INFO, at most once per 10 s with how many
-	// were held back. A request that cannot be
-	// counted (a store failure, a saturated pool, a failing KeyFunc) is
-	// served too, uncounted and without headers, and logged. Counts are what
-	// enforcing would have counted, so turning DryRun off later keeps them.
+	// were held back. A request that cannot be counted (a store failure, a
+	// saturated pool, a failing KeyFunc) is served too, uncounted and
+	// without headers, and logged. Counts are what enforcing would have
+	// counted, so turning DryRun off later keeps them.
 	// Allow and AllowN report true verdicts whatever DryRun says.
 	DryRun bool
 	// CountStatus, if set, decides from the final status of a request the
@@ -152,17 +152,19 @@ type Options struct {
 	// what the store has left, so that near the limit leases shrink to
 	// nothing and every hit is decided by the store; its hits are given
 	// back once the key has been idle here for 100 ms, once the lease
-	// stops answering near its window's end, and by Close. A Reset on this process gives its lease back first; on
-	// another, which cannot reach this one's memory, the new window counts
-	// the hits leases still hold, so the limit holds across a Reset too
-	// (see Limiter.Reset). If zero, every
-	// hit is decided by the store. GCRA counts every hit in the store (a
-	// lease's hits would be answered later than the store counted them,
-	// which a token bucket would see as a burst): New panics if Lease is
-	// set with it. It is for a shared store only: New panics if it is set
-	// with a store that is its counters' only writer (SQLite, memory),
-	// which counts in memory already and writes ahead instead
-	// (WriteAhead). New panics too if it is negative or above MaxLimit.
+	// stops answering near its window's end, and by Close. A Reset on this
+	// process gives its lease back first; on another, which cannot reach
+	// this one's memory, the new window counts the hits leases still hold,
+	// so the limit holds across a Reset too (see Limiter.Reset). If zero,
+	// every hit is decided by the store.
+	//
+	// GCRA counts every hit in the store (a lease's hits would be answered
+	// later than the store counted them, which a token bucket would see as
+	// a burst): New panics if Lease is set with it. It is for a shared
+	// store only: New panics if it is set with a store that is its
+	// counters' only writer (SQLite, memory), which counts in memory
+	// already and writes ahead instead (WriteAhead). New panics too if it
+	// is negative or above MaxLimit.
 	Lease int
 	// LimitResponse, if set, renders the answer to a request over its
 	// limit in place of the problem+json 429, as httprate's
@@ -187,7 +189,8 @@ type Options struct {
 	// "https://api.example.com/problems/", a refusal is
 	// "https://api.example.com/problems/rate-limited". Clients switch on
 	// the type, so an API that documents its own problem types wants them
-	// under its own URI. If empty, the types are under "https://porch.dev/problems/" (see the package doc).
+	// under its own URI. If empty, the types are under
+	// "https://porch.dev/problems/" (see the package doc).
 	ProblemBase string
 	// Observer is told of every request the limiter decides, with Name.
 	// If nil, nothing is observed.
@@ -278,19 +281,17 @@ const MaxWindow = algorithm.MaxWindow
 // or store, a store that keeps no counters (neither driver.ExclusiveCounters
 // nor driver.SharedCounters), a limit outside 1 to MaxLimit, a window under
 // a millisecond or over MaxWindow, an Options.Name that is not a valid name
-// (see Options.Name), or an
-// Options.ProblemBase that is not a URI. It checks all of these before any
-// I/O. It returns an error only for what the store answers: the policy
-// refused (store.ErrPolicyConflict), or the store failing to record the
-// policy or to load the open windows. An Options.Algorithm that is none of
-// the constants, or an Options.Burst that is negative, over MaxLimit or
-// one the algorithm refuses (see Options.Burst) panics too, and so does an
-// Options.Lease that is negative, over MaxLimit or set with an algorithm
-// that counts every hit in the store (GCRA).
-// So does an option the store would ignore: Options.Lease or
-// Options.RefusalCacheFor with a store that is its counters' only writer
-// (SQLite, memory), Options.WriteAhead with a shared store (PostgreSQL,
-// Redis).
+// (see Options.Name), an Options.ProblemBase that is not a URI, an
+// Options.Algorithm that is none of the constants, an Options.Burst that
+// is negative, over MaxLimit or one the algorithm refuses (see
+// Options.Burst), an Options.Lease that is negative, over MaxLimit or set
+// with an algorithm that counts every hit in the store (GCRA), or an
+// option the store would ignore: Options.Lease or Options.RefusalCacheFor
+// with a store that is its counters' only writer (SQLite, memory),
+// Options.WriteAhead with a shared store (PostgreSQL, Redis). It checks
+// all of these before any I/O. It returns an error only for what the
+// store answers: the policy refused (store.ErrPolicyConflict), or the
+// store failing to record the policy or to load the open windows.
 func New(pool *porch.Pool, st driver.Counters, limit int, window time.Duration, opt Options) (*Limiter, error) {
 	l := newLimiter(pool, st, limit, window, opt)
 	if err := l.open(); err != nil {

@@ -10,8 +10,12 @@
 //
 // Names are counted as pkg.go.dev shows them: top-level funcs, types,
 // consts and vars, methods of exported types, exported struct fields and
-// interface methods, in non-test files. A name declared twice (in files
-// for different builds) is an error: one declaration, one doc.
+// interface methods, in non-test files. An alias of a type declared under
+// porch/internal (driver.State) is listed as that type, fields and methods
+// included, since a reader meets them under the alias; an unexported
+// embedded type is not listed, as pkg.go.dev does not show it. A name
+// declared twice (in files for different builds) is an error: one
+// declaration, one doc.
 package main
 
 import (
@@ -24,8 +28,10 @@ import (
 	"go/token"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -155,9 +161,17 @@ func pkgAPI(dir string) ([]string, error) {
 				for _, s := range d.Specs {
 					switch s := s.(type) {
 					case *ast.TypeSpec:
-						if s.Name.IsExported() {
-							lines = append(lines, typeLines(fset, s)...)
+						if !s.Name.IsExported() {
+							continue
 						}
+						al, ok, err := internalAlias(fset, f, s)
+						if err != nil {
+							return nil, err
+						}
+						if !ok {
+							al = typeLines(fset, s)
+						}
+						lines = append(lines, al...)
 					case *ast.ValueSpec:
 						for _, n := range s.Names {
 							if n.IsExported() {
@@ -198,7 +212,7 @@ func typeLines(fset *token.FileSet, s *ast.TypeSpec) []string {
 					lines = append(lines, "field "+name+"."+n.Name+" "+render(fset, f.Type))
 				}
 			}
-			if len(f.Names) == 0 { // embedded
+			if len(f.Names) == 0 && ast.IsExported(embeddedName(f.Type)) { // embedded, and shown
 				lines = append(lines, "embed "+name+" "+render(fset, f.Type))
 			}
 		}
@@ -227,6 +241,86 @@ func typeLines(fset *token.FileSet, s *ast.TypeSpec) []string {
 		}
 		return []string{"type " + name + tp + eq + render(fset, s.Type)}
 	}
+}
+
+// embeddedName is the field name an embedded type gives its field: an
+// unexported one is hidden, as pkg.go.dev hides it.
+func embeddedName(t ast.Expr) string {
+	if s, ok := t.(*ast.StarExpr); ok {
+		t = s.X
+	}
+	switch x := t.(type) {
+	case *ast.IndexExpr:
+		t = x.X
+	case *ast.IndexListExpr:
+		t = x.X
+	}
+	switch x := t.(type) {
+	case *ast.Ident:
+		return x.Name
+	case *ast.SelectorExpr:
+		return x.Sel.Name
+	}
+	return ""
+}
+
+// internalAlias lists an exported alias of a type declared under
+// porch/internal (type State = counter.State) as that type itself, its
+// fields and methods included: a reader meets them under the alias's name,
+// since the package that declares them cannot be imported. ok is false for
+// any other type. The alias must keep the type's name, so that the lines
+// read as if it were declared here.
+func internalAlias(fset *token.FileSet, f *ast.File, s *ast.TypeSpec) (lines []string, ok bool, err error) {
+	sel, isSel := s.Type.(*ast.SelectorExpr)
+	if !s.Assign.IsValid() || !isSel {
+		return nil, false, nil
+	}
+	x, isIdent := sel.X.(*ast.Ident)
+	if !isIdent {
+		return nil, false, nil
+	}
+	var imp string
+	for _, is := range f.Imports {
+		p, _ := strconv.Unquote(is.Path.Value)
+		if (is.Name != nil && is.Name.Name == x.Name) || (is.Name == nil && path.Base(p) == x.Name) {
+			imp = p
+		}
+	}
+	if !strings.HasPrefix(imp, module+"/porch/internal/") {
+		return nil, false, nil
+	}
+	if sel.Sel.Name != s.Name.Name {
+		return nil, false, fmt.Errorf("type %s = %s.%s: an alias of an internal type must keep its name", s.Name.Name, x.Name, sel.Sel.Name)
+	}
+	pkgs, err := parser.ParseDir(fset, filepath.FromSlash(strings.TrimPrefix(imp, module+"/")), func(fi fs.FileInfo) bool {
+		return !strings.HasSuffix(fi.Name(), "_test.go")
+	}, 0)
+	if err != nil {
+		return nil, false, err
+	}
+	for _, p := range pkgs {
+		for _, pf := range p.Files {
+			for _, d := range pf.Decls {
+				switch d := d.(type) {
+				case *ast.GenDecl:
+					for _, ds := range d.Specs {
+						if ts, isType := ds.(*ast.TypeSpec); isType && ts.Name.Name == sel.Sel.Name {
+							lines = append(lines, typeLines(fset, ts)...)
+							ok = true
+						}
+					}
+				case *ast.FuncDecl:
+					if d.Recv != nil && d.Name.IsExported() && recvName(d.Recv) == sel.Sel.Name {
+						lines = append(lines, render(fset, &ast.FuncDecl{Recv: d.Recv, Name: d.Name, Type: d.Type}))
+					}
+				}
+			}
+		}
+	}
+	if !ok {
+		return nil, false, fmt.Errorf("type %s: %s declares no %s", s.Name.Name, imp, sel.Sel.Name)
+	}
+	return lines, true, nil
 }
 
 func recvName(recv *ast.FieldList) string {

@@ -24,10 +24,22 @@ var (
 	ErrClosed = lifecycle.ErrClosed
 )
 
-// Of returns the actors behind a *porch.Pool, or nil for a nil one. porch
-// sets it when it loads: it is the one package that sees both types, and
-// porch.Pool keeps these methods to porch's own packages.
-var Of func(pool any) *Pool
+// Handle carries a Pool inside a value of another package: porch.Pool
+// embeds one, so that porch's own packages reach its actors with [Of],
+// while a user, who can import neither this package nor the unexported
+// method Of calls, cannot. The framework hands its actors down this way;
+// nothing here names it, and nothing is set when it loads.
+type Handle struct{ pool *Pool }
+
+// Handle returns p in a Handle, for a type to embed.
+func (p *Pool) Handle() Handle { return Handle{p} }
+
+func (h Handle) actors() *Pool { return h.pool }
+
+// Of returns the actors in h: a value that embeds a [Handle], such as a
+// non-nil *porch.Pool. Only a Handle has the method Of calls, so the
+// compiler refuses any other value.
+func Of(h interface{ actors() *Pool }) *Pool { return h.actors() }
 
 // Pool is a fixed set of actor goroutines. A job sent for a key runs on the
 // actor chosen by a hash of the key modulo the pool size, after every job sent

@@ -1,6 +1,6 @@
 // Package algorithm holds the rate limiter's algorithms, each one complete
 // in its own file: its name, the policies it accepts, the rule it counts by
-// (a driver.Rule, which a shared store applies), what its limit and burst
+// (a counter.Rule, which a shared store applies), what its limit and burst
 // mean to a client, and how its state carries across a restart or a
 // policy change. porch/rate selects one by name or by its Algorithm
 // constant; store drivers and their conformance suite (porch/store/
@@ -17,7 +17,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/writeonce/porch-go/porch/store/driver"
+	"github.com/writeonce/porch-go/porch/internal/counter"
 )
 
 // MaxLimit and MaxWindow bound every policy (see rate.MaxLimit and
@@ -45,11 +45,11 @@ type Algorithm interface {
 	Leases() bool
 }
 
-// Rule is an algorithm with its policy: the driver.Rule a shared store
+// Rule is an algorithm with its policy: the counter.Rule a shared store
 // applies, and what a limiter needs besides to answer clients, keep
 // states in memory and write them to an exclusive store.
 type Rule interface {
-	driver.Rule
+	counter.Rule
 	// Limit is the policy's limit per Window, as a stored policy records
 	// it.
 	Limit() int64
@@ -61,10 +61,10 @@ type Rule interface {
 	Burst() int64
 	// ResetIn is how long from now s takes to hold nothing back: when the
 	// client's full allowance is back (X-RateLimit-Reset, RateLimit's t).
-	ResetIn(s driver.State, now time.Time) time.Duration
+	ResetIn(s counter.State, now time.Time) time.Duration
 	// RetryIn is how long from now a request of weight n (at most Most)
 	// must wait to fit: a refusal's Retry-After.
-	RetryIn(s driver.State, now time.Time, n int64) time.Duration
+	RetryIn(s counter.State, now time.Time, n int64) time.Duration
 	// Life bounds how long after its Start a state can hold anything
 	// back, so that a limiter's memory can let keys go in the order they
 	// opened.
@@ -72,12 +72,12 @@ type Rule interface {
 	// Row is the counter row an exclusive store keeps for key's state s
 	// counted up to count: loaded back (see Resume), it never holds the
 	// client back less than s with that count.
-	Row(key string, s driver.State, count int64) driver.Counter
+	Row(key string, s counter.State, count int64) counter.Counter
 	// Resume is the state a loaded row counts on from, at now: a row this
 	// rule wrote, or one written under another policy of the same name (a
 	// deploy changed it), which must neither forget the client's hits nor
 	// hold it back longer than either policy would.
-	Resume(c driver.Counter, now time.Time) driver.State
+	Resume(c counter.Counter, now time.Time) counter.State
 	// Carried reports, for a key whose state moved from the epoch started
 	// at prev to a new one started at next, how many of the new epoch's
 	// counts a row written for the old epoch with count bound already
@@ -230,7 +230,7 @@ func noBurst(name string, burst int64) error {
 // whichever is sooner: so a client is never held longer than either
 // policy would hold it, and its hits are not forgotten. Every window of a
 // limiter then has one length, which a limiter's memory relies on.
-func resumeWindow(c driver.Counter, window time.Duration, now time.Time) driver.State {
+func resumeWindow(c counter.Counter, window time.Duration, now time.Time) counter.State {
 	s := c.State()
 	if c.Window == window {
 		return s
@@ -246,9 +246,9 @@ func resumeWindow(c driver.Counter, window time.Duration, now time.Time) driver.
 // Immutable reports whether r is one of this package's rules: values of
 // comparable types that never change once made, so that a driver may keep
 // what it derives from one under the rule itself as a map key. A rule of
-// any other type (driver.Rule is an interface a program may implement)
+// any other type (counter.Rule is an interface a program may implement)
 // may hold an unhashable value or change under a pointer.
-func Immutable(r driver.Rule) bool {
+func Immutable(r counter.Rule) bool {
 	switch r.(type) {
 	case fixedRule, slidingRule, gcraRule:
 		return true

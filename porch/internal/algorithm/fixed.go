@@ -3,7 +3,7 @@ package algorithm
 import (
 	"time"
 
-	"github.com/writeonce/porch-go/porch/store/driver"
+	"github.com/writeonce/porch-go/porch/internal/counter"
 )
 
 // Fixed allows limit per window that opens at a key's first request:
@@ -33,40 +33,40 @@ type fixedRule struct {
 	window time.Duration
 }
 
-func (fixedRule) Algorithm() string                  { return "fixed" }
-func (r fixedRule) Limit() int64                     { return r.limit }
-func (r fixedRule) Window() time.Duration            { return r.window }
-func (fixedRule) Interval() time.Duration            { return 0 }
-func (r fixedRule) Life() time.Duration              { return r.window }
-func (r fixedRule) Most() int64                      { return r.limit }
-func (fixedRule) Burst() int64                       { return 0 }
-func (r fixedRule) Expires(s driver.State) time.Time { return s.Start.Add(r.window) }
+func (fixedRule) Algorithm() string                   { return "fixed" }
+func (r fixedRule) Limit() int64                      { return r.limit }
+func (r fixedRule) Window() time.Duration             { return r.window }
+func (fixedRule) Interval() time.Duration             { return 0 }
+func (r fixedRule) Life() time.Duration               { return r.window }
+func (r fixedRule) Most() int64                       { return r.limit }
+func (fixedRule) Burst() int64                        { return 0 }
+func (r fixedRule) Expires(s counter.State) time.Time { return s.Start.Add(r.window) }
 
-func (r fixedRule) Advance(s driver.State, now time.Time) driver.State {
+func (r fixedRule) Advance(s counter.State, now time.Time) counter.State {
 	if s.Start.IsZero() || !now.Before(s.Start.Add(r.window)) {
-		return driver.State{Start: now}
+		return counter.State{Start: now}
 	}
 	return s
 }
 
-func (r fixedRule) Room(s driver.State, _ time.Time) int64 { return r.limit - s.Count }
+func (r fixedRule) Room(s counter.State, _ time.Time) int64 { return r.limit - s.Count }
 
-func (r fixedRule) ResetIn(s driver.State, now time.Time) time.Duration {
+func (r fixedRule) ResetIn(s counter.State, now time.Time) time.Duration {
 	return max(s.Start.Add(r.window).Sub(now), 0)
 }
 
 // RetryIn: a refused request fits once the window closes.
-func (r fixedRule) RetryIn(s driver.State, now time.Time, _ int64) time.Duration {
+func (r fixedRule) RetryIn(s counter.State, now time.Time, _ int64) time.Duration {
 	return r.ResetIn(s, now)
 }
 
 // Row keeps the window's start as it is, and leaves Expires to the store,
 // which computes the window's close, as it always has.
-func (r fixedRule) Row(key string, s driver.State, count int64) driver.Counter {
-	return driver.Counter{Key: key, WindowStart: s.Start, Window: r.window, Count: count}
+func (r fixedRule) Row(key string, s counter.State, count int64) counter.Counter {
+	return counter.Counter{Key: key, WindowStart: s.Start, Window: r.window, Count: count}
 }
 
-func (r fixedRule) Resume(c driver.Counter, now time.Time) driver.State {
+func (r fixedRule) Resume(c counter.Counter, now time.Time) counter.State {
 	return resumeWindow(c, r.window, now)
 }
 

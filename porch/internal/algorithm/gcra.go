@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/writeonce/porch-go/porch/store/driver"
+	"github.com/writeonce/porch-go/porch/internal/counter"
 )
 
 // GCRA spaces requests window/limit apart as a steady rate, and lets a
@@ -78,25 +78,25 @@ func (r gcraRule) Burst() int64 { return r.burst }
 func (r gcraRule) Life() time.Duration { return r.window + time.Duration(r.burst)*r.interval }
 
 // tat is the state's theoretical arrival time.
-func (r gcraRule) tat(s driver.State) time.Time {
+func (r gcraRule) tat(s counter.State) time.Time {
 	return s.Start.Add(time.Duration(s.Count) * r.interval)
 }
 
-func (r gcraRule) Expires(s driver.State) time.Time { return r.tat(s) }
+func (r gcraRule) Expires(s counter.State) time.Time { return r.tat(s) }
 
-func (r gcraRule) Advance(s driver.State, now time.Time) driver.State {
+func (r gcraRule) Advance(s counter.State, now time.Time) counter.State {
 	if s.Start.IsZero() || !r.tat(s).After(now) {
-		return driver.State{Start: now}
+		return counter.State{Start: now}
 	}
 	if e := now.Sub(s.Start); e >= r.window {
 		k := min(int64(e/r.interval), s.Count)
-		return driver.State{Start: s.Start.Add(time.Duration(k) * r.interval), Count: s.Count - k}
+		return counter.State{Start: s.Start.Add(time.Duration(k) * r.interval), Count: s.Count - k}
 	}
 	return s
 }
 
 // Room is Burst less the intervals the TAT lies ahead of now, rounded up.
-func (r gcraRule) Room(s driver.State, now time.Time) int64 {
+func (r gcraRule) Room(s counter.State, now time.Time) int64 {
 	ahead := r.tat(s).Sub(now)
 	if ahead <= 0 {
 		return r.burst
@@ -108,19 +108,19 @@ func (r gcraRule) Room(s driver.State, now time.Time) int64 {
 	return r.burst - owed
 }
 
-func (r gcraRule) ResetIn(s driver.State, now time.Time) time.Duration {
+func (r gcraRule) ResetIn(s counter.State, now time.Time) time.Duration {
 	return max(r.tat(s).Sub(now), 0)
 }
 
 // RetryIn: n fits once the TAT is at most (Burst − n) intervals ahead.
-func (r gcraRule) RetryIn(s driver.State, now time.Time, n int64) time.Duration {
+func (r gcraRule) RetryIn(s counter.State, now time.Time, n int64) time.Duration {
 	return max(r.tat(s).Add(-time.Duration(r.burst-n)*r.interval).Sub(now), 0)
 }
 
 // Row stores the start rounded up to the millisecond, so that the TAT
 // loaded back is never earlier than the one written.
-func (r gcraRule) Row(key string, s driver.State, count int64) driver.Counter {
-	c := driver.Counter{Key: key, WindowStart: CeilMS(s.Start), Window: r.window, Count: count}
+func (r gcraRule) Row(key string, s counter.State, count int64) counter.Counter {
+	c := counter.Counter{Key: key, WindowStart: CeilMS(s.Start), Window: r.window, Count: count}
 	c.Expires = CeilMS(r.Expires(c.State()))
 	return c
 }
@@ -131,14 +131,14 @@ func (r gcraRule) Row(key string, s driver.State, count int64) driver.Counter {
 // longer intervals) can hold a key back for longer than this policy's
 // life, and a limiter's memory lets a key go at Start + Life: an idle
 // pause would then have forgotten a client still held back.
-func (r gcraRule) Resume(c driver.Counter, _ time.Time) driver.State {
+func (r gcraRule) Resume(c counter.Counter, _ time.Time) counter.State {
 	s := c.State()
 	if !r.tat(s).After(s.Start.Add(r.Life())) {
 		return s
 	}
 	keep := int64(r.Life() / r.interval) // intervals that fit in one life
 	k := s.Count - keep
-	return driver.State{Start: s.Start.Add(time.Duration(k) * r.interval), Count: keep}
+	return counter.State{Start: s.Start.Add(time.Duration(k) * r.interval), Count: keep}
 }
 
 // Carried: the old epoch's newest row holds the client back until its

@@ -3,7 +3,7 @@ package algorithm
 import (
 	"time"
 
-	"github.com/writeonce/porch-go/porch/store/driver"
+	"github.com/writeonce/porch-go/porch/internal/counter"
 )
 
 // Sliding allows a request while the previous window's count, weighted by
@@ -55,22 +55,22 @@ func (slidingRule) Burst() int64            { return 0 }
 
 // Advance rolls the windows over: one window on, the current count
 // becomes the previous one; two or more, nothing is left.
-func (r slidingRule) Advance(s driver.State, now time.Time) driver.State {
+func (r slidingRule) Advance(s counter.State, now time.Time) counter.State {
 	if s.Start.IsZero() {
-		return driver.State{Start: now}
+		return counter.State{Start: now}
 	}
 	e := now.Sub(s.Start)
 	switch {
 	case e < r.window:
 		return s
 	case e < 2*r.window:
-		return driver.State{Start: s.Start.Add(r.window), Prev: s.Count}
+		return counter.State{Start: s.Start.Add(r.window), Prev: s.Count}
 	}
-	return driver.State{Start: now}
+	return counter.State{Start: now}
 }
 
 // weight is the previous window's share of the estimate at now.
-func (r slidingRule) weight(s driver.State, now time.Time) int64 {
+func (r slidingRule) weight(s counter.State, now time.Time) int64 {
 	e := min(max(now.Sub(s.Start), 0), r.window)
 	w, exact := MulDiv(s.Prev, int64(r.window-e), int64(r.window))
 	if !exact {
@@ -79,13 +79,13 @@ func (r slidingRule) weight(s driver.State, now time.Time) int64 {
 	return w
 }
 
-func (r slidingRule) Room(s driver.State, now time.Time) int64 {
+func (r slidingRule) Room(s counter.State, now time.Time) int64 {
 	return r.limit - s.Count - r.weight(s, now)
 }
 
 // Expires: the current count weighs on the estimate until the window after
 // it has passed; the previous one until the current window closes.
-func (r slidingRule) Expires(s driver.State) time.Time {
+func (r slidingRule) Expires(s counter.State) time.Time {
 	switch {
 	case s.Count > 0:
 		return s.Start.Add(2 * r.window)
@@ -95,14 +95,14 @@ func (r slidingRule) Expires(s driver.State) time.Time {
 	return s.Start
 }
 
-func (r slidingRule) ResetIn(s driver.State, now time.Time) time.Duration {
+func (r slidingRule) ResetIn(s counter.State, now time.Time) time.Duration {
 	return max(r.Expires(s).Sub(now), 0)
 }
 
 // RetryIn is when estimate + n first fits: later in this window, as the
 // previous count's weight decays, if the current count leaves room for n;
 // else in the next window, as the current count's weight decays there.
-func (r slidingRule) RetryIn(s driver.State, now time.Time, n int64) time.Duration {
+func (r slidingRule) RetryIn(s counter.State, now time.Time, n int64) time.Duration {
 	e := min(max(now.Sub(s.Start), 0), r.window)
 	if left := r.limit - s.Count - n; left >= 0 {
 		return max(r.decayed(s.Prev, left)-e, 0)
@@ -123,13 +123,13 @@ func (r slidingRule) decayed(prev, left int64) time.Duration {
 // Row stores the start rounded up to the millisecond, so that the state
 // loaded back never holds back less than the one written, with the
 // previous count and the moment it all stops weighing.
-func (r slidingRule) Row(key string, s driver.State, count int64) driver.Counter {
-	c := driver.Counter{Key: key, WindowStart: CeilMS(s.Start), Window: r.window, Count: count, Prev: s.Prev}
+func (r slidingRule) Row(key string, s counter.State, count int64) counter.Counter {
+	c := counter.Counter{Key: key, WindowStart: CeilMS(s.Start), Window: r.window, Count: count, Prev: s.Prev}
 	c.Expires = CeilMS(r.Expires(c.State()))
 	return c
 }
 
-func (r slidingRule) Resume(c driver.Counter, now time.Time) driver.State {
+func (r slidingRule) Resume(c counter.Counter, now time.Time) counter.State {
 	return resumeWindow(c, r.window, now)
 }
 

@@ -490,14 +490,15 @@ func (s *Store) Close(ctx context.Context) error {
 // interrupt is rolled back and fails with ErrExecBudget: it never
 // commits, though its batch waits for it. Such steps remain, so the
 // budget does not bound what an application's statement can make its
-// batch wait: instr, replace, trim, ltrim, rtrim and unhex take time in
-// proportion to the product of their two arguments' lengths (instr of a
-// 512 KiB needle in a 1 MiB value: 6.8 s), and a row with no loop in it
-// (a SELECT list or VALUES row of expressions) is one step however many
-// 1 MiB values its terms build or scan: 0.05 to 0.1 s per KiB of statement
-// text of upper, ||, length or randomblob terms, 20 to 30 s at 64 KiB.
-// Keep such work out of Exec, or bound the values and statements an
-// application's users can put into it.
+// batch, and every write of the process, wait: instr, replace, trim,
+// ltrim, rtrim and unhex take time in proportion to the product of their
+// two arguments' lengths, and a row with no loop in it (a SELECT list or
+// VALUES row of expressions) is one step however many 1 MiB values its
+// terms build or scan, so its time grows with the statement's length.
+// Either can hold the batch for seconds within the limits above;
+// docs/performance.md gives measured figures and the benchmark that
+// makes them. Keep such work out of Exec, or bound the values and
+// statements an application's users can put into it.
 func (s *Store) Exec(ctx context.Context, query string, args ...any) error {
 	args, err := valueArgs(args)
 	if err != nil {

@@ -1,6 +1,6 @@
-package idem
+package canonjson
 
-// This file keeps CanonicalJSON as it was before it was rewritten to bound
+// This file keeps Form (idem.CanonicalJSON) as it was before it was rewritten to bound
 // its memory (a pointer tree of 80-byte nodes, ~250 bytes allocated per
 // byte of a body such as [0,0,…]), as the oracle the rewrite is checked
 // against: the two must agree on every body, canonical form and error alike.
@@ -17,7 +17,7 @@ import (
 	"unicode/utf8"
 )
 
-// referenceCanonicalJSON is CanonicalJSON as it was: see the file comment.
+// referenceCanonicalJSON is Form as it was: see the file comment.
 func referenceCanonicalJSON(body []byte) ([]byte, error) {
 	if !utf8.Valid(body) {
 		return nil, fmt.Errorf("%w: the body is not valid UTF-8", errNotCanonical)

@@ -1,4 +1,4 @@
-package idem
+package canonjson
 
 import (
 	"bytes"
@@ -7,7 +7,7 @@ import (
 	"testing"
 )
 
-// referenceBodies are bodies on which CanonicalJSON and the reference it
+// referenceBodies are bodies on which Form and the reference it
 // replaced must agree: canonical forms, and which error comes first.
 var referenceBodies = []string{
 	` {"b":[1,2.50,-0],"a":{"x":"\u0041"}} `, `[1e400,0.1e-3]`, `"a\"\\\u0001"`, `{"a":1,"a":1}`,
@@ -44,7 +44,7 @@ func TestCanonicalJSONMatchesReference(t *testing.T) {
 	}
 }
 
-// FuzzCanonicalJSONMatchesReference checks that CanonicalJSON agrees with
+// FuzzCanonicalJSONMatchesReference checks that Form agrees with
 // the reference it replaced on every body, and allocates its form once, at
 // its size.
 func FuzzCanonicalJSONMatchesReference(f *testing.F) {
@@ -60,12 +60,12 @@ func FuzzCanonicalJSONMatchesReference(f *testing.F) {
 
 func matchesReference(t *testing.T, body []byte) {
 	t.Helper()
-	got, err := CanonicalJSON(body)
+	got, err := Form(body)
 	want, wantErr := referenceCanonicalJSON(body)
 	if fmt.Sprint(err) != fmt.Sprint(wantErr) || !bytes.Equal(got, want) || (got == nil) != (want == nil) {
-		t.Fatalf("CanonicalJSON(%.200q): got (%.200q, %v), the reference (%.200q, %v)", body, got, err, want, wantErr)
+		t.Fatalf("Form(%.200q): got (%.200q, %v), the reference (%.200q, %v)", body, got, err, want, wantErr)
 	}
 	if len(got) != cap(got) {
-		t.Fatalf("CanonicalJSON(%.200q): %d bytes long in %d allocated", body, len(got), cap(got))
+		t.Fatalf("Form(%.200q): %d bytes long in %d allocated", body, len(got), cap(got))
 	}
 }

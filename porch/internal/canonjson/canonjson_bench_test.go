@@ -1,11 +1,11 @@
-package idem_test
+package canonjson_test
 
 import (
 	"strconv"
 	"strings"
 	"testing"
 
-	"github.com/writeonce/porch-go/porch/idem"
+	"github.com/writeonce/porch-go/porch/internal/canonjson"
 )
 
 // BenchmarkCanonicalJSON measures a MaxBody-sized body of many small
@@ -26,7 +26,7 @@ func BenchmarkCanonicalJSON(b *testing.B) {
 			b.SetBytes(int64(len(body)))
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := idem.CanonicalJSON(body); err != nil {
+				if _, err := canonjson.Form(body); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -37,7 +37,7 @@ func BenchmarkCanonicalJSON(b *testing.B) {
 // hostileBodies are bodies of about DefaultMaxBody, each of a shape that
 // makes the most values, members, objects, nesting or output per byte.
 func hostileBodies() []struct{ name, body string } {
-	const size = idem.DefaultMaxBody
+	const size = 1 << 20 // idem.DefaultMaxBody
 	// fill repeats unit between open and close to about size bytes.
 	fill := func(open, unit, last, close string) string {
 		n := (size - len(open) - len(last) - len(close)) / len(unit)
