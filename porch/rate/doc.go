@@ -57,7 +57,7 @@
 // is built on CountAgain, which counts a request however it was built:
 //
 //	op, _ := http.NewRequestWithContext(rate.CountAgain(r.Context()), http.MethodPost, "/orders", body)
-//	op.RemoteAddr = r.RemoteAddr // a new request has none: keyed by address, every caller's operations would share one count
+//	op.RemoteAddr = r.RemoteAddr // a new request has none, and keyed by address one without is a 500
 //	router.ServeHTTP(rec, op)
 //
 // A request with no RequestURI (one a test builds with http.NewRequest) is

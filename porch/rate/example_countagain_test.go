@@ -42,8 +42,10 @@ func ExampleCountAgain() {
 		for _, id := range []string{"1", "2", "3"} {
 			op, _ := http.NewRequestWithContext(ctx, http.MethodGet, "/orders/"+id, nil)
 			op.Header.Set("X-User", r.Header.Get("X-User"))
-			// A new request has no RemoteAddr: keyed by address (no
-			// X-User), every caller's operations would share one count.
+			// A new request has no RemoteAddr. Keyed by address (no
+			// X-User), one without would be a 500: it names no client,
+			// and counting it would put every caller's operations on
+			// one shared count.
 			op.RemoteAddr = r.RemoteAddr
 			rec := httptest.NewRecorder()
 			api.ServeHTTP(rec, op)

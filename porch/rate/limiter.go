@@ -46,7 +46,10 @@ type Options struct {
 	// middleware answers 500 (application/problem+json of type
 	// rate-key-failed) and logs the error, because serving it uncounted
 	// would turn a failing lookup into a way around the limit. If nil, the
-	// client address.
+	// client address; so too when it returns "". A request with no client
+	// address (RemoteAddr empty, as on one built with http.NewRequest) is
+	// then answered 500 as well, rather than share one counter with every
+	// other such request.
 	//
 	// It runs at each mount of the limiter a request meets, each time a
 	// mount further in decides whether the request is one counted further

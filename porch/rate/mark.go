@@ -154,7 +154,7 @@ func (l *Limiter) passOn(r *http.Request, prior *counted) *http.Request {
 // the request it came from keeps its own count and headers.
 //
 //	op, _ := http.NewRequestWithContext(rate.CountAgain(r.Context()), http.MethodPost, "/orders", body)
-//	op.RemoteAddr = r.RemoteAddr // a new request has none: keyed by address, every caller's operations would share one count
+//	op.RemoteAddr = r.RemoteAddr // a new request has none, and keyed by address one without is a 500
 //	router.ServeHTTP(rec, op)
 //
 // A request with no RequestURI (built in-process with http.NewRequest, as
