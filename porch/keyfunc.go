@@ -45,20 +45,39 @@ var ErrNoRoute = errors.New("porch: KeyByRoute needs chi's route pattern: mount 
 // its /64), as porch's middlewares do by default with their TrustProxy
 // option off. It is for composing with [JoinKeys]: JoinKeys(KeyByIP,
 // KeyByRoute) keys each client per route. It never reads X-Forwarded-For.
+// A request with no RemoteAddr (built in-process with http.NewRequest)
+// fails it, rather than share the key "" with every other such request:
+// the middleware answers 500, as for any KeyFunc error.
 func KeyByIP(r *http.Request) (string, error) {
-	key, _ := clientip.Key(r, false)
-	return key, nil
+	return addrKey(r, false)
 }
 
 // KeyByClientIP keys a request by the client address chi's client-IP
 // middleware resolved (middleware.ClientIPFromXFFTrustedProxies and
 // friends), falling back to the peer, as porch's middlewares do with their
 // TrustProxy option on. Use it only behind a proxy you control (see
-// rate.Options.TrustProxy).
+// rate.Options.TrustProxy). A request that names no address at all
+// fails it, as it fails KeyByIP.
 func KeyByClientIP(r *http.Request) (string, error) {
-	key, _ := clientip.Key(r, true)
+	return addrKey(r, true)
+}
+
+// addrKey is KeyByIP's and KeyByClientIP's key, or errNoAddr for a
+// request that names no client: every such request would share one key.
+func addrKey(r *http.Request, trustProxy bool) (string, error) {
+	key, _ := clientip.Key(r, trustProxy)
+	if key == "" {
+		return "", errNoAddr
+	}
 	return key, nil
 }
+
+// errNoAddr is what KeyByIP and KeyByClientIP return for a request with no
+// client address: RemoteAddr is empty, as on a request built with
+// http.NewRequest (a sub-request, a test). Keyed as "", every such request
+// would share one counter or one idempotency scope; a middleware fails it
+// closed, as any KeyFunc error.
+var errNoAddr = errors.New("porch: the request has no client address to key it by (RemoteAddr is empty): set it on a request built in-process")
 
 // KeyByHeader keys a request by the value of header name, "" when it is
 // absent (so the request is keyed by client address). Use it for a header

@@ -39,19 +39,30 @@
 //	r := chi.NewRouter()
 //	r.Use(lim.Handler)
 //
-// A limiter counts a request once per client key, however often the route
-// mounts it and whatever copies middlewares make of it (r.WithContext,
-// r.Clone): with r.Use(lim.Handler) above and porch.Chain(lim, keys) on one
-// route, or lim alone and in a Set, the mount further out counts it and
-// the others, keying it the same, pass it on uncounted, reporting that
-// count. Two different limiters each count it. The mark, the limiter and
-// the key it counted, is in the request's context, which every copy keeps.
-// A sub-request built on that context for another key (a batch endpoint
-// replaying an operation for another user) is counted as that key's; to
-// count a sub-request for the same key, build it on CountAgain:
+// A limiter counts a request once, however often the route mounts it and
+// whatever copies middlewares make of it (r.WithContext, r.Clone,
+// http.StripPrefix): with r.Use(lim.Handler) above and
+// porch.Chain(lim, keys) on one route, or lim alone and in a Set, the
+// mount further out counts it and the others pass it on uncounted,
+// reporting that count. Two different limiters each count it. The mark,
+// the limiter, the client key it counted and the request's RequestURI
+// (the raw request-target the server read), is in the request's context,
+// which every copy keeps; a mount further in passes the request on only
+// when its KeyFunc names the same key and the RequestURI is the same. A
+// sub-request built on that context is counted as a request of its own
+// when it is for another key (a batch endpoint replaying an operation for
+// another user) or built with http.NewRequestWithContext (which leaves
+// RequestURI empty); a copy of the request for the same key
+// (r.WithContext, r.Clone) passes as the request it came from, unless it
+// is built on CountAgain, which counts a request however it was built:
 //
 //	op, _ := http.NewRequestWithContext(rate.CountAgain(r.Context()), http.MethodPost, "/orders", body)
+//	op.RemoteAddr = r.RemoteAddr // a new request has none, and keyed by address one without is a 500
 //	router.ServeHTTP(rec, op)
+//
+// A request with no RequestURI (one a test builds with http.NewRequest) is
+// handed on by the mount that counts it with r.URL.RequestURI(), as a
+// server would have read it.
 //
 // Each mount runs the KeyFunc. One that keys the request differently from
 // a mount further out (a principal that an authentication middleware

@@ -17,11 +17,13 @@ import (
 
 // A batch endpoint replays each of its operations through the API it
 // belongs to, under the same limiter, for the caller. The limiter counts
-// the batch once; each operation is counted as a request of its own
-// because the batch builds it on rate.CountAgain's context. Without
-// CountAgain an operation for the caller's own key would be the batch
-// again, and pass uncounted; one for another user is counted as that
-// user's either way.
+// the batch once, and each operation as a request of its own: one built
+// with http.NewRequestWithContext has no RequestURI, so it is never taken
+// for the batch. CountAgain says so on purpose, and keeps it so for an
+// operation built as a copy of the batch (r.Clone, r.WithContext), which
+// has the batch's key and RequestURI and would otherwise be the batch
+// again, and pass uncounted. An operation for another user is counted as
+// that user's either way.
 func ExampleCountAgain() {
 	dir, _ := os.MkdirTemp("", "porch-example")
 	defer os.RemoveAll(dir)
@@ -40,6 +42,11 @@ func ExampleCountAgain() {
 		for _, id := range []string{"1", "2", "3"} {
 			op, _ := http.NewRequestWithContext(ctx, http.MethodGet, "/orders/"+id, nil)
 			op.Header.Set("X-User", r.Header.Get("X-User"))
+			// A new request has no RemoteAddr. Keyed by address (no
+			// X-User), one without would be a 500: it names no client,
+			// and counting it would put every caller's operations on
+			// one shared count.
+			op.RemoteAddr = r.RemoteAddr
 			rec := httptest.NewRecorder()
 			api.ServeHTTP(rec, op)
 			fmt.Fprintln(w, "order", id, rec.Code, rec.Header().Get("X-RateLimit-Remaining"))

@@ -1,6 +1,7 @@
 package rate
 
 import (
+	"errors"
 	"net/http"
 
 	"github.com/writeonce/porch-go/porch/internal/clientip"
@@ -39,7 +40,18 @@ func (l *Limiter) key(r *http.Request) (string, error) {
 	}
 	var buf [128]byte // the key is built here and copied into its string once
 	b := append(append(buf[:0], l.prefix...), "ip:"...)
-	return string(l.appendClientKey(b, r)), nil
+	n := len(b)
+	if b = l.appendClientKey(b, r); len(b) == n {
+		return "", errNoAddr
+	}
+	return string(b), nil
 }
+
+// errNoAddr is key's error for a request to key by address that has none:
+// RemoteAddr is empty, as on a request built with http.NewRequest (a
+// sub-request, a test). Every such request would share one counter, the
+// requests of every client a batch endpoint replays together, so it fails
+// closed, as a failing KeyFunc does.
+var errNoAddr = errors.New("rate: the request has no client address to key it by (RemoteAddr is empty): set it on a request built in-process, or key it by a principal")
 
 func (l *Limiter) principalKey(principal string) string { return l.prefix + "p:" + principal }

@@ -69,6 +69,45 @@ func TestKeyFuncErrorFailsClosed(t *testing.T) {
 	}
 }
 
+// A request with no client address (RemoteAddr empty, as on a
+// sub-request a batch endpoint builds with http.NewRequestWithContext and
+// forgets to give its caller's) is not keyed by address: every such
+// request, every caller's, would share the one counter of "" (a caller
+// could exhaust it for all the others). It fails closed, as a failing
+// KeyFunc does, whether the limiter keys by address itself, falls back to
+// it, or is given porch.KeyByIP, alone or joined.
+func TestNoClientAddressFailsClosed(t *testing.T) {
+	keyFuncs := []struct {
+		name    string
+		keyFunc porch.KeyFunc
+	}{
+		{"default", nil},
+		{"KeyByHeader, absent", porch.KeyByHeader("X-User")},
+		{"KeyByIP", porch.KeyByIP},
+		{"KeyByClientIP", porch.KeyByClientIP},
+		{"JoinKeys(KeyByHeader, KeyByIP)", porch.JoinKeys(porch.KeyByHeader("X-User"), porch.KeyByIP)},
+	}
+	for _, kf := range keyFuncs {
+		for _, w := range wirings {
+			t.Run(kf.name+"/"+w.name, func(t *testing.T) {
+				rg := newRig(t, 5, time.Minute, rigOptions{rate: rate.Options{KeyFunc: kf.keyFunc}})
+				h := &counted{}
+				handler := w.wrap(rg.lim, h)
+				req, _ := http.NewRequest(http.MethodGet, "/orders/1", nil)
+				res, body := serve(handler, req)
+				wantPlainProblem(t, res, body, http.StatusInternalServerError, rate.ProblemKeyFailed)
+				if n := h.runs.Load(); n != 0 {
+					t.Errorf("got handler run %d times, want 0: an uncounted request must not be served", n)
+				}
+				req.RemoteAddr = "192.0.2.1:1"
+				if res, body := serve(handler, req); res.StatusCode != http.StatusOK {
+					t.Errorf("with a RemoteAddr: got status %d (%s), want 200", res.StatusCode, body)
+				}
+			})
+		}
+	}
+}
+
 // wantPlainProblem checks that res is a problem+json answer of status and
 // type without Retry-After: retrying does not help.
 func wantPlainProblem(t *testing.T, res *http.Response, body []byte, status int, typ string) {

@@ -46,7 +46,18 @@ type Options struct {
 	// middleware answers 500 (application/problem+json of type
 	// rate-key-failed) and logs the error, because serving it uncounted
 	// would turn a failing lookup into a way around the limit. If nil, the
-	// client address.
+	// client address; so too when it returns "". A request with no client
+	// address (RemoteAddr empty, as on one built with http.NewRequest) is
+	// then answered 500 as well, rather than share one counter with every
+	// other such request.
+	//
+	// It runs at each mount of the limiter a request meets, each time a
+	// mount further in decides whether the request is one counted further
+	// out (three times for lim.Handler around porch.Chain(rate.All(lim, b),
+	// lim)), and so does Weight, and a Tiered's pick: each must be cheap and
+	// give the same answer each time for one request. Resolve a costly
+	// principal (a session lookup) once, in a middleware in front, and
+	// have the KeyFunc read what it left on the request.
 	KeyFunc porch.KeyFunc
 	// Weight, if set, is what a request costs, at least 1 (a batch call, an
 	// export, a search that costs as much as ten reads): the middleware

@@ -6,42 +6,51 @@ import (
 )
 
 // counted is the context a limiter's mount hands on once it has counted a
-// request, recording the client key it counted and the verdict: a mount of
-// the same limiter further in (r.Use(lim.Handler) and porch.Chain(lim, keys)
-// on one route, or lim both alone and in a Set) that keys the request the
-// same finds it and passes the request on instead of counting it again,
-// and After finds the verdict to report in it. It wraps its parent itself,
-// rather than going into a context.WithValue, so that recording costs one
-// allocation, not two.
+// request, recording the client key it counted, the request's
+// RequestURI and the verdict: a mount of the same limiter further in
+// (r.Use(lim.Handler) and porch.Chain(lim, keys) on one route, or lim both
+// alone and in a Set) that finds the same key and the same RequestURI
+// passes the request on instead of counting it again, and After finds the
+// verdict to report in it. It wraps its parent itself, rather than going
+// into a context.WithValue, so that recording costs one allocation, not
+// two.
 //
 // The record is the request's context, not anything of the *http.Request:
 // every copy a middleware makes keeps the context (r.WithContext,
-// r.Clone, httputil.ReverseProxy's outgoing request), while a Clone
-// replaces the header map and the URL; idem's mark of a key its request
-// owns is kept the same way. A sub-request an application builds on the
-// same context keeps it too, which is why the record names the key: a
-// sub-request for another client is that client's request, and counted as
-// one (see countedAs); one for the same client is the request again, until
+// r.Clone, http.StripPrefix, httputil.ReverseProxy's outgoing request),
+// while a Clone replaces the header map and the URL; idem's mark of a key
+// its request owns is kept the same way. A sub-request an application
+// builds on the same context keeps it too, which is why the record names
+// the key and the RequestURI, the raw request-target the server read,
+// which every copy keeps and http.NewRequest leaves empty (see
+// countedAs): a sub-request for another client is that client's request;
+// one built with http.NewRequestWithContext is a request of its own; a
+// copy with the same key and RequestURI is the request again, until
 // CountAgain says otherwise.
 type counted struct {
 	context.Context
 	l *Limiter
 	v Verdict
-	// through marks the record of a mount that passed the request on: its
-	// After leaves the headers (and the give-back) to the mount that
-	// counted, whose verdict it would otherwise write over a Set's report
-	// of it.
-	through bool
 	// h is the hit this mount counted. Its key is the one a mount further
 	// in matches (see countedAs): "" on the record of a mount that counted
-	// nothing (see passOn), which no key matches. Its window and weight are
+	// nothing (see passOn). Its window and weight are
 	// set on a chain's record only, whose After gives it back when the
 	// final status does not count (see Options.CountStatus); Handler and
 	// a Set give back their own. One field for both keeps the record,
-	// which every counted request allocates, in the size class it had
-	// before it named a key.
+	// which every counted request allocates, in the 160-byte size class.
 	h hit
+	// uri is the RequestURI of the request counted (see requestURI),
+	// which a mount further in matches as well as the key; "" on the
+	// record of a mount that passed the request on (see passOn), whose
+	// After leaves the headers (and the give-back) to the mount that
+	// counted, whose verdict it would otherwise write over a Set's report
+	// of it. One field for both, as for the hit.
+	uri string
 }
+
+// passed reports whether c is the record of a mount that passed its
+// request on, counting nothing of it.
+func (c *counted) passed() bool { return c.uri == "" }
 
 type countedKey struct{}
 
@@ -71,17 +80,43 @@ func recordOf(ctx context.Context, l *Limiter) *counted {
 }
 
 // countedAs finds, among c and the records of c's limiter further out,
-// the one of a count of key: the request's client was counted by that
-// limiter on this context already. It is nil for another client's
-// request, a sub-request a batch endpoint replays for another user, which
-// is counted as that user's. c may be nil.
-func (c *counted) countedAs(key string) *counted {
+// the one of a count of key for r's RequestURI: r, or a copy of it a
+// middleware made, was counted by that limiter on this context already.
+// It is nil for another client's request, a sub-request a batch endpoint
+// replays for another user, which is counted as that user's; and for a
+// request with another RequestURI or none, one the application built
+// with http.NewRequest on this context, which is counted as a request of
+// its own. c may be nil.
+func (c *counted) countedAs(key string, r *http.Request) *counted {
 	for ; c != nil; c = recordOf(c.Context, c.l) {
-		if c.h.key == key {
+		if c.h.key == key && c.uri == r.RequestURI && !c.passed() {
 			return c
 		}
 	}
 	return nil
+}
+
+// requestURI is what a record of r's count matches further in: r's
+// RequestURI, or for a request built in-process, which has none
+// (http.NewRequest leaves it empty), the one a server would have read.
+// A mount that records it hands r on with it (see handOn), so that a copy
+// further in matches while a request built anew on r's context does not.
+func requestURI(r *http.Request) string {
+	switch {
+	case r.RequestURI != "":
+		return r.RequestURI
+	case r.URL == nil: // never served by a router; still not a record that passed
+		return "*"
+	}
+	return r.URL.RequestURI() // "/" at least
+}
+
+// handOn is r with ctx, the context of a mount that recorded uri
+// (requestURI) for r: with uri as its RequestURI.
+func handOn(r *http.Request, ctx context.Context, uri string) *http.Request {
+	r = r.WithContext(ctx)
+	r.RequestURI = uri
+	return r
 }
 
 // passOn hands r on from a mount of l that counts nothing of it (it
@@ -91,10 +126,10 @@ func (c *counted) countedAs(key string) *counted {
 // settle and report the other mount's count as its own: a single mount
 // that skips or fails r reports nothing.
 func (l *Limiter) passOn(r *http.Request, prior *counted) *http.Request {
-	if prior == nil || prior.through {
+	if prior == nil || prior.passed() {
 		return r
 	}
-	return r.WithContext(&counted{Context: r.Context(), l: l, through: true})
+	return r.WithContext(&counted{Context: r.Context(), l: l}) // passed: no uri
 }
 
 // CountAgain returns a copy of ctx on which every limiter counts a request
@@ -102,19 +137,31 @@ func (l *Limiter) passOn(r *http.Request, prior *counted) *http.Request {
 // counted as a request of its own, such as each operation a batch endpoint
 // replays through its router for the caller.
 //
-// A limiter counts a request once per client key, however often the route
-// mounts it and whatever copies middlewares make of it (r.WithContext,
-// r.Clone): the mark of its count is in the request's context, with the
-// key it counted. A request built on that context (with
-// http.NewRequestWithContext, r.WithContext or r.Clone) for another key
-// (another user, another address) is counted as that key's; one for the
-// same key is the request again, and passes every mount of that limiter
-// uncounted. On CountAgain's context it is counted, against the key its
-// KeyFunc names, once however often the route mounts the limiter; the
-// request it came from keeps its own count and headers.
+// A limiter counts a request once, however often the route mounts it and
+// whatever copies middlewares make of it (r.WithContext, r.Clone,
+// http.StripPrefix): the mark of its count is in the request's context,
+// with the client key it counted and the request's RequestURI, the raw
+// request-target the server read, which every copy keeps. A mount further
+// in passes a request on uncounted only when its KeyFunc names the same
+// key and its RequestURI is the same. So a request built on that context
+// is counted, as a request of its own against the key its KeyFunc names,
+// when it is for another key (another user, another address) or when it
+// was built with http.NewRequestWithContext, which leaves RequestURI
+// empty. A copy for the same key (r.WithContext or r.Clone, with its URL
+// changed or not) is the request again, and passes every mount of that
+// limiter uncounted. On CountAgain's context every request is counted,
+// however it was built, once however often the route mounts the limiter;
+// the request it came from keeps its own count and headers.
 //
 //	op, _ := http.NewRequestWithContext(rate.CountAgain(r.Context()), http.MethodPost, "/orders", body)
+//	op.RemoteAddr = r.RemoteAddr // a new request has none, and keyed by address one without is a 500
 //	router.ServeHTTP(rec, op)
+//
+// A request with no RequestURI (built in-process with http.NewRequest, as
+// a test or an adapter calling ServeHTTP builds it) is handed on by the
+// mount that counts it with the one a server would have read,
+// r.URL.RequestURI(), so that its copies further in are the request again
+// and requests built anew on its context are not.
 //
 // It hides the marks of every limiter, Set and Tiered, and nothing else of
 // ctx: values, deadline and cancellation are ctx's.

@@ -18,13 +18,16 @@ const (
 )
 
 // Before counts the request. A refusal short-circuits with 429; a failure
-// with 503. A request l has counted already for the same client key,
-// mounted further out on the route, passes on uncounted; one for another
-// key is counted against its own. It implements porch.Middleware.
+// with 503. A request l has counted already, mounted further out on the
+// route, passes on uncounted: the same client key and the same
+// RequestURI, as every copy a middleware makes of a request has. One for
+// another key is counted against its own, and one with another
+// RequestURI or none (built with http.NewRequest) as a request of its
+// own. It implements porch.Middleware.
 func (l *Limiter) Before(r *http.Request) (*http.Request, *porch.Response) {
 	prior := countOf(r, l)
 	key, n, err := l.resolve(r)
-	if err == nil && prior.countedAs(key) != nil {
+	if err == nil && prior.countedAs(key, r) != nil {
 		return l.passOn(r, prior), nil
 	}
 	v, h, err := l.countResolved(r, key, n, err)
@@ -34,7 +37,8 @@ func (l *Limiter) Before(r *http.Request) (*http.Request, *porch.Response) {
 	if err != nil {
 		return l.passOn(r, prior), l.failure(r, err)
 	}
-	r = r.WithContext(&counted{Context: r.Context(), l: l, v: v, h: h})
+	uri := requestURI(r)
+	r = handOn(r, &counted{Context: r.Context(), l: l, v: v, h: h, uri: uri}, uri)
 	if !v.Allowed && !v.DryRun {
 		return r, l.refusal(r, v)
 	}
@@ -53,10 +57,10 @@ func (l *Limiter) Before(r *http.Request) (*http.Request, *porch.Response) {
 // headers, and the give-back, to the one that counted it.
 func (l *Limiter) After(r *http.Request, res *porch.Response, _ porch.Completion) {
 	c := countOf(r, l)
-	if c != nil && !c.through {
+	if c != nil && !c.passed() {
 		l.settle(c.h, c.v, res.StatusCode())
 	}
-	if c != nil && !c.through && !refusedByOther(res, c.v.Allowed || c.v.DryRun) {
+	if c != nil && !c.passed() && !refusedByOther(res, c.v.Allowed || c.v.DryRun) {
 		if res.Header == nil {
 			res.Header = make(http.Header)
 		}
@@ -66,13 +70,13 @@ func (l *Limiter) After(r *http.Request, res *porch.Response, _ porch.Completion
 
 // Handler is the limiter as plain chi middleware. Unlike a porch chain it
 // does not buffer the response: headers are set before next runs. A request
-// l has counted already for the same client key, mounted further out on
-// the route, passes on uncounted, with the headers that mount set; one for
-// another key is counted against its own.
+// l has counted already, mounted further out on the route, passes on
+// uncounted, with the headers that mount set; which requests those are,
+// and which are counted anew, Before says.
 func (l *Limiter) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		key, n, err := l.resolve(r)
-		if err == nil && countOf(r, l).countedAs(key) != nil {
+		if err == nil && countOf(r, l).countedAs(key, r) != nil {
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -90,7 +94,8 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 			return
 		}
 		l.setHeaders(w.Header(), v)
-		r = r.WithContext(&counted{Context: r.Context(), l: l, v: v, h: hit{key: key}}) // the give-back is serveSettling's
+		uri := requestURI(r)
+		r = handOn(r, &counted{Context: r.Context(), l: l, v: v, h: hit{key: key}, uri: uri}, uri) // the give-back is serveSettling's
 		if l.opt.CountStatus == nil || !v.Allowed {
 			next.ServeHTTP(w, r)
 			return

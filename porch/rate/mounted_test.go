@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/go-chi/chi/v5"
 
 	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/rate"
@@ -345,6 +348,66 @@ func TestMountedTwiceKeyedAgain(t *testing.T) {
 					}
 					if v.Remaining != w.want {
 						t.Errorf("%s has %d left, want %d", w.who, v.Remaining, w.want)
+					}
+				}
+			})
+		}
+	}
+}
+
+// A limiter mounted on a router and again behind http.StripPrefix or
+// chi's Mount counts each request once: StripPrefix hands on a copy with a
+// new URL and the RequestURI the server read, and chi's Mount routes the
+// same request on. So too for a request built in-process, whose
+// RequestURI http.NewRequest leaves empty.
+func TestMountedTwiceBehindAPrefix(t *testing.T) {
+	alice := func(*http.Request) (string, error) { return "alice", nil }
+	tests := []struct {
+		name string
+		wrap func(l *rate.Limiter, h http.Handler) http.Handler
+	}{
+		{"StripPrefix, Handler+Handler", func(l *rate.Limiter, h http.Handler) http.Handler {
+			return l.Handler(http.StripPrefix("/api", l.Handler(h)))
+		}},
+		{"StripPrefix, Chain+Chain", func(l *rate.Limiter, h http.Handler) http.Handler {
+			return porch.Chain(l)(http.StripPrefix("/api", porch.Chain(l)(h)))
+		}},
+		{"StripPrefix, Handler+Set chain", func(l *rate.Limiter, h http.Handler) http.Handler {
+			return l.Handler(http.StripPrefix("/api", porch.Chain(rate.All(l))(h)))
+		}},
+		{"chi Mount, Handler+Handler", func(l *rate.Limiter, h http.Handler) http.Handler {
+			sub := chi.NewRouter()
+			sub.Use(l.Handler)
+			sub.Handle("/orders", h)
+			r := chi.NewRouter()
+			r.Use(l.Handler)
+			r.Mount("/api", sub)
+			return r
+		}},
+	}
+	builds := []struct {
+		name string
+		req  func() *http.Request
+	}{
+		{"from a server", func() *http.Request { return httptest.NewRequest(http.MethodGet, "/api/orders", nil) }},
+		{"built in-process", func() *http.Request {
+			r, _ := http.NewRequest(http.MethodGet, "/api/orders", nil)
+			return r
+		}},
+	}
+	for _, tt := range tests {
+		for _, b := range builds {
+			t.Run(tt.name+"/"+b.name, func(t *testing.T) {
+				rg := newRig(t, 5, time.Minute, rigOptions{rate: rate.Options{Name: "a", KeyFunc: alice}})
+				h := &counted{}
+				handler := tt.wrap(rg.lim, h)
+				for i := int64(1); i <= 3; i++ {
+					res, body := serve(handler, b.req())
+					if res.StatusCode != http.StatusOK || h.runs.Load() != i {
+						t.Fatalf("request %d: got status %d (%s), handler runs %d", i, res.StatusCode, body, h.runs.Load())
+					}
+					if got := peek(t, rg.lim); got != 5-i {
+						t.Errorf("request %d: a has %d left, want %d: counted once per request", i, got, 5-i)
 					}
 				}
 			})

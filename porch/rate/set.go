@@ -61,11 +61,14 @@ import (
 //
 // A limiter of the set that already counted the request further out on
 // the route (mounted alone, or in another set), against the key it names
-// here, is not counted again: its verdict there takes part in the set's
-// decision, and it is neither given back nor observed by the set. A set
-// all of whose limiters counted the request further out passes it on, as
-// one mounted twice. A limiter that names another key here (a sub-request
-// for another client) counts it against that key.
+// here and for the same RequestURI, is not counted again: its verdict
+// there takes part in the set's decision, and it is neither given back nor
+// observed by the set. A set all of whose limiters counted the request
+// further out passes it on, as one mounted twice. A limiter that names
+// another key here (a sub-request for another client) counts it against
+// that key, and a request with another RequestURI or none (a sub-request
+// built with http.NewRequest) is counted as a request of its own (see
+// Limiter.Before).
 //
 // A Set is safe for concurrent use, and does not own its limiters: Close
 // each of them. The zero value is not usable.
@@ -180,10 +183,11 @@ func (s *Set) count(r *http.Request) (decision, []member) {
 	return d, ms
 }
 
-// withCounts records in ctx each member the set counted, so that a mount of
-// one of them further in passes the request on (see counted). The records
-// share one allocation.
-func withCounts(ctx context.Context, ms []member) context.Context {
+// withCounts records in ctx each member the set counted, for a request of
+// RequestURI uri (see requestURI), so that a mount of one of them further
+// in passes the request on (see counted). The records share one
+// allocation.
+func withCounts(ctx context.Context, ms []member, uri string) context.Context {
 	n := 0
 	for i := range ms {
 		if ms[i].counted() {
@@ -196,7 +200,7 @@ func withCounts(ctx context.Context, ms []member) context.Context {
 	recs := make([]counted, 0, n)
 	for i := range ms {
 		if m := &ms[i]; m.counted() {
-			recs = append(recs, counted{Context: ctx, l: m.l, v: m.v, h: hit{key: m.key}}) // the set gives back
+			recs = append(recs, counted{Context: ctx, l: m.l, v: m.v, h: hit{key: m.key}, uri: uri}) // the set gives back
 			ctx = &recs[len(recs)-1]
 		}
 	}
@@ -222,7 +226,7 @@ func (s *Set) resolve(r *http.Request) (ms []member, d decision, ok bool) {
 		case err != nil:
 			return nil, decision{lim: l, err: err}, false
 		}
-		if c := countOf(r, l).countedAs(key); c != nil {
+		if c := countOf(r, l).countedAs(key, r); c != nil {
 			ms = append(ms, member{l: l, key: key, v: c.v, prior: true})
 			continue
 		}

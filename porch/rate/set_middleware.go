@@ -26,8 +26,8 @@ func (s *Set) Before(r *http.Request) (*http.Request, *porch.Response) {
 	if s.settles {
 		d.settle = ms
 	}
-	r = r.WithContext(context.WithValue(withCounts(r.Context(), ms), setKey{s}, d))
-	return r, nil
+	uri := requestURI(r)
+	return handOn(r, context.WithValue(withCounts(r.Context(), ms, uri), setKey{s}, d), uri), nil
 }
 
 // passOn hands on a request s counts nothing of here (every limiter
@@ -75,8 +75,9 @@ func (s *Set) Handler(next http.Handler) http.Handler {
 			s.refusal(r, d).Write(w)
 		default:
 			s.setHeaders(w.Header(), d)
-			if ctx := withCounts(r.Context(), ms); ctx != r.Context() {
-				r = r.WithContext(ctx)
+			uri := requestURI(r)
+			if ctx := withCounts(r.Context(), ms, uri); ctx != r.Context() {
+				r = handOn(r, ctx, uri)
 			}
 			if !s.settles {
 				next.ServeHTTP(w, r)

@@ -16,32 +16,37 @@ import (
 // through its router, on the context it is given: for another client (the
 // hostile review of issue 15 replayed ten operations for another user
 // against a limit of 3, and all ten passed uncounted), or for the batch's
-// own client.
+// own client. An operation for the batch's own client built with
+// http.NewRequestWithContext has no RequestURI, so it is not the batch
+// again and is counted (a later hostile review replayed fifty against a
+// limit of 5, and all fifty passed uncounted); a copy of the batch
+// (r.Clone, r.WithContext) keeps the batch's RequestURI, and is the batch
+// again unless the batch builds it on rate.CountAgain.
 var subBuilds = []struct {
-	name  string
-	other bool // the operations are another client's
-	op    func(ctx context.Context, r *http.Request) *http.Request
+	name string
+	kind subKind
+	op   func(ctx context.Context, r *http.Request) *http.Request
 }{
-	{"NewRequestWithContext, another user", true, func(ctx context.Context, r *http.Request) *http.Request {
+	{"NewRequestWithContext, another user", subOther, func(ctx context.Context, r *http.Request) *http.Request {
 		op, _ := http.NewRequestWithContext(ctx, http.MethodGet, "/op", nil)
 		op.RemoteAddr = r.RemoteAddr
 		op.Header.Set("X-User", "victim")
 		return op
 	}},
-	{"Clone, another user", true, func(ctx context.Context, r *http.Request) *http.Request {
+	{"Clone, another user", subOther, func(ctx context.Context, r *http.Request) *http.Request {
 		op := r.Clone(ctx)
 		op.URL.Path = "/op"
 		op.Header.Set("X-User", "victim")
 		return op
 	}},
-	{"Clone, another address", true, func(ctx context.Context, r *http.Request) *http.Request {
+	{"Clone, another address", subOther, func(ctx context.Context, r *http.Request) *http.Request {
 		op := r.Clone(ctx)
 		op.URL.Path = "/op"
 		op.Header.Del("X-User") // keyed by address
 		op.RemoteAddr = "192.0.2.99:1"
 		return op
 	}},
-	{"WithContext, another user", true, func(ctx context.Context, r *http.Request) *http.Request {
+	{"WithContext, another user", subOther, func(ctx context.Context, r *http.Request) *http.Request {
 		op := r.WithContext(ctx)
 		op.Header = http.Header{"X-User": {"victim"}}
 		u := *r.URL
@@ -49,20 +54,34 @@ var subBuilds = []struct {
 		op.URL = &u
 		return op
 	}},
-	{"NewRequestWithContext, the same user", false, func(ctx context.Context, r *http.Request) *http.Request {
+	{"NewRequestWithContext, the same user", subNew, func(ctx context.Context, r *http.Request) *http.Request {
 		op, _ := http.NewRequestWithContext(ctx, http.MethodGet, "/op", nil)
 		op.RemoteAddr = r.RemoteAddr
 		op.Header.Set("X-User", r.Header.Get("X-User"))
 		return op
 	}},
-	{"WithContext, the same user", false, func(ctx context.Context, r *http.Request) *http.Request {
-		op := r.WithContext(ctx) // shares r's header map
+	{"WithContext, the same user", subCopy, func(ctx context.Context, r *http.Request) *http.Request {
+		op := r.WithContext(ctx) // shares r's header map, keeps its RequestURI
 		u := *r.URL
 		u.Path = "/op"
 		op.URL = &u
 		return op
 	}},
+	{"Clone, the same user", subCopy, func(ctx context.Context, r *http.Request) *http.Request {
+		op := r.Clone(ctx) // keeps r's RequestURI
+		op.URL.Path = "/op"
+		return op
+	}},
 }
+
+// subKind is what a limiter makes of a sub-request of subBuilds.
+type subKind int
+
+const (
+	subOther subKind = iota // another client's request: counted as its
+	subNew                  // the batch's client's, built anew: counted as its
+	subCopy                 // a copy of the batch: the batch again, unless on CountAgain
+)
 
 // subMounts are the ways a route mounts one limiter twice: mount builds
 // the middleware (a Set or a Tiered once, so that the route mounts the same
@@ -118,15 +137,18 @@ func mountTwice(mount func(l *rate.Limiter) (outer, inner mw), l *rate.Limiter, 
 	return outer(between.Handler(inner(h)))
 }
 
-// A limiter counts a request once per client key. A batch endpoint that
-// replays operations through its router on its request's context has each
-// operation for another client counted as that client's, however it built
-// it: ten operations for another user against a limit of 3 serve 3, and
-// the rest are 429. An operation for the batch's own client is the batch
-// again and passes uncounted, unless the batch builds it on
-// rate.CountAgain, which counts it as a request of its own. Either way each
-// operation is counted once, though the route mounts the limiter twice with
-// a Clone between; and the batch keeps its own count and headers.
+// A limiter counts a request once per client key and request-target. A
+// batch endpoint that replays operations through its router on its
+// request's context has each operation for another client counted as that
+// client's, however it built it: ten operations for another user against
+// a limit of 3 serve 3, and the rest are 429. An operation for the batch's
+// own client built with http.NewRequestWithContext is counted as that
+// client's too: 2 served of what the batch left. A copy of the batch
+// (r.Clone, r.WithContext: same key, same RequestURI) is the batch again
+// and passes uncounted, unless the batch builds it on rate.CountAgain,
+// which counts it as a request of its own. Either way each operation is
+// counted once, though the route mounts the limiter twice with a Clone
+// between; and the batch keeps its own count and headers.
 func TestSubRequests(t *testing.T) {
 	for _, b := range subBuilds {
 		for _, mount := range subMounts {
@@ -166,11 +188,11 @@ func TestSubRequests(t *testing.T) {
 					req.Header.Set("X-User", "attacker")
 					res, body := serve(router, req)
 
-					want := 10 // the batch's client, counted once with the batch
+					want := 10 // the batch again, counted once with the batch
 					switch {
-					case b.other:
+					case b.kind == subOther:
 						want = 3 // the other client's limit
-					case again:
+					case b.kind == subNew || again:
 						want = 2 // what the batch left of its client's
 					}
 					if served != want || statuses[http.StatusOK] != want || statuses[http.StatusTooManyRequests] != 10-want {
@@ -181,6 +203,75 @@ func TestSubRequests(t *testing.T) {
 					}
 					if got := res.Header.Values("X-RateLimit-Remaining"); len(got) != 1 || got[0] != "2" {
 						t.Errorf("batch: got X-RateLimit-Remaining %q, want [2]: its own count", got)
+					}
+				})
+			}
+		}
+	}
+}
+
+// The batch of a hostile review: POST /batch replays GET /orders/1 fifty
+// times for its own client, each built with http.NewRequestWithContext on
+// the batch's context and served through the router, against a limit of 5
+// a minute. Each operation is a request of that client's and counted: the
+// batch takes one hit, four operations are served and 46 are 429. All
+// fifty were served when an operation of the batch's key on the batch's
+// context was taken for the batch again. So it goes whether the batch came
+// from a server (RequestURI set) or was built in-process (http.NewRequest
+// leaves RequestURI empty), and whether the route mounts the limiter once
+// or twice with a Clone between.
+func TestBatchCountsItsOperations(t *testing.T) {
+	outers := []struct {
+		name string
+		req  func() *http.Request
+	}{
+		{"from a server", func() *http.Request { return httptest.NewRequest(http.MethodPost, "/batch", nil) }},
+		{"built in-process", func() *http.Request {
+			r, _ := http.NewRequest(http.MethodPost, "/batch", nil)
+			return r
+		}},
+	}
+	for _, outer := range outers {
+		for _, mount := range subMounts {
+			for _, twice := range []bool{false, true} {
+				name := outer.name + "/" + mount.name + "/once"
+				if twice {
+					name = outer.name + "/" + mount.name + "/twice"
+				}
+				t.Run(name, func(t *testing.T) {
+					rg := newRig(t, 5, time.Minute, rigOptions{rate: rate.Options{KeyFunc: porch.KeyByHeader("X-User")}})
+					var router http.Handler
+					mux := http.NewServeMux()
+					served := 0
+					statuses := map[int]int{}
+					mux.HandleFunc("GET /orders/{id}", func(w http.ResponseWriter, r *http.Request) { served++ })
+					mux.HandleFunc("POST /batch", func(w http.ResponseWriter, r *http.Request) {
+						for range 50 {
+							op, _ := http.NewRequestWithContext(r.Context(), http.MethodGet, "/orders/1", nil)
+							op.RemoteAddr = r.RemoteAddr
+							op.Header.Set("X-User", r.Header.Get("X-User"))
+							rec := httptest.NewRecorder()
+							router.ServeHTTP(rec, op)
+							statuses[rec.Code]++
+						}
+					})
+					if twice {
+						router = mountTwice(mount.mount, rg.lim, copies[2].cp, mux)
+					} else {
+						once, _ := mount.mount(rg.lim)
+						router = once(mux)
+					}
+					req := outer.req()
+					req.Header.Set("X-User", "alice")
+					res, body := serve(router, req)
+					if res.StatusCode != http.StatusOK {
+						t.Fatalf("batch: got status %d (%s), want 200", res.StatusCode, body)
+					}
+					if served != 4 || statuses[http.StatusOK] != 4 || statuses[http.StatusTooManyRequests] != 46 {
+						t.Errorf("operations served: %d of 50, statuses %v, want 4 served and 46 429", served, statuses)
+					}
+					if got := res.Header.Values("X-RateLimit-Remaining"); len(got) != 1 || got[0] != "4" {
+						t.Errorf("batch: got X-RateLimit-Remaining %q, want [4]: counted once", got)
 					}
 				})
 			}

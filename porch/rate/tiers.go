@@ -48,8 +48,10 @@ type Tiered struct {
 // tiers[pick(r)] (see Tiered). pick names the tier from what the request
 // carries, as a key function does: the plan of the principal your
 // authentication resolved ("free", "paid"); porch.ErrSkip exempts the
-// request, and any other error fails it closed. It panics, with a "rate: " message, given a
-// nil pick, no tier, or a nil one.
+// request, and any other error fails it closed. Like a KeyFunc it runs at
+// each mount of the Tiered a request meets, so it must be cheap and give
+// the same answer each time (see Options.KeyFunc). It panics, with a
+// "rate: " message, given a nil pick, no tier, or a nil one.
 func Tiers(pick porch.KeyFunc, tiers map[string]Tier) *Tiered {
 	if pick == nil {
 		panic("rate: Tiers expects a non-nil pick")
