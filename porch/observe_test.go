@@ -1,6 +1,8 @@
 package porch_test
 
 import (
+	"time"
+
 	"context"
 	"encoding/json"
 	"errors"
@@ -81,7 +83,7 @@ func logLines(t *testing.T, buf *porchtest.LogBuffer) []map[string]any {
 type failing struct{ what string }
 
 func (f failing) Before(r *http.Request) (*http.Request, *porch.Response) {
-	return r, fail.Closed(nil, r, "about:blank", f.what, errors.New("disk on fire"))
+	return r, porch.Unavailable("about:blank", fail.Detail(nil, r, f.what, errors.New("disk on fire")), time.Second)
 }
 func (failing) After(*http.Request, *porch.Response, porch.Completion) {}
 

@@ -62,7 +62,7 @@ func (m *Keys) unavailable(r *http.Request, err error) *porch.Response {
 	if errors.Is(err, driver.ErrNoKeyConn) {
 		return porch.Unavailable(m.problemType(problemUnavailable), "no database connection is free to hold this key", time.Second)
 	}
-	return fail.Closed(m.errs, r, m.problemType(problemUnavailable), "decide or store this key's response", err)
+	return porch.Unavailable(m.problemType(problemUnavailable), fail.Detail(m.errs, r, "decide or store this key's response", err), time.Second)
 }
 
 // writeFailed answers an owner whose own writes failed at commit: its

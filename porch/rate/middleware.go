@@ -1,6 +1,8 @@
 package rate
 
 import (
+	"time"
+
 	"errors"
 	"fmt"
 	"net/http"
@@ -136,7 +138,7 @@ func (l *Limiter) refusal(r *http.Request, v Verdict) *porch.Response {
 // renders in its place: the request was not counted, so it must not be
 // served.
 func (l *Limiter) unavailable(r *http.Request, err error) *porch.Response {
-	def := fail.Closed(l.errs, r, problemtype.Under(l.opt.ProblemBase, problemUnavailable), "count this request", err)
+	def := porch.Unavailable(problemtype.Under(l.opt.ProblemBase, problemUnavailable), fail.Detail(l.errs, r, "count this request", err), time.Second)
 	if l.opt.ErrorResponse == nil {
 		return def
 	}

@@ -103,7 +103,7 @@ var process = New(clock.System{}, DefaultEvery, nil)
 
 // Error logs through the process's Log (every DefaultEvery,
 // to App.Logger for a request an App serves, else slog's default logger): for errors that recur with every request while
-// a dependency is down, such as the store failures fail.Closed logs. msg is
+// a dependency is down, such as the store failures fail.Detail logs. msg is
 // the kind and must be a constant.
 func Error(ctx context.Context, msg string, args ...any) {
 	process.Error(ctx, msg, args...)

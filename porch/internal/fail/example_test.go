@@ -6,9 +6,11 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"time"
 
 	"github.com/go-chi/chi/v5/middleware"
 
+	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/clock"
 	"github.com/writeonce/porch-go/porch/internal/errlog"
 	"github.com/writeonce/porch-go/porch/internal/fail"
@@ -17,7 +19,7 @@ import (
 // A store failure porch logs about a request carries the request ID chi's
 // middleware.RequestID gave it. App.Logger, rate.Options.Logger,
 // idem.Options.Logger all choose where the line goes.
-func ExampleClosed() {
+func ExampleDetail() {
 	logger := slog.New(slog.NewTextHandler(os.Stdout, &slog.HandlerOptions{
 		ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
 			if a.Key == slog.TimeKey {
@@ -28,7 +30,8 @@ func ExampleClosed() {
 	}))
 	errs := errlog.New(clock.System{}, 0, logger)
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		fail.Closed(errs, r, "https://example.com/problems/unavailable", "count this request", errors.New("disk full")).Write(w)
+		detail := fail.Detail(errs, r, "count this request", errors.New("disk full"))
+		porch.Unavailable("https://example.com/problems/unavailable", detail, time.Second).Write(w)
 	})
 	req := httptest.NewRequest(http.MethodGet, "/", nil)
 	req.Header.Set(middleware.RequestIDHeader, "req-42") // as a proxy in front may set it
