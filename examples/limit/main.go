@@ -41,13 +41,18 @@ func main() {
 		log.Print(err)
 	case <-ctx.Done(): // Ctrl-C or SIGTERM
 	}
+	stop() // from here a second Ctrl-C or SIGTERM ends the process at once, Go's default
 	// Drain first, then close the kit: limiters (exact counts), pool, store.
 	drain, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	if err := srv.Shutdown(drain); err != nil {
 		log.Print(err)
 	}
-	if err := k.Close(context.Background()); err != nil {
+	// Bounded too: a store that stopped answering must not hold the exit
+	// for ever. Past 10 s the kit returns what it could not flush.
+	flush, cancelFlush := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancelFlush()
+	if err := k.Close(flush); err != nil {
 		log.Fatal(err)
 	}
 }

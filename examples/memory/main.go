@@ -41,9 +41,18 @@ func main() {
 	app.Use(k.Limit(100, time.Minute))
 	app.With(k.Idempotency(idem.Options{RequireKey: true}).Handler).Post("/checkout", checkout)
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := app.Serve(ctx, l); err != nil { // stops on Ctrl-C or SIGTERM
+	// Ctrl-C or SIGTERM drains the requests in flight; a second one stops
+	// at once (app.StopNow), and the closers still flush.
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	ctx, drain := context.WithCancel(context.Background())
+	go func() {
+		<-sigs
+		drain()
+		<-sigs
+		app.StopNow()
+	}()
+	if err := app.Serve(ctx, l); err != nil {
 		log.Fatal(err)
 	}
 }

@@ -67,7 +67,20 @@ func TestDigestJSONForm(t *testing.T) {
 	if sameRequest(d, other) || !sameJSON(d, other) {
 		t.Errorf("reordered members: sameRequest %v (want false), sameJSON %v (want true)", sameRequest(d, other), sameJSON(d, other))
 	}
-	if big := digest(`[` + strings.Repeat(`0,`, jsonHintMaxBody/2) + `0]`); len(big) != digestSize {
-		t.Errorf("a body over jsonHintMaxBody: digest of %d bytes, want %d", len(big), digestSize)
+	// The hint is paid on every keyed request, so it stops at 4 KiB: a
+	// body of 4 KiB carries it, one byte more does not.
+	for _, tt := range []struct {
+		size int
+		want int
+	}{
+		{4 << 10, 2 * digestSize},
+		{4<<10 + 1, digestSize},
+		{64 << 10, digestSize},
+	} {
+		body := `[` + strings.Repeat(`0,`, (tt.size-3)/2) + `0]`
+		body += strings.Repeat(" ", tt.size-len(body))
+		if got := digest(body); len(got) != tt.want {
+			t.Errorf("a JSON body of %d bytes: digest of %d bytes, want %d", len(body), len(got), tt.want)
+		}
 	}
 }

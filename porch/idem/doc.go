@@ -34,8 +34,9 @@
 //	r.With(porch.Chain(limiter, keys)).Post("/checkout", checkout)
 //
 // The digest that tells a retry from a reused key is byte-exact by default
-// (a 422 for a JSON body re-encoded on a retry says so, and names the
-// option); Options.Fingerprint with [FingerprintJSON] compares JSON bodies
+// (a 422 for a JSON body of at most 4 KiB re-encoded on a retry says so,
+// and names the option; the hint costs every keyed request, so larger
+// bodies go without it); Options.Fingerprint with [FingerprintJSON] compares JSON bodies
 // by their [CanonicalJSON] form instead, so a client that re-encodes its
 // JSON on a retry is not refused.
 //

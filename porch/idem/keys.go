@@ -120,9 +120,9 @@ type Options struct {
 	// reserved. Changing it on a live route makes a retry of a request
 	// stored under the old one 422, unless both give its body the same
 	// fingerprint. It must not change body, which the handler reads next.
-	// If nil, the body byte for byte; a 422 for a JSON body that differs
-	// from the first only in how its JSON is written then says so, and
-	// names FingerprintJSON.
+	// If nil, the body byte for byte; a 422 for a JSON body of at most
+	// 4 KiB that differs from the first only in how its JSON is written
+	// then says so, and names FingerprintJSON.
 	Fingerprint func(body []byte) ([]byte, error)
 	// ProblemBase prefixes the type URI of every problem the middleware
 	// answers with, in place of "https://porch.dev/problems/": with

@@ -11,10 +11,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/writeonce/porch-go/internal/pgtest"
 	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/idem"
 	"github.com/writeonce/porch-go/porch/kit"
 	"github.com/writeonce/porch-go/porch/rate"
+	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/memory"
+	"github.com/writeonce/porch-go/porch/store/postgres"
 	"github.com/writeonce/porch-go/porch/store/sqlite"
 )
 
@@ -130,5 +134,52 @@ func TestTwoLimitsCountApartAcrossRestarts(t *testing.T) {
 	// first Limit is /a's "default" again, with its 5 hits.
 	if servedA != 5 || servedB != 1 {
 		t.Errorf("served %d on /a (want 5, across a restart) and %d on /b (want 1), under a limit of 5 per minute each", servedA, servedB)
+	}
+}
+
+// After k.Limit has taken "default", a Limiter of that name, or of none
+// (whose name is "default"), is refused on every store, under the same
+// policy as well as another, with a message that names the clash and its
+// cure: on SQLite it was refused with "another policy" when the policies
+// were the same, and on a shared store the two would have counted one
+// client's requests to both routes together. A Limiter with a Name of its
+// own is made as before.
+func TestLimiterAfterLimitNamesTheClash(t *testing.T) {
+	stores := map[string]func(t *testing.T) *kit.Kit{
+		"sqlite": func(t *testing.T) *kit.Kit {
+			return kit.Must(kit.Open(sqlite.Open(filepath.Join(t.TempDir(), "app.db"), sqlite.Options{})))
+		},
+		"memory": func(*testing.T) *kit.Kit { return kit.Must(kit.Open(memory.Open())) },
+		"postgres": func(t *testing.T) *kit.Kit {
+			return kit.Must(kit.Open(postgres.Open(context.Background(), pgtest.DSN(t), postgres.Options{})))
+		},
+	}
+	tests := []struct {
+		name  string
+		limit int
+		opt   rate.Options
+	}{
+		{"no name, the same policy", 5, rate.Options{}},
+		{"no name, another policy", 6, rate.Options{}},
+		{`named "default"`, 5, rate.Options{Name: "default"}},
+	}
+	for storeName, open := range stores {
+		for _, tt := range tests {
+			t.Run(storeName+"/"+tt.name, func(t *testing.T) {
+				k := open(t)
+				defer k.Close(context.Background())
+				k.Limit(5, time.Minute)
+				_, err := k.Limiter(tt.limit, time.Minute, tt.opt)
+				if !errors.Is(err, store.ErrPolicyConflict) {
+					t.Fatalf("Limiter after Limit: %v, want store.ErrPolicyConflict", err)
+				}
+				if msg := err.Error(); !strings.Contains(msg, "k.Limit") || !strings.Contains(msg, "rate.Options.Name") {
+					t.Errorf("Limiter after Limit: %q, want it to name k.Limit and rate.Options.Name", msg)
+				}
+				if _, err := k.Limiter(tt.limit, time.Minute, rate.Options{Name: "api"}); err != nil {
+					t.Errorf("a Limiter with a Name of its own: %v", err)
+				}
+			})
+		}
 	}
 }

@@ -34,6 +34,7 @@ import (
 	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/idem"
 	"github.com/writeonce/porch-go/porch/rate"
+	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/driver"
 )
 
@@ -45,12 +46,17 @@ type Kit struct {
 	counters driver.Counters // the limiters' store; nil: Limiter fails
 	keys     driver.KeyStore // the idempotency keys' store; nil: Idempotency panics
 
-	mu       sync.Mutex
-	limiters []*rate.Limiter
-	limits   int  // Limit calls, which name their limiters
-	named    bool // a limiter named "default" was made
-	closed   bool
+	mu           sync.Mutex
+	limiters     []*rate.Limiter
+	limits       int  // Limit calls, which name their limiters
+	named        bool // a limiter named "default" was made
+	limitDefault bool // the one named "default" is Limit's
+	closed       bool
 }
+
+// defaultName is the name of a limiter without Options.Name, which the
+// first Limit takes too.
+const defaultName = "default"
 
 // ErrNoStore is returned by Limiter (and panicked with by Limit and
 // Idempotency) when a Kit has no store for what is asked of it: counters
@@ -102,7 +108,19 @@ func (k *Kit) Pool() *porch.Pool { return k.pool }
 // fails) and panics on a programming error found before any I/O: a limit
 // out of range, or an option the Kit's store would ignore (Lease on
 // SQLite, WriteAhead on PostgreSQL).
+//
+// After Limit has named a limiter "default", a Limiter without
+// Options.Name (whose name that is) or named "default" is refused with
+// store.ErrPolicyConflict, on every store: on SQLite and the memory store
+// the two would overwrite each other's counts, and on a shared store they
+// would count one client's requests to both routes together. Give it a
+// Name of its own.
 func (k *Kit) Limiter(limit int, window time.Duration, opt rate.Options) (*rate.Limiter, error) {
+	return k.limiter(limit, window, opt, false)
+}
+
+// limiter is Limiter, for Limit when byLimit.
+func (k *Kit) limiter(limit int, window time.Duration, opt rate.Options, byLimit bool) (*rate.Limiter, error) {
 	if k.counters == nil {
 		return nil, fmt.Errorf("%w: a limiter needs counters", ErrNoStore)
 	}
@@ -111,13 +129,19 @@ func (k *Kit) Limiter(limit int, window time.Duration, opt rate.Options) (*rate.
 	if k.closed {
 		return nil, porch.ErrClosed
 	}
+	isDefault := opt.Name == "" || opt.Name == defaultName
+	if isDefault && k.limitDefault {
+		return nil, fmt.Errorf("kit: Limiter: %w: k.Limit's first limiter took %q, the name of a limiter without one of its own; name this limiter with rate.Options.Name",
+			store.ErrPolicyConflict, defaultName)
+	}
 	l, err := rate.New(k.pool, k.counters, limit, window, opt)
 	if err != nil {
 		return nil, err
 	}
 	k.limiters = append(k.limiters, l)
-	if opt.Name == "" || opt.Name == "default" {
+	if isDefault {
 		k.named = true
+		k.limitDefault = byLimit
 	}
 	return l, nil
 }
@@ -129,7 +153,8 @@ func (k *Kit) Limiter(limit int, window time.Duration, opt rate.Options) (*rate.
 // limiter without Options.Name, unless the Kit has made one of that name
 // already, then "limit2", "limit3", …, so that two routes each get their
 // limit. Make them in the same order across restarts, or use Limiter with
-// Options.Name. It panics if the limiter cannot be built (a
+// Options.Name. A Limiter made after a Limit named "default" needs a
+// Name of its own (see Limiter). It panics if the limiter cannot be built (a
 // policy conflict, a store failing at start): it is for a program's
 // setup, where that is fatal anyway. Use Limiter to handle the error, or
 // to pass options.
@@ -138,10 +163,10 @@ func (k *Kit) Limit(limit int, window time.Duration) func(http.Handler) http.Han
 	k.limits++
 	name := fmt.Sprintf("limit%d", k.limits)
 	if k.limits == 1 && !k.named {
-		name = "default"
+		name = defaultName
 	}
 	k.mu.Unlock()
-	l, err := k.Limiter(limit, window, rate.Options{Name: name})
+	l, err := k.limiter(limit, window, rate.Options{Name: name}, true)
 	if err != nil {
 		panic(fmt.Sprintf("%v (Limit(%d, %s))", err, limit, window))
 	}

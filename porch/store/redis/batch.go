@@ -318,14 +318,21 @@ func (s *Store) waitBudget(ctx context.Context) int64 {
 
 // logShort logs when batches start failing for want of replicas'
 // acknowledgements, and when they stop, once each way: every batch of a
-// run fails alike, and Health says so meanwhile.
+// run fails alike, and Health says so meanwhile. It says which want: too
+// few replicas online, so that batches are not sent, or a WAIT that timed
+// out on replicas that are online but lag or stall; an operator mends the
+// one in the replication links and the other in the replicas' load.
 func (s *Store) logShort(err error) {
 	short := errors.Is(err, errFewReplicas)
 	if s.watch.short.Swap(short) == short {
 		return
 	}
-	if short {
+	if short && errors.Is(err, errUnacked) {
 		commit.Log(s.opt.Logger).Error("redis: replicas do not acknowledge batches in time; their hits fail closed", "replicas", s.opt.Replicas, "err", err)
+		return
+	}
+	if short {
+		commit.Log(s.opt.Logger).Error("redis: too few replicas online; batches are not sent and their hits fail closed", "replicas", s.opt.Replicas, "err", err)
 		return
 	}
 	if err == nil {

@@ -557,3 +557,23 @@ func TestOpenSaysWhyTheSentinelsFailed(t *testing.T) {
 		t.Errorf("Open through a 'Sentinel' that is a plain server: %v, want the server's answer naming the sentinel command", err)
 	}
 }
+
+// A primary with fewer replicas online than Options.Replicas is judged
+// before a batch is sent, so no WAIT ever times out: the log says too few
+// replicas are online, not that they do not acknowledge in time (which
+// TestReplicaAckFailsClosedWithoutReplica's stopped replica earns), so
+// that an operator looks at the replication links, not at replica lag.
+func TestTooFewReplicasOnlineIsLoggedAsSuch(t *testing.T) {
+	primary := redistest.StartServer(t, "--repl-diskless-sync-delay", "3600")
+	redistest.StartSyncingReplica(t, primary)
+	logger, logs := captureLog()
+	st := open(t, client(t, primary.Addr), redis.Options{Replicas: 1, Timeout: 2 * time.Second,
+		Options: store.Options{Logger: logger}})
+	rule := algorithm.MustRule(algorithm.Fixed, 100, time.Hour, 0)
+	if h, err := addHit(st, "rate:x:p:a", rule); err == nil {
+		t.Fatalf("hit while the replica syncs: answered %+v, want an error (no replica holds it)", h)
+	}
+	if got := logs.String(); !strings.Contains(got, "too few replicas online") || strings.Contains(got, "do not acknowledge") {
+		t.Errorf("log: %q, want it to say too few replicas are online, and not that they do not acknowledge", got)
+	}
+}

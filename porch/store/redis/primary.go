@@ -53,10 +53,12 @@ type primaryWatch struct {
 }
 
 // errFewReplicas fails a batch, or Open, on a primary with fewer
-// connected replicas than Options.Replicas; errNotPrimary, on a server
-// that is a replica now.
+// connected replicas than Options.Replicas, and errUnacked, which wraps
+// it, a batch fewer replicas acknowledged within WAIT's timeout;
+// errNotPrimary, on a server that is a replica now.
 var (
 	errFewReplicas = errors.New("redis: too few replicas")
+	errUnacked     = fmt.Errorf("%w acknowledged in time", errFewReplicas)
 	errNotPrimary  = errors.New("redis: not a primary")
 )
 
@@ -327,7 +329,7 @@ func ackedBy(wait *goredis.IntCmd, want int, ms int64) error {
 	}
 	if n < int64(want) {
 		return fmt.Errorf("%w: %d of %d replicas acknowledged the batch within %dms (WAIT), so its hits are not answered: a failover could forget them",
-			errFewReplicas, n, want, ms)
+			errUnacked, n, want, ms)
 	}
 	return nil
 }

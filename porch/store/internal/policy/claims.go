@@ -42,7 +42,7 @@ func (c *Claims) Claim(p driver.Policy) (first bool, release func(), err error) 
 		h = &claim{p: p}
 		c.held[p.Name] = h
 	} else if !h.p.Equal(p) {
-		return false, nil, fmt.Errorf("%w: %s is already counted in this process as %s; give one of them another Name",
+		return false, nil, fmt.Errorf("%w under another policy: %s is already counted in this process as %s; give one of them another Name",
 			store.ErrPolicyConflict, p, h.p)
 	}
 	h.users++
@@ -62,7 +62,7 @@ func (c *Claims) ClaimAlone(p driver.Policy, where string) (release func(), err 
 	}
 	if !first {
 		release()
-		return nil, fmt.Errorf("%w: a limiter named %q already counts in this store, and %s each limiter counts in its own memory; give each limiter its own Name",
+		return nil, fmt.Errorf("%w: two limiters named %q in one store, under the same policy, and %s each would count in its own memory and overwrite the other's counters; give each limiter its own Name",
 			store.ErrPolicyConflict, p.Name, where)
 	}
 	return release, nil
