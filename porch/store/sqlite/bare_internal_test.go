@@ -62,7 +62,7 @@ func TestFailingOwnersLeaveNothingBehind(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s := openInternal(t, filepath.Join(t.TempDir(), "porch.db"))
+			s := openUnbudgeted(t, filepath.Join(t.TempDir(), "porch.db"))
 			t.Cleanup(func() { s.Close(context.Background()) })
 			for _, q := range []string{`CREATE TABLE ledger (id TEXT NOT NULL PRIMARY KEY)`, `INSERT INTO ledger (id) VALUES ('taken')`} {
 				if _, err := s.db.Exec(q); err != nil {
@@ -126,7 +126,7 @@ func TestFailingOwnersLeaveNothingBehind(t *testing.T) {
 // failing writes on purpose cannot make every batch run twice; after
 // isolateAfterFailure clean batches the first pass runs bare again.
 func TestFailuresTurnIsolationOn(t *testing.T) {
-	s := openInternal(t, filepath.Join(t.TempDir(), "porch.db"))
+	s := openUnbudgeted(t, filepath.Join(t.TempDir(), "porch.db"))
 	t.Cleanup(func() { s.Close(context.Background()) })
 	for _, q := range []string{`CREATE TABLE ledger (id TEXT NOT NULL PRIMARY KEY)`, `INSERT INTO ledger (id) VALUES ('taken')`} {
 		if _, err := s.db.Exec(q); err != nil {
@@ -157,6 +157,9 @@ func TestFailuresTurnIsolationOn(t *testing.T) {
 		before := s.passes
 		if err := s.writeBatch(b); err != nil {
 			t.Fatal(err)
+		}
+		if b[0].Failed != nil || b[0].Deferred || b[1].Deferred {
+			t.Fatalf("first owner failed: %v; deferred %v and %v; want it committed and neither deferred", b[0].Failed, b[0].Deferred, b[1].Deferred)
 		}
 		if got := b[1].Failed != nil; got != failing {
 			t.Fatalf("second owner failed: %v, want %v", got, failing)

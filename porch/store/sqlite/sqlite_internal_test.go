@@ -16,6 +16,20 @@ func openInternal(t *testing.T, path string) *Store {
 	return s
 }
 
+// openUnbudgeted opens a store whose applications' statements have no
+// ExecBudget, for tests of what a batch does with a failure: under the
+// default 50ms a loaded machine (-race beside busy loops) ran a one-row
+// INSERT past its budget, failing or deferring an owner the test meant to
+// commit. The budget's own tests set theirs.
+func openUnbudgeted(t *testing.T, path string) *Store {
+	t.Helper()
+	s, err := Open(path, Options{ExecBudget: -1})
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	return s
+}
+
 func TestSchemaVersion(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "porch.db")
 	for i := range 3 { // create, then reopen twice: migrations must run once
