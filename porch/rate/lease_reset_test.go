@@ -9,7 +9,6 @@ import (
 	"github.com/writeonce/porch-go/internal/pgtest"
 	"github.com/writeonce/porch-go/internal/redistest"
 	"github.com/writeonce/porch-go/porch/rate"
-	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/redis"
 )
 
@@ -62,7 +61,7 @@ func sharedOpeners(t *testing.T) map[string]func(t *testing.T) func(limit int, o
 			return func(limit int, opt rate.Options) *rate.Limiter {
 				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 				defer cancel()
-				st, err := redis.Open(ctx, c, redis.Options{Prefix: prefix, Options: store.Options{}})
+				st, err := redis.Open(ctx, c, redis.Options{Prefix: prefix, Timeout: redistest.StoreTimeout})
 				if err != nil {
 					t.Fatalf("open redis: %v", err)
 				}

@@ -65,7 +65,7 @@ func TestLimiterOnStores(t *testing.T) {
 		testLimiterOnStores(t, storeHarness{
 			DB: func(t *testing.T) string { return redistest.Prefix(t, c) },
 			Open: func(t *testing.T, prefix string) driver.Counters {
-				st, err := redis.Open(context.Background(), c, redis.Options{Prefix: prefix})
+				st, err := redis.Open(context.Background(), c, redis.Options{Prefix: prefix, Timeout: redistest.StoreTimeout})
 				if err != nil {
 					t.Fatalf("redis.Open: %v", err)
 				}
