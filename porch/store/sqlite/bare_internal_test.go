@@ -62,7 +62,7 @@ func TestFailingOwnersLeaveNothingBehind(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s := openUnbudgeted(t, filepath.Join(t.TempDir(), "porch.db"))
+			s := openInternal(t, filepath.Join(t.TempDir(), "porch.db"))
 			t.Cleanup(func() { s.Close(context.Background()) })
 			for _, q := range []string{`CREATE TABLE ledger (id TEXT NOT NULL PRIMARY KEY)`, `INSERT INTO ledger (id) VALUES ('taken')`} {
 				if _, err := s.db.Exec(q); err != nil {
@@ -126,7 +126,7 @@ func TestFailingOwnersLeaveNothingBehind(t *testing.T) {
 // failing writes on purpose cannot make every batch run twice; after
 // isolateAfterFailure clean batches the first pass runs bare again.
 func TestFailuresTurnIsolationOn(t *testing.T) {
-	s := openUnbudgeted(t, filepath.Join(t.TempDir(), "porch.db"))
+	s := openInternal(t, filepath.Join(t.TempDir(), "porch.db"))
 	t.Cleanup(func() { s.Close(context.Background()) })
 	for _, q := range []string{`CREATE TABLE ledger (id TEXT NOT NULL PRIMARY KEY)`, `INSERT INTO ledger (id) VALUES ('taken')`} {
 		if _, err := s.db.Exec(q); err != nil {
