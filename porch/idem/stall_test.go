@@ -17,10 +17,13 @@ import (
 	"github.com/writeonce/porch-go/porch/store"
 )
 
-// slowExec is one INSERT that counts to ten million in a recursive CTE
-// before it writes its row: seconds of CPU inside a write statement.
+// slowExec is one INSERT that counts to fifty million in a recursive
+// CTE before it writes its row: tens of seconds of CPU inside a write
+// statement on any machine, so that a limiter hit held behind all of it
+// is told, by a bound a loaded machine cannot reach, from one held for a
+// budget. Interrupted at the budget, it costs the budget.
 const slowExec = `INSERT INTO ledger (id) SELECT 'slow-' || count(*) FROM
-	(WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c LIMIT 10000000) SELECT i FROM c)`
+	(WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c LIMIT 50000000) SELECT i FROM c)`
 
 // On SQLite every write of the process goes through one committer, so an
 // owner's slow statement held up every limiter hit behind it: one that ran
@@ -94,10 +97,12 @@ func TestSlowExecDoesNotStallLimiter(t *testing.T) {
 	if err := st.DB().QueryRow(`SELECT (SELECT count(*) FROM ledger) + (SELECT count(*) FROM porch_idem_responses)`).Scan(&rows); err != nil || rows != 0 {
 		t.Errorf("the slow owner left %d rows (%v), want none", rows, err)
 	}
-	// A deadline, not a measurement: the statement alone runs for seconds,
-	// the budget is 50 ms, and a loaded machine may add hundreds more.
-	if maxTook > time.Second {
-		t.Errorf("the slowest limiter hit waited %s behind one owner's statement; want under 1s", maxTook)
+	// A deadline, not a measurement: the statement alone runs for tens of
+	// seconds, the budget is 50 ms, and a loaded machine (-race beside
+	// busy loops, where the slowest hit waited 90 to 140 ms) may add
+	// seconds more.
+	if maxTook > 5*time.Second {
+		t.Errorf("the slowest limiter hit waited %s behind one owner's statement; want under 5s", maxTook)
 	}
 }
 

@@ -7,7 +7,6 @@ import (
 
 	"github.com/writeonce/porch-go/internal/redistest"
 	"github.com/writeonce/porch-go/porch/rate"
-	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/redis"
 )
 
@@ -23,7 +22,7 @@ func TestLeaseOnRedis(t *testing.T) {
 	open := func(opt rate.Options) (*redis.Store, *rate.Limiter) {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		st, err := redis.Open(ctx, c, redis.Options{Prefix: prefix, Options: store.Options{}})
+		st, err := redis.Open(ctx, c, redis.Options{Prefix: prefix, Timeout: redistest.StoreTimeout})
 		if err != nil {
 			t.Fatalf("open redis: %v", err)
 		}

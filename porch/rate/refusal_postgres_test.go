@@ -45,12 +45,16 @@ func TestRefusalCacheSavesRoundTrips(t *testing.T) {
 			h := lim.Handler(&counted{})
 			before := st.Stats().Writes
 			for i := range flood {
+				// Retry-After was read off the clock after sent, however
+				// long the answer took: measured from the check instead, a
+				// second's slack was not enough on a loaded machine.
+				sent := time.Now()
 				res, _ := serve(h, attempt("mallory", false))
 				if res.StatusCode != http.StatusTooManyRequests {
 					t.Fatalf("request %d: got %d, want 429", i+1, res.StatusCode)
 				}
 				ra, err := strconv.Atoi(res.Header.Get("Retry-After"))
-				if err != nil || ra < 1 || time.Duration(ra-1)*time.Second > time.Until(first.RetryAt) {
+				if err != nil || ra < 1 || time.Duration(ra-1)*time.Second > first.RetryAt.Sub(sent) {
 					t.Fatalf("request %d: got Retry-After %q, want the store's, counting down to %s", i+1, res.Header.Get("Retry-After"), first.RetryAt)
 				}
 			}
@@ -151,11 +155,23 @@ func TestRefusalCacheNeverPastRetryAt(t *testing.T) {
 		before := st.Stats().Writes
 		refused := 0
 		for time.Until(v.RetryAt) > margin {
-			if w, err := lim.Allow(ctx, "ann"); err != nil || w.Allowed {
+			w, err := lim.Allow(ctx, "ann")
+			// Judged by when the answer came back: a loaded machine can
+			// hold a call that began before the margin until after it,
+			// and then an allowance may be right.
+			if err != nil || w.Allowed && time.Until(v.RetryAt) > margin {
 				t.Fatalf("round %d, %s before RetryAt: got %+v, %v; want refused", round, time.Until(v.RetryAt), w, err)
+			}
+			if w.Allowed {
+				t.Logf("round %d: a call that began before the margin was answered after it, allowed", round)
+				refused = -1
+				break
 			}
 			refused++
 			time.Sleep(time.Millisecond)
+		}
+		if refused < 0 {
+			continue // the allowance the round ends with is spent
 		}
 		if got := st.Stats().Writes - before; got != 0 {
 			t.Errorf("round %d: %d refusals before RetryAt cost %d writes, want 0", round, refused, got)

@@ -8,7 +8,6 @@ import (
 
 	"github.com/writeonce/porch-go/internal/redistest"
 	"github.com/writeonce/porch-go/porch/rate"
-	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/redis"
 )
 
@@ -18,7 +17,7 @@ func openRedis(t testing.TB, limit int, window time.Duration, opt rate.Options) 
 	c := redistest.Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	st, err := redis.Open(ctx, c, redis.Options{Prefix: redistest.Prefix(t, c), Options: store.Options{}})
+	st, err := redis.Open(ctx, c, redis.Options{Prefix: redistest.Prefix(t, c), Timeout: redistest.StoreTimeout})
 	if err != nil {
 		t.Fatalf("open redis: %v", err)
 	}

@@ -50,7 +50,7 @@ var storeKinds = []storeKind{
 	}},
 	{"redis", true, func(t *testing.T) driver.Counters {
 		c := redistest.Client(t)
-		st, err := redis.Open(context.Background(), c, redis.Options{Prefix: redistest.Prefix(t, c)})
+		st, err := redis.Open(context.Background(), c, redis.Options{Prefix: redistest.Prefix(t, c), Timeout: redistest.StoreTimeout})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -134,7 +134,7 @@ func TestToyAlgorithmCountersSuite(t *testing.T) {
 		{"Redis", storetest.Harness{
 			DB: func(t *testing.T) string { return redistest.Prefix(t, redistest.Client(t)) },
 			Open: func(t *testing.T, prefix string) driver.Counters {
-				st, err := redis.Open(context.Background(), redistest.Client(t), redis.Options{Prefix: prefix})
+				st, err := redis.Open(context.Background(), redistest.Client(t), redis.Options{Prefix: prefix, Timeout: redistest.StoreTimeout})
 				if err != nil {
 					t.Fatalf("redis.Open: %v", err)
 				}

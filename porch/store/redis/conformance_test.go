@@ -18,7 +18,7 @@ func harness(c goredis.UniversalClient) storetest.Harness {
 	return storetest.Harness{
 		DB: func(t *testing.T) string { return redistest.Prefix(t, c) },
 		Open: func(t *testing.T, prefix string) driver.Counters {
-			st, err := redis.Open(context.Background(), c, redis.Options{Prefix: prefix})
+			st, err := redis.Open(context.Background(), c, redis.Options{Prefix: prefix, Timeout: redistest.StoreTimeout})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -44,7 +44,7 @@ func TestConformanceCluster(t *testing.T) {
 // keyed by it counts on one node; other principals spread over the slots.
 func testHashTag(t *testing.T, c *goredis.ClusterClient) {
 	ctx := context.Background()
-	st, err := redis.Open(ctx, c, redis.Options{Prefix: redistest.Prefix(t, c)})
+	st, err := redis.Open(ctx, c, redis.Options{Prefix: redistest.Prefix(t, c), Timeout: redistest.StoreTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}

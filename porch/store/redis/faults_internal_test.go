@@ -209,12 +209,12 @@ func TestKill9Durable(t *testing.T) {
 func TestTwoInstancesWeights(t *testing.T) {
 	c1, c2 := redistest.Client(t), redistest.Client(t)
 	prefix := redistest.Prefix(t, c1)
-	s1, err := Open(context.Background(), c1, Options{Prefix: prefix})
+	s1, err := Open(context.Background(), c1, Options{Prefix: prefix, Timeout: redistest.StoreTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s1.Close(context.Background()) })
-	s2, err := Open(context.Background(), c2, Options{Prefix: prefix})
+	s2, err := Open(context.Background(), c2, Options{Prefix: prefix, Timeout: redistest.StoreTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -492,11 +492,11 @@ func TestPolicyHolderDies(t *testing.T) {
 	shared := redistest.Client(t)
 	prefix := redistest.Prefix(t, shared)
 	cA := goredis.NewClient(redistest.Options(t))
-	a, err := Open(context.Background(), cA, Options{Prefix: prefix})
+	a, err := Open(context.Background(), cA, Options{Prefix: prefix, Timeout: redistest.StoreTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := Open(context.Background(), redistest.Client(t), Options{Prefix: prefix})
+	b, err := Open(context.Background(), redistest.Client(t), Options{Prefix: prefix, Timeout: redistest.StoreTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}

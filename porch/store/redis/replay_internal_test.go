@@ -17,7 +17,7 @@ import (
 func openTest(t *testing.T) *Store {
 	t.Helper()
 	c := redistest.Client(t)
-	s, err := Open(context.Background(), c, Options{Prefix: redistest.Prefix(t, c)})
+	s, err := Open(context.Background(), c, Options{Prefix: redistest.Prefix(t, c), Timeout: redistest.StoreTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -158,6 +158,9 @@ func TestFailuresTurnIsolationOn(t *testing.T) {
 		if err := s.writeBatch(b); err != nil {
 			t.Fatal(err)
 		}
+		if b[0].Failed != nil || b[0].Deferred || b[1].Deferred {
+			t.Fatalf("first owner failed: %v; deferred %v and %v; want it committed and neither deferred", b[0].Failed, b[0].Deferred, b[1].Deferred)
+		}
 		if got := b[1].Failed != nil; got != failing {
 			t.Fatalf("second owner failed: %v, want %v", got, failing)
 		}

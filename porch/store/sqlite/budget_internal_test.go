@@ -14,12 +14,22 @@ import (
 	"github.com/writeonce/porch-go/porch/store/internal/commit"
 )
 
-// slowInsert writes two million rows into table from a recursive CTE:
-// seconds of work, so that the budget's interrupt lands inside a write.
+// slowInsert writes twenty million rows into table from a recursive CTE:
+// many seconds of work on any machine, so that the budget's interrupt
+// lands inside a write even under testBudget. Interrupted, it costs its
+// budget and no more.
 func slowInsert(table string) string {
-	return `INSERT INTO ` + table + ` WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c LIMIT 2000000)
+	return `INSERT INTO ` + table + ` WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c LIMIT 20000000)
 		SELECT 'slow-' || i FROM c`
 }
+
+// testBudget is the ExecBudget of tests that put an owner past its budget
+// beside owners and Execs that must commit: a one-row statement never
+// takes it, however loaded the machine, and slowInsert always does. Under
+// the default 50ms (and a 30ms one) a loaded machine (-race beside busy
+// loops) ran a good neighbour's one-row INSERT past the budget, and the
+// test saw it fail.
+const testBudget = time.Second
 
 // An owner's statement that runs past ExecBudget is interrupted and fails
 // alone, as store.ErrWriteFailed wrapping ErrExecBudget: nothing of it
@@ -33,7 +43,10 @@ func slowInsert(table string) string {
 func TestOwnerPastBudgetFailsAlone(t *testing.T) {
 	for _, table := range []string{"ledger", "bulk"} {
 		t.Run(table, func(t *testing.T) {
-			s := openInternal(t, filepath.Join(t.TempDir(), "porch.db"))
+			s, err := Open(filepath.Join(t.TempDir(), "porch.db"), Options{ExecBudget: testBudget})
+			if err != nil {
+				t.Fatal(err)
+			}
 			t.Cleanup(func() { s.Close(context.Background()) })
 			for _, q := range []string{`CREATE TABLE ledger (id TEXT NOT NULL PRIMARY KEY)`, `CREATE TABLE bulk (id)`} {
 				if _, err := s.db.Exec(q); err != nil {

