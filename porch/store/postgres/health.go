@@ -23,9 +23,8 @@ import (
 // probe at the server's own level, the level of every stored response, on
 // a connection of its own and off the committer: a synchronous standby
 // that does not confirm it then makes Health fail, saying so, while hits
-// go on being counted. Like the committer's, it runs at most once per
-// commit.HealthMaxAge however often Health is polled, and is bounded by
-// commit.HealthBudget.
+// go on being counted. Like the committer's, it runs at most once a
+// second however often Health is polled, and is bounded by a second.
 func (p *Store) Health(ctx context.Context) error {
 	if err := p.c.Check(ctx); err != nil {
 		return err
