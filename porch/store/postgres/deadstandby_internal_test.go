@@ -1,0 +1,85 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/writeonce/porch-go/internal/pgtest"
+	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/driver"
+)
+
+// These tests hold the store to its bound (Options.Timeout) where a
+// commit can come back after it: a synchronous standby that never
+// confirms, whose waits the server cancels by committing on the primary
+// alone.
+
+// serverCount runs a query returning one number on srv, outside any store.
+func serverCount(t *testing.T, srv *pgtest.Server, q string, args ...any) int64 {
+	t.Helper()
+	conn := connect(t, srv)
+	defer conn.Close(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), answerWithin)
+	defer cancel()
+	var n int64
+	if err := conn.QueryRow(ctx, q, args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+	return n
+}
+
+// inSyncRep counts the backends waiting for a synchronous standby.
+func inSyncRep(t *testing.T, srv *pgtest.Server) int64 {
+	t.Helper()
+	return serverCount(t, srv, `SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'`)
+}
+
+// At SurvivesPowerLoss, a hit whose COMMIT comes back only after the bound
+// (the server cancelled its wait for the standby and committed on the
+// primary alone) is a count no standby holds: it must be answered with the
+// late error, never as a success, also when its batch also had a key left
+// over for the general path (countFitting, then countHits for the rest).
+func TestHitsCommittedPastTheBoundFail(t *testing.T) {
+	srv := pgtest.Private(t)
+	p := openInternal(t, privateSchema(t, srv, "fitlate"),
+		Options{Options: store.Options{Durability: store.SurvivesPowerLoss}, Timeout: boundTimeout})
+	rule := fixed(1, time.Hour)
+	if err := hitWithin(t, p, "rate:full", rule); err != nil {
+		t.Fatalf("the hit that fills rate:full: %v", err)
+	}
+	killStandby(t, srv)
+	for round := range 3 {
+		// A batch waiting for the standby, so that the next two hits
+		// queue behind it and share a batch: one key at its limit (left
+		// over by countFitting), one that fits.
+		blocker := make(chan error, 1)
+		if err := p.AddHit(fmt.Sprintf("rate:blocker%d", round), fixed(1000, time.Hour), 1,
+			func(_ driver.Hit, err error) { blocker <- err }); err != nil {
+			t.Fatal(err)
+		}
+		waitWithin(t, answerWithin, "the blocking batch waits for the standby", func() bool { return inSyncRep(t, srv) > 0 })
+		full, fresh := make(chan error, 1), make(chan error, 1)
+		if err := p.AddHit("rate:full", rule, 1, func(_ driver.Hit, err error) { full <- err }); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.AddHit(fmt.Sprintf("rate:fresh%d", round), rule, 1, func(_ driver.Hit, err error) { fresh <- err }); err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range []struct {
+			name string
+			ch   chan error
+		}{{"blocking", blocker}, {"at its limit", full}, {"fitting", fresh}} {
+			select {
+			case err := <-c.ch:
+				if !errors.Is(err, errLate) {
+					t.Errorf("round %d: the %s key's hit: got %v, want the late-commit error (no standby holds it)", round, c.name, err)
+				}
+			case <-time.After(answerWithin):
+				t.Fatalf("round %d: the %s key's hit: no answer within %s", round, c.name, answerWithin)
+			}
+		}
+	}
+}
