@@ -83,3 +83,42 @@ func TestHitsCommittedPastTheBoundFail(t *testing.T) {
 		}
 	}
 }
+
+// A Save whose COMMIT waits for a dead standby is cancelled past the bound
+// (one cancel request, which the COMMIT uses up) and its connection
+// closed. Whatever Save pipelined after the COMMIT then runs on a backend
+// with no client: were it to wait for the standby too (a prune committed
+// at the server's level), nothing would ever cancel it, and each such Save
+// would leave a backend, and its row locks, until the standby returned.
+// Every Save here claims the prune.
+func TestSavesLeaveNoBackendWaitingForADeadStandby(t *testing.T) {
+	srv := pgtest.Private(t)
+	dsn := privateSchema(t, srv, "saveprune")
+	p := openInternal(t, dsn, Options{Options: store.Options{PruneRows: 1}, Timeout: boundTimeout})
+	// Expired responses, so that every prune finds work to do.
+	conn := connect(t, srv)
+	_, err := conn.Exec(context.Background(), `INSERT INTO s_saveprune.porch_idem_responses
+		(key, digest, status, content_type, body, created_at, expires_at)
+		SELECT convert_to('idem:old'||g, 'UTF8'), '', 200, '', '', 0, 1 FROM generate_series(1, 100) g`)
+	conn.Close(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	killStandby(t, srv)
+	for i := range 8 {
+		ctx, cancel := context.WithTimeout(context.Background(), answerWithin)
+		r, err := p.Reserve(ctx, fmt.Sprintf("idem:save%d", i))
+		if err != nil {
+			cancel()
+			t.Fatalf("Reserve %d: %v", i, err)
+		}
+		p.saves.next.Store(0) // the prune is due
+		err = r.Save(ctx, driver.Response{Digest: []byte{1}, Status: 201, Body: []byte("x")}, time.Hour)
+		cancel()
+		if !errors.Is(err, errLate) {
+			t.Errorf("Save %d with no standby confirming: got %v, want the late-commit error", i, err)
+		}
+	}
+	waitWithin(t, answerWithin, "no backend waits for the dead standby once every Save has answered",
+		func() bool { return inSyncRep(t, srv) == 0 })
+}

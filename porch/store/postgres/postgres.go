@@ -560,8 +560,8 @@ func ownersFault(ctx context.Context, err error) bool {
 // owner's writes, then, paced (see pruner), prunes a bounded batch of
 // expired responses, so an
 // application that uses idempotency without the limiter still keeps its
-// table in check. The prune runs after the commit: its failure must not
-// take the stored response with it.
+// table in check. The prune runs after the commit, in a transaction of
+// its own that waits for no standby (see queuePruneAfterSave).
 func (r *reservation) Save(ctx context.Context, res driver.Response, ttl time.Duration) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -590,9 +590,7 @@ func (r *reservation) Save(ctx context.Context, res driver.Response, ttl time.Du
 	b.Queue("COMMIT")
 	prune := r.p.saves.claim(time.Now())
 	if prune {
-		// After COMMIT, in a transaction of its own: its failure cannot
-		// take the stored response with it.
-		b.Queue(pgPruneResponses, r.p.opt.PruneRows)
+		queuePruneAfterSave(b, r.p.opt.PruneRows)
 	}
 	br := r.conn.SendBatch(ctx, b)
 	if _, err := br.Exec(); err != nil {
@@ -617,10 +615,10 @@ func (r *reservation) Save(ctx context.Context, res driver.Response, ttl time.Du
 		return r.p.late(ctx, "commit response", fmt.Errorf("postgres: commit response: %w", err))
 	}
 	if prune {
-		if tag, err := br.Exec(); err != nil {
+		if deleted, err := readPruneAfterSave(br); err != nil {
 			commit.Log(r.p.opt.Logger).Warn("postgres: prune responses", "err", err) // a later save prunes again
 		} else {
-			r.p.saves.pruned(tag.RowsAffected())
+			r.p.saves.pruned(deleted)
 		}
 	}
 	br.Close() //nolint:errcheck // committed; the only statement left to fail was the prune, logged
@@ -629,6 +627,42 @@ func (r *reservation) Save(ctx context.Context, res driver.Response, ttl time.Du
 	// confirmation or the disk kept it: its client is told it failed, and
 	// its retry replays it.
 	return r.p.late(ctx, "commit response", nil)
+}
+
+// queuePruneAfterSave queues Save's prune after its COMMIT, in a
+// transaction of its own, so that its failure cannot take the stored
+// response with it, and at synchronous_commit off, so that its commit
+// waits for no synchronous standby and no disk flush: a prune lost in a
+// crash only leaves expired rows for the next one. That is what makes it
+// safe to pipeline. A Save past its bound has its connection closed and
+// one cancel request sent, which the COMMIT uses up; the server then runs
+// the prune for a client that has gone. At the server's level its commit
+// would wait for a dead standby with nobody left to cancel it, one
+// backend and its row locks per such Save; at off it finishes at once
+// (its DELETE skips locked rows, so it waits for no lock either). Run
+// after the answer instead, it would cost the owner a round trip of its
+// own in every Save under a backlog.
+func queuePruneAfterSave(b *pgx.Batch, rows int) {
+	b.Queue(pgBegin)
+	b.Queue(pgCommitAsync)
+	b.Queue(pgPruneResponses, rows)
+	b.Queue("COMMIT")
+}
+
+// readPruneAfterSave reads what queuePruneAfterSave queued and returns
+// how many rows the prune deleted.
+func readPruneAfterSave(br pgx.BatchResults) (int64, error) {
+	if err := readBegin(br, 2); err != nil {
+		return 0, err
+	}
+	tag, err := br.Exec()
+	if err != nil {
+		return 0, err
+	}
+	if _, err := br.Exec(); err != nil {
+		return 0, err
+	}
+	return tag.RowsAffected(), nil
 }
 
 // endBounded ends the reservation after a failed statement of Save. If
