@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/writeonce/porch-go/internal/pgtest"
 	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/driver"
@@ -121,4 +123,47 @@ func TestSavesLeaveNoBackendWaitingForADeadStandby(t *testing.T) {
 	}
 	waitWithin(t, answerWithin, "no backend waits for the dead standby once every Save has answered",
 		func() bool { return inSyncRep(t, srv) == 0 })
+}
+
+// An instance killed (kill -9, OOM) while its owner's COMMIT waits for a
+// dead standby leaves a backend nobody cancels, holding the key's lock
+// until the standby returns. The client's retry, on another instance, must
+// not wait for it past the bound: Reserve gives up on the lock within
+// Options.Timeout with store.ErrKeyHeld, which idem answers 409 with
+// Retry-After, as for any owner still running.
+func TestReserveBehindAnOrphanedOwnerIsBounded(t *testing.T) {
+	srv := pgtest.Private(t)
+	dsn := privateSchema(t, srv, "orphan")
+	p := openInternal(t, dsn, Options{Timeout: boundTimeout})
+	killStandby(t, srv)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*answerWithin)
+	defer cancel()
+	orphan, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := "idem:orphan"
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue(pgLockKey, dbKey(key))
+	b.Queue(pgSaveResponse, dbKey(key), []byte{1}, 201, "", []byte("done"), time.Hour.Milliseconds(), []byte{})
+	b.Queue("COMMIT")
+	_ = orphan.SendBatch(ctx, b) // never read: the process dies while its COMMIT waits
+	waitWithin(t, answerWithin, "the owner's COMMIT waits for the standby", func() bool { return inSyncRep(t, srv) > 0 })
+	orphan.PgConn().Conn().Close() // kill -9: the socket closes, and no cancel is sent
+
+	start := time.Now()
+	rctx, rcancel := context.WithTimeout(ctx, answerWithin+5*time.Second) // a request's with no MaxWait
+	defer rcancel()
+	r, err := p.Reserve(rctx, key)
+	took := time.Since(start)
+	if r != nil {
+		r.Release()
+	}
+	if !errors.Is(err, store.ErrKeyHeld) {
+		t.Errorf("the retry's Reserve behind an orphaned owner: got %v after %s, want store.ErrKeyHeld", err, took)
+	}
+	if took > answerWithin {
+		t.Errorf("the retry's Reserve waited %s, want an answer within about Options.Timeout (%s)", took, p.opt.Timeout)
+	}
 }

@@ -40,12 +40,24 @@ type Options struct {
 	// reservation beyond it fails with driver.ErrNoKeyConn and its request
 	// answers 503. If zero, DefaultKeyConns; Open refuses a negative one.
 	KeyConns int
-	// Timeout bounds each commit a request waits for: a committer's batch
-	// of hits (with its take-backs and resets), an owner's stored
-	// response, Inspect and Forget. Past it the server is asked to
-	// cancel, and the requests are answered 503 with Retry-After, logged
-	// and counted (a batch in Stats.Failed, a Save as idem's
-	// Unavailable), and Health says why until a commit succeeds again.
+	// Timeout bounds each wait in the store a request makes:
+	//   - each commit: a committer's batch of hits (with its take-backs
+	//     and resets), an owner's stored response (Save), Inspect and
+	//     Forget. Past it the server is asked to cancel, and the requests
+	//     are answered 503 with Retry-After, logged and counted (a batch
+	//     in Stats.Failed, a Save as idem's Unavailable), and Health says
+	//     why until a commit succeeds again. A commit that comes back
+	//     only after the bound is such a failure too, never a success.
+	//   - Reserve's wait for a key another owner holds (an owner running
+	//     on another instance, or the backend of one whose process died
+	//     while its COMMIT waited for a synchronous standby): past it
+	//     Reserve fails with store.ErrKeyHeld, which idem answers 409
+	//     with Retry-After, in flight; the rest of Reserve, and a Load
+	//     after it, have Timeout and cancelGrace (1 s) more, past which
+	//     they fail as a late commit does (503).
+	// It does not bound an owner's own statements (Exec): they are the
+	// handler's, under the request's context.
+	//
 	// What a commit waits for is the server, a lock, or a synchronous
 	// standby (synchronous_standby_names) that does not confirm;
 	// PostgreSQL cancels the last by committing on the primary alone, so
@@ -298,8 +310,9 @@ func (p *Store) Close(ctx context.Context) error {
 }
 
 // Reserve begins the owner's transaction on a connection of its own and
-// takes key's transaction-scoped advisory lock in it, waiting under ctx
-// while an owner on any instance holds it. The lock, the owner's writes and
+// takes key's transaction-scoped advisory lock in it, waiting under ctx,
+// and at most Options.Timeout (then store.ErrKeyHeld), while an owner on
+// any instance holds it. The lock, the owner's writes and
 // its response live and die with that one transaction: if the connection
 // is lost (the process died, the session was terminated, a proxy cut it),
 // PostgreSQL rolls all of it back and lets the next owner in on a clean
@@ -316,17 +329,31 @@ func (p *Store) Reserve(ctx context.Context, key string) (driver.Reservation, er
 		return nil, fmt.Errorf("postgres: reserve: %w", err)
 	}
 	r := &reservation{p: p, conn: conn, key: key}
-	tx, err := lockKey(ctx, conn.Conn(), dbKey(key), r.scanLoad)
+	caller := ctx
+	ctx, cancel := context.WithTimeout(ctx, p.opt.Timeout+cancelGrace)
+	defer cancel()
+	tx, err := lockKey(ctx, conn.Conn(), dbKey(key), p.opt.Timeout, r.scanLoad)
 	if err != nil {
 		// A lock granted just as ctx ended must not stay on a pooled
 		// connection: close it, which ends the transaction and its lock.
 		discard(conn)
 		<-p.slots
-		return nil, fmt.Errorf("postgres: reserve: %w", err)
+		var pe *pgconn.PgError
+		switch {
+		case errors.As(err, &pe) && pe.Code == pgLockNotAvailable:
+			return nil, fmt.Errorf("postgres: reserve: %w: not free within %s", store.ErrKeyHeld, p.opt.Timeout)
+		case caller.Err() != nil:
+			return nil, fmt.Errorf("postgres: reserve: %w", err)
+		}
+		return nil, p.late(ctx, "reserve", fmt.Errorf("postgres: reserve: %w", err))
 	}
 	r.tx = tx
 	return r, nil
 }
+
+// pgLockNotAvailable is the SQLSTATE of a lock wait that outlasted
+// lock_timeout.
+const pgLockNotAvailable = "55P03"
 
 // Inspect reads key's stored response in a transaction that takes key's
 // lock without waiting: store.ErrKeyHeld while an owner on any instance
@@ -414,18 +441,33 @@ func (p *Store) freeKeyTx(ctx context.Context, key string, fn func(pgx.Tx) error
 // taken inside the transaction, which the server has begun before it runs
 // the lock statement, and the read runs once the lock is granted, as the
 // owner's first Load would.
-func lockKey(ctx context.Context, conn *pgx.Conn, key []byte, load func(pgx.Row) error) (pgx.Tx, error) {
+//
+// The lock and the read wait at most wait for a lock (lock_timeout, set
+// for them alone, then reset to the session's value for the owner's own
+// statements): past it the server gives up with pgLockNotAvailable. The
+// key's holder may be an owner still running on another instance, or the
+// backend of one whose process died while its COMMIT waited for a dead
+// synchronous standby, which nobody will cancel; either way the caller
+// hears that the key is held, in time.
+func lockKey(ctx context.Context, conn *pgx.Conn, key []byte, wait time.Duration, load func(pgx.Row) error) (pgx.Tx, error) {
 	b := &pgx.Batch{}
 	b.BeginTx(readCommitted)
+	b.Queue(pgSetLockTimeout, fmt.Sprintf("%dms", max(wait.Milliseconds(), 1)))
 	b.Queue(pgLockKey, key)
 	b.Queue(pgLoadResponse, key)
+	b.Queue(pgResetLockTimeout)
 	br := conn.SendBatch(ctx, b)
 	_, err := br.Exec()
-	if err == nil {
-		_, err = br.Exec()
+	for range 2 { // lock_timeout, the lock
+		if err == nil {
+			_, err = br.Exec()
+		}
 	}
 	if err == nil {
 		err = load(br.QueryRow())
+	}
+	if err == nil {
+		_, err = br.Exec()
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
@@ -495,7 +537,14 @@ func (r *reservation) Load(ctx context.Context) (driver.Response, bool, error) {
 		r.loadedRes = driver.Response{}
 		return res, ok, nil
 	}
-	return scanResponse(r.key, r.tx.QueryRow(ctx, pgLoadResponse, dbKey(r.key)))
+	caller := ctx
+	ctx, cancel := context.WithTimeout(ctx, r.p.opt.Timeout+cancelGrace)
+	defer cancel()
+	res, ok, err := scanResponse(r.key, r.tx.QueryRow(ctx, pgLoadResponse, dbKey(r.key)))
+	if err != nil && caller.Err() == nil {
+		err = r.p.late(ctx, "load response", err)
+	}
+	return res, ok, err
 }
 
 // Exec runs the statement now, in the owner's transaction: the handler sees
