@@ -167,3 +167,50 @@ func TestReserveBehindAnOrphanedOwnerIsBounded(t *testing.T) {
 		t.Errorf("the retry's Reserve waited %s, want an answer within about Options.Timeout (%s)", took, p.opt.Timeout)
 	}
 }
+
+// An instance restarted during a synchronous standby's outage, with
+// nothing to migrate and its rate policy unchanged, must open at once: at
+// SurvivesProcessCrash it can count hits, and Open, which waits for the
+// standby only if it has something to commit, must not keep it from
+// starting.
+func TestOpenWithNothingToChangeCommitsNothing(t *testing.T) {
+	srv := pgtest.Private(t)
+	dsn := privateSchema(t, srv, "reopen")
+	opt := Options{Options: store.Options{Durability: store.SurvivesProcessCrash}, Timeout: boundTimeout}
+	pol := driver.Policy{Name: "api", Limit: 100, Window: time.Minute}
+	first := openInternal(t, dsn, opt)
+	if _, err := first.ClaimPolicy(context.Background(), pol); err != nil {
+		t.Fatalf("ClaimPolicy: %v", err)
+	}
+	if err := first.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	killStandby(t, srv)
+
+	// Each under a context of its own: a commit waiting for the standby
+	// would hold it to its end (the COMMIT then comes back as a success,
+	// committed on the primary alone, once the context's cancel lands).
+	within := func(what string, f func(context.Context) error) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), answerWithin)
+		defer cancel()
+		start := time.Now()
+		err := f(ctx)
+		if err != nil || ctx.Err() != nil {
+			t.Fatalf("%s with nothing to change and the standby dead: got %v after %s, want nil at once (no commit)", what, err, time.Since(start))
+		}
+	}
+	var p *Store
+	within("Open", func(ctx context.Context) (err error) {
+		p, err = Open(ctx, dsn, opt)
+		return err
+	})
+	defer p.Close(context.Background())
+	within("ClaimPolicy of an unchanged policy", func(ctx context.Context) error {
+		_, err := p.ClaimPolicy(ctx, pol)
+		return err
+	})
+	if err := hitWithin(t, p, "rate:reopened", fixed(100, time.Minute)); err != nil {
+		t.Errorf("a hit at SurvivesProcessCrash after the reopen: %v", err)
+	}
+}
