@@ -4,6 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -212,5 +218,74 @@ func TestOpenWithNothingToChangeCommitsNothing(t *testing.T) {
 	})
 	if err := hitWithin(t, p, "rate:reopened", fixed(100, time.Minute)); err != nil {
 		t.Errorf("a hit at SurvivesProcessCrash after the reopen: %v", err)
+	}
+}
+
+// A Reserve that must connect to a server the network has stopped
+// answering (packets dropped, cancel requests too) is bounded as well:
+// it fails as a late commit does, within Options.Timeout and cancelGrace,
+// rather than waiting as long as its request's context.
+func TestReserveThroughACutNetworkIsBounded(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port)))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cut atomic.Bool
+	var wg sync.WaitGroup
+	held := make(chan net.Conn, 16)
+	t.Cleanup(func() {
+		ln.Close()
+		close(held)
+		for c := range held {
+			c.Close()
+		}
+		wg.Wait()
+	})
+	wg.Go(func() { // relays connections made before the cut; holds, silent, those after
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			if cut.Load() {
+				held <- c
+				continue
+			}
+			s, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			wg.Go(func() { io.Copy(s, c); s.Close() }) //nolint:errcheck // a relay
+			wg.Go(func() { io.Copy(c, s); c.Close() }) //nolint:errcheck // a relay
+		}
+	})
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Host = ln.Addr().String()
+	p := openInternal(t, u.String(), Options{Timeout: boundTimeout})
+	cut.Store(true)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*answerWithin) // a request's with no MaxWait
+	defer cancel()
+	start := time.Now()
+	r, err := p.Reserve(ctx, "idem:cut")
+	took := time.Since(start)
+	if r != nil {
+		r.Release()
+	}
+	if !errors.Is(err, errLate) {
+		t.Errorf("Reserve through a cut network: got %v, want the late error", err)
+	}
+	if took > answerWithin {
+		t.Errorf("Reserve through a cut network took %s, want about Options.Timeout and cancelGrace (%s)", took, p.opt.Timeout+cancelGrace)
 	}
 }

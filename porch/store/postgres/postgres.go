@@ -329,15 +329,18 @@ func (p *Store) Reserve(ctx context.Context, key string) (driver.Reservation, er
 	default:
 		return nil, driver.ErrNoKeyConn
 	}
-	conn, err := p.keys.Acquire(ctx)
-	if err != nil {
-		<-p.slots
-		return nil, fmt.Errorf("postgres: reserve: %w", err)
-	}
-	r := &reservation{p: p, conn: conn, key: key}
 	caller := ctx
 	ctx, cancel := context.WithTimeout(ctx, p.opt.Timeout+cancelGrace)
 	defer cancel()
+	conn, err := p.keys.Acquire(ctx) // may connect
+	if err != nil {
+		<-p.slots
+		if caller.Err() != nil {
+			return nil, fmt.Errorf("postgres: reserve: %w", err)
+		}
+		return nil, p.late(ctx, "reserve", fmt.Errorf("postgres: reserve: %w", err))
+	}
+	r := &reservation{p: p, conn: conn, key: key}
 	tx, err := lockKey(ctx, conn.Conn(), dbKey(key), p.opt.Timeout, r.scanLoad)
 	if err != nil {
 		// A lock granted just as ctx ended must not stay on a pooled
