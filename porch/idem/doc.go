@@ -15,7 +15,8 @@
 //   - an owner is running: park until it reports, then answer as a replay
 //     would. No 409 and no polling, unless Options.MaxWait runs out: then
 //     422 if the owner runs a different request (the key was reused), and
-//     409 otherwise.
+//     409 otherwise. An owner on another instance is waited for at most
+//     the shared store's bound (postgres.Options.Timeout), then 409.
 //
 // Ownership is volatile: a crash mid-handler leaves no owner, so the next
 // duplicate runs the handler again, and a key is never wedged pending. A 5xx

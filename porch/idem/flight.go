@@ -12,6 +12,7 @@ import (
 	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/internal/actor"
 	"github.com/writeonce/porch-go/porch/internal/problemtype"
+	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/driver"
 )
 
@@ -145,7 +146,7 @@ func (m *Keys) lead(r *http.Request, f *flight, digest []byte) (*http.Request, *
 	switch {
 	case err == nil:
 		return r, m.answer(r, row, digest)
-	case errors.Is(err, errWaitedTooLong):
+	case errors.Is(err, errWaitedTooLong), errors.Is(err, store.ErrKeyHeld):
 		m.observe(r, InFlight)
 		return r, m.inFlight()
 	}
@@ -175,7 +176,9 @@ var errWaitedTooLong = errors.New("idem: waited longer than MaxWait for the key"
 
 // reserve reserves key in the store. With a shared store it may wait for an
 // owner on another instance; MaxWait bounds that wait as it bounds a local
-// duplicate's.
+// duplicate's, and so may the store (postgres.Options.Timeout), which then
+// fails with store.ErrKeyHeld: either way the request is answered 409, in
+// flight.
 func (m *Keys) reserve(ctx context.Context, key string) (driver.Reservation, error) {
 	if m.opt.MaxWait <= 0 {
 		return m.store.Reserve(ctx, key)
@@ -197,7 +200,8 @@ func loaded(ctx context.Context, row driver.Response, err error) result {
 	switch {
 	case err == nil:
 		return stored(row)
-	case errors.Is(err, errWaitedTooLong), ctx.Err() != nil && errors.Is(err, ctx.Err()):
+	case errors.Is(err, errWaitedTooLong), errors.Is(err, store.ErrKeyHeld),
+		ctx.Err() != nil && errors.Is(err, ctx.Err()):
 		return released()
 	}
 	return failed(err)

@@ -3,6 +3,7 @@ package idem
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/internal/actor"
+	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/driver"
 	"github.com/writeonce/porch-go/porch/store/sqlite"
 )
@@ -390,6 +392,36 @@ func TestReserveFails(t *testing.T) {
 	}
 	if got := status(t, serveAsync(h, post("a")), "the retry"); got != http.StatusCreated {
 		t.Errorf("retry once the store works: got %d, want 201", got)
+	}
+}
+
+// TestReserveNotFreeInTime: a shared store that gives up waiting for a key
+// another owner holds (postgres.Options.Timeout: an owner on another
+// instance, or one whose process died mid-COMMIT) fails with
+// store.ErrKeyHeld: the request is in flight, 409 with Retry-After, as
+// when MaxWait runs out; the handler does not run, and the key is free
+// for the retry.
+func TestReserveNotFreeInTime(t *testing.T) {
+	hs := &hookedStore{Store: openSQLite(t)}
+	m := newMiddleware(t, hs, Options{}, porch.PoolOptions{})
+	var calls atomic.Int64
+	h := m.Handler(created201(&calls))
+	var once sync.Once
+	hs.reserve = func(context.Context) error {
+		err := error(nil)
+		once.Do(func() { err = fmt.Errorf("postgres: reserve: %w: not free within 3s", store.ErrKeyHeld) })
+		return err
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, post("a"))
+	if rec.Code != http.StatusConflict || rec.Header().Get("Retry-After") == "" {
+		t.Errorf("a key not free in time: got %d, Retry-After %q; want 409 with Retry-After", rec.Code, rec.Header().Get("Retry-After"))
+	}
+	if got := calls.Load(); got != 0 {
+		t.Errorf("handler calls: got %d, want 0", got)
+	}
+	if got := status(t, serveAsync(h, post("a")), "the retry"); got != http.StatusCreated {
+		t.Errorf("retry once the key is free: got %d, want 201", got)
 	}
 }
 

@@ -97,7 +97,9 @@ type Options struct {
 	MaxStoredBody int64
 	// MaxWait bounds how long a duplicate waits for a running owner before
 	// it is answered 409 with Retry-After, the draft's in-flight answer. If
-	// zero, a duplicate waits as long as its request context lasts.
+	// zero, a duplicate waits as long as its request context lasts, and
+	// for an owner on another instance at most the shared store's bound
+	// (postgres.Options.Timeout).
 	MaxWait time.Duration
 	// KeepHeaders names the response headers, besides Content-Type, that
 	// are stored with a response and replayed with it: Location on a 201,

@@ -20,7 +20,9 @@ var (
 	// ErrKeyHeld is returned by a store's Inspect and Forget (through
 	// idem's Lookup and Forget) while an owner, in any process sharing the
 	// store, holds the key: its response is not known yet, and must not be
-	// forgotten under it.
+	// forgotten under it. A shared store's Reserve returns it when the key
+	// was not free within the store's bound (postgres.Options.Timeout);
+	// idem answers that request 409, in flight.
 	ErrKeyHeld = errors.New("store: an owner holds the idempotency key")
 )
 

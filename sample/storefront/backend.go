@@ -116,9 +116,20 @@ func createSchemaPostgres(ctx context.Context, db *sql.DB) error {
 	if _, err := tx.ExecContext(ctx, shopSchema); err != nil {
 		return fmt.Errorf("storefront: schema: %w", err)
 	}
-	// Added after the first release; a database made by it lacks the column.
-	if _, err := tx.ExecContext(ctx, `ALTER TABLE orders ADD COLUMN IF NOT EXISTS operation_id TEXT`); err != nil {
+	// Added after the first release; a database made by it lacks the
+	// column. Looked up first: ALTER TABLE takes an ACCESS EXCLUSIVE lock
+	// even when the column exists, which the server logs for its standbys,
+	// so the commit would wait for a synchronous standby, and a storefront
+	// restarted while one is down would not start.
+	var has bool
+	if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM information_schema.columns
+		WHERE table_schema = current_schema() AND table_name = 'orders' AND column_name = 'operation_id')`).Scan(&has); err != nil {
 		return fmt.Errorf("storefront: schema: %w", err)
+	}
+	if !has {
+		if _, err := tx.ExecContext(ctx, `ALTER TABLE orders ADD COLUMN operation_id TEXT`); err != nil {
+			return fmt.Errorf("storefront: schema: %w", err)
+		}
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("storefront: schema: %w", err)

@@ -136,7 +136,8 @@ type KeyStore interface {
 	// the store, that may run key's handler, until Release. Within a
 	// process the idempotency actor already guarantees one caller per key;
 	// Reserve adds what a shared database needs. It blocks under ctx while
-	// another process holds key.
+	// another process holds key; a store that bounds that wait fails with
+	// store.ErrKeyHeld past its bound.
 	Reserve(ctx context.Context, key string) (Reservation, error)
 	// Inspect reads key's stored response for a support tool, without
 	// waiting for the key: ok is false when none is stored or it has

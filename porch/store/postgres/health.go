@@ -105,7 +105,7 @@ func (d *durableProbe) probe(ctx context.Context) error {
 			// store's failure, not the caller's (see errLate).
 			detail = err.Error()
 		}
-		return fmt.Errorf("%w: a commit at the server's synchronous_commit, as a stored response's, did not finish within %s (is a synchronous standby down?): %s",
+		return fmt.Errorf("%w: a commit at the server's synchronous_commit, as a stored response's, did not finish within %s (the server, the network or a synchronous standby held it up): %s",
 			store.ErrUnhealthy, commit.HealthBudget, detail)
 	case err != nil:
 		return fmt.Errorf("%w: a commit at the server's synchronous_commit, as a stored response's: %w", store.ErrUnhealthy, err)

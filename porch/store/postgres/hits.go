@@ -617,8 +617,9 @@ func (p *Store) writeBounded(ctx context.Context, batch []commit.Op) error {
 //
 // It returns nil once every op is settled, committed or failed alone, and
 // an error for the whole batch otherwise; ops of a half that committed
-// before such an error are Settled, so their callers hear that they
-// committed.
+// within the bound before such an error are Settled, so their callers hear
+// that they committed. A part that committed only after the bound is
+// settled as nothing: the whole batch is late (see pastBound).
 func (p *Store) countIsolated(ctx context.Context, conn *pgx.Conn, ops []*commit.Op) error {
 	b := groupHits(ops)
 	if b.fits() {
@@ -626,6 +627,10 @@ func (p *Store) countIsolated(ctx context.Context, conn *pgx.Conn, ops []*commit
 		switch {
 		case err == nil && len(rest) == 0:
 			return nil
+		case err == nil && ctx.Err() != nil:
+			// What fitted committed only after the bound (see pastBound):
+			// the whole batch is late, left over or not.
+			return pastBound(ctx, "commit fitting hits")
 		case err == nil:
 			// What fitted has committed: its callers hear so whatever
 			// becomes of the keys left over, which count below.
@@ -670,10 +675,25 @@ func (p *Store) countIsolated(ctx context.Context, conn *pgx.Conn, ops []*commit
 	if err := p.countIsolated(ctx, conn, left); err != nil {
 		return err
 	}
+	if ctx.Err() != nil {
+		return pastBound(ctx, "commit a half of a split batch")
+	}
 	for _, o := range left {
 		o.Settled = true // committed, or failed alone with Failed set
 	}
 	return p.countIsolated(ctx, conn, right)
+}
+
+// pastBound is the error of a batch part of which committed after ctx's
+// bound: the server answers COMMIT with success when it cancels a wait for
+// a synchronous standby (it committed on the primary alone; the WARNING
+// saying so is only a notice, which pgx does not return), so a COMMIT that
+// comes back once the bound has passed may not be durable as the
+// durability level promises, and its hits must not be answered as counted.
+// The committer answers every unsettled op of the batch with it (through
+// late, which names it errLate).
+func pastBound(ctx context.Context, what string) error {
+	return fmt.Errorf("postgres: %s: %w", what, ctx.Err())
 }
 
 // groupByKey splits ops into one group per key (a hit's and a peek's of

@@ -110,12 +110,17 @@ func (p *Store) claimShared(ctx context.Context, pol driver.Policy) error {
 					store.ErrPolicyConflict, old, pol)
 			}
 		}
-		written := pol.Algorithm
-		if written == "" {
-			written = "fixed"
-		}
-		if _, err := tx.Exec(ctx, pgWritePolicy, pol.Name, pol.Limit, pol.Window.Milliseconds(), written, pol.Burst); err != nil {
-			return err
+		// An unchanged policy is not written again: a transaction that
+		// writes nothing commits without waiting for a synchronous
+		// standby, so an instance restarted while one is down starts.
+		if !found || !old.Equal(pol) {
+			written := pol.Algorithm
+			if written == "" {
+				written = "fixed"
+			}
+			if _, err := tx.Exec(ctx, pgWritePolicy, pol.Name, pol.Limit, pol.Window.Milliseconds(), written, pol.Burst); err != nil {
+				return err
+			}
 		}
 		_, err = tx.Exec(ctx, pgHoldPolicy, pol.Name)
 		return err

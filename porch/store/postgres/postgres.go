@@ -40,12 +40,24 @@ type Options struct {
 	// reservation beyond it fails with driver.ErrNoKeyConn and its request
 	// answers 503. If zero, DefaultKeyConns; Open refuses a negative one.
 	KeyConns int
-	// Timeout bounds each commit a request waits for: a committer's batch
-	// of hits (with its take-backs and resets), an owner's stored
-	// response, Inspect and Forget. Past it the server is asked to
-	// cancel, and the requests are answered 503 with Retry-After, logged
-	// and counted (a batch in Stats.Failed, a Save as idem's
-	// Unavailable), and Health says why until a commit succeeds again.
+	// Timeout bounds each wait in the store a request makes:
+	//   - each commit: a committer's batch of hits (with its take-backs
+	//     and resets), an owner's stored response (Save), Inspect and
+	//     Forget. Past it the server is asked to cancel, and the requests
+	//     are answered 503 with Retry-After, logged and counted (a batch
+	//     in Stats.Failed, a Save as idem's Unavailable), and Health says
+	//     why until a commit succeeds again. A commit that comes back
+	//     only after the bound is such a failure too, never a success.
+	//   - Reserve's wait for a key another owner holds (an owner running
+	//     on another instance, or the backend of one whose process died
+	//     while its COMMIT waited for a synchronous standby): past it
+	//     Reserve fails with store.ErrKeyHeld, which idem answers 409
+	//     with Retry-After, in flight; the rest of Reserve, and a Load
+	//     after it, have Timeout and cancelGrace (1 s) more, past which
+	//     they fail as a late commit does (503).
+	// It does not bound an owner's own statements (Exec): they are the
+	// handler's, under the request's context.
+	//
 	// What a commit waits for is the server, a lock, or a synchronous
 	// standby (synchronous_standby_names) that does not confirm;
 	// PostgreSQL cancels the last by committing on the primary alone, so
@@ -188,6 +200,12 @@ func (p *Store) migrate(ctx context.Context) error {
 		if version > len(postgresMigrations) {
 			return fmt.Errorf("postgres: schema version %d is newer than this build knows (%d)", version, len(postgresMigrations))
 		}
+		if version == len(postgresMigrations) {
+			// Nothing written, so the COMMIT waits for no synchronous
+			// standby: an instance restarted while one is down opens, and
+			// at SurvivesProcessCrash counts (see TestOpenWithNothingToChangeCommitsNothing).
+			return nil
+		}
 		for v := version; v < len(postgresMigrations); v++ {
 			if _, err := tx.Exec(ctx, postgresMigrations[v]); err != nil {
 				return fmt.Errorf("postgres: migrate to %d: %w", v+1, err)
@@ -298,8 +316,9 @@ func (p *Store) Close(ctx context.Context) error {
 }
 
 // Reserve begins the owner's transaction on a connection of its own and
-// takes key's transaction-scoped advisory lock in it, waiting under ctx
-// while an owner on any instance holds it. The lock, the owner's writes and
+// takes key's transaction-scoped advisory lock in it, waiting under ctx,
+// and at most Options.Timeout (then store.ErrKeyHeld), while an owner on
+// any instance holds it. The lock, the owner's writes and
 // its response live and die with that one transaction: if the connection
 // is lost (the process died, the session was terminated, a proxy cut it),
 // PostgreSQL rolls all of it back and lets the next owner in on a clean
@@ -310,23 +329,40 @@ func (p *Store) Reserve(ctx context.Context, key string) (driver.Reservation, er
 	default:
 		return nil, driver.ErrNoKeyConn
 	}
-	conn, err := p.keys.Acquire(ctx)
+	caller := ctx
+	ctx, cancel := context.WithTimeout(ctx, p.opt.Timeout+cancelGrace)
+	defer cancel()
+	conn, err := p.keys.Acquire(ctx) // may connect
 	if err != nil {
 		<-p.slots
-		return nil, fmt.Errorf("postgres: reserve: %w", err)
+		if caller.Err() != nil {
+			return nil, fmt.Errorf("postgres: reserve: %w", err)
+		}
+		return nil, p.late(ctx, "reserve", fmt.Errorf("postgres: reserve: %w", err))
 	}
 	r := &reservation{p: p, conn: conn, key: key}
-	tx, err := lockKey(ctx, conn.Conn(), dbKey(key), r.scanLoad)
+	tx, err := lockKey(ctx, conn.Conn(), dbKey(key), p.opt.Timeout, r.scanLoad)
 	if err != nil {
 		// A lock granted just as ctx ended must not stay on a pooled
 		// connection: close it, which ends the transaction and its lock.
 		discard(conn)
 		<-p.slots
-		return nil, fmt.Errorf("postgres: reserve: %w", err)
+		var pe *pgconn.PgError
+		switch {
+		case errors.As(err, &pe) && pe.Code == pgLockNotAvailable:
+			return nil, fmt.Errorf("postgres: reserve: %w: not free within %s", store.ErrKeyHeld, p.opt.Timeout)
+		case caller.Err() != nil:
+			return nil, fmt.Errorf("postgres: reserve: %w", err)
+		}
+		return nil, p.late(ctx, "reserve", fmt.Errorf("postgres: reserve: %w", err))
 	}
 	r.tx = tx
 	return r, nil
 }
+
+// pgLockNotAvailable is the SQLSTATE of a lock wait that outlasted
+// lock_timeout.
+const pgLockNotAvailable = "55P03"
 
 // Inspect reads key's stored response in a transaction that takes key's
 // lock without waiting: store.ErrKeyHeld while an owner on any instance
@@ -414,18 +450,33 @@ func (p *Store) freeKeyTx(ctx context.Context, key string, fn func(pgx.Tx) error
 // taken inside the transaction, which the server has begun before it runs
 // the lock statement, and the read runs once the lock is granted, as the
 // owner's first Load would.
-func lockKey(ctx context.Context, conn *pgx.Conn, key []byte, load func(pgx.Row) error) (pgx.Tx, error) {
+//
+// The lock and the read wait at most wait for a lock (lock_timeout, set
+// for them alone, then reset to the session's value for the owner's own
+// statements): past it the server gives up with pgLockNotAvailable. The
+// key's holder may be an owner still running on another instance, or the
+// backend of one whose process died while its COMMIT waited for a dead
+// synchronous standby, which nobody will cancel; either way the caller
+// hears that the key is held, in time.
+func lockKey(ctx context.Context, conn *pgx.Conn, key []byte, wait time.Duration, load func(pgx.Row) error) (pgx.Tx, error) {
 	b := &pgx.Batch{}
 	b.BeginTx(readCommitted)
+	b.Queue(pgSetLockTimeout, fmt.Sprintf("%dms", max(wait.Milliseconds(), 1)))
 	b.Queue(pgLockKey, key)
 	b.Queue(pgLoadResponse, key)
+	b.Queue(pgResetLockTimeout)
 	br := conn.SendBatch(ctx, b)
 	_, err := br.Exec()
-	if err == nil {
-		_, err = br.Exec()
+	for range 2 { // lock_timeout, the lock
+		if err == nil {
+			_, err = br.Exec()
+		}
 	}
 	if err == nil {
 		err = load(br.QueryRow())
+	}
+	if err == nil {
+		_, err = br.Exec()
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
@@ -495,7 +546,14 @@ func (r *reservation) Load(ctx context.Context) (driver.Response, bool, error) {
 		r.loadedRes = driver.Response{}
 		return res, ok, nil
 	}
-	return scanResponse(r.key, r.tx.QueryRow(ctx, pgLoadResponse, dbKey(r.key)))
+	caller := ctx
+	ctx, cancel := context.WithTimeout(ctx, r.p.opt.Timeout+cancelGrace)
+	defer cancel()
+	res, ok, err := scanResponse(r.key, r.tx.QueryRow(ctx, pgLoadResponse, dbKey(r.key)))
+	if err != nil && caller.Err() == nil {
+		err = r.p.late(ctx, "load response", err)
+	}
+	return res, ok, err
 }
 
 // Exec runs the statement now, in the owner's transaction: the handler sees
@@ -560,8 +618,8 @@ func ownersFault(ctx context.Context, err error) bool {
 // owner's writes, then, paced (see pruner), prunes a bounded batch of
 // expired responses, so an
 // application that uses idempotency without the limiter still keeps its
-// table in check. The prune runs after the commit: its failure must not
-// take the stored response with it.
+// table in check. The prune runs after the commit, in a transaction of
+// its own that waits for no standby (see queuePruneAfterSave).
 func (r *reservation) Save(ctx context.Context, res driver.Response, ttl time.Duration) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -590,9 +648,7 @@ func (r *reservation) Save(ctx context.Context, res driver.Response, ttl time.Du
 	b.Queue("COMMIT")
 	prune := r.p.saves.claim(time.Now())
 	if prune {
-		// After COMMIT, in a transaction of its own: its failure cannot
-		// take the stored response with it.
-		b.Queue(pgPruneResponses, r.p.opt.PruneRows)
+		queuePruneAfterSave(b, r.p.opt.PruneRows)
 	}
 	br := r.conn.SendBatch(ctx, b)
 	if _, err := br.Exec(); err != nil {
@@ -617,10 +673,10 @@ func (r *reservation) Save(ctx context.Context, res driver.Response, ttl time.Du
 		return r.p.late(ctx, "commit response", fmt.Errorf("postgres: commit response: %w", err))
 	}
 	if prune {
-		if tag, err := br.Exec(); err != nil {
+		if deleted, err := readPruneAfterSave(br); err != nil {
 			commit.Log(r.p.opt.Logger).Warn("postgres: prune responses", "err", err) // a later save prunes again
 		} else {
-			r.p.saves.pruned(tag.RowsAffected())
+			r.p.saves.pruned(deleted)
 		}
 	}
 	br.Close() //nolint:errcheck // committed; the only statement left to fail was the prune, logged
@@ -629,6 +685,42 @@ func (r *reservation) Save(ctx context.Context, res driver.Response, ttl time.Du
 	// confirmation or the disk kept it: its client is told it failed, and
 	// its retry replays it.
 	return r.p.late(ctx, "commit response", nil)
+}
+
+// queuePruneAfterSave queues Save's prune after its COMMIT, in a
+// transaction of its own, so that its failure cannot take the stored
+// response with it, and at synchronous_commit off, so that its commit
+// waits for no synchronous standby and no disk flush: a prune lost in a
+// crash only leaves expired rows for the next one. That is what makes it
+// safe to pipeline. A Save past its bound has its connection closed and
+// one cancel request sent, which the COMMIT uses up; the server then runs
+// the prune for a client that has gone. At the server's level its commit
+// would wait for a dead standby with nobody left to cancel it, one
+// backend and its row locks per such Save; at off it finishes at once
+// (its DELETE skips locked rows, so it waits for no lock either). Run
+// after the answer instead, it would cost the owner a round trip of its
+// own in every Save under a backlog.
+func queuePruneAfterSave(b *pgx.Batch, rows int) {
+	b.Queue(pgBegin)
+	b.Queue(pgCommitAsync)
+	b.Queue(pgPruneResponses, rows)
+	b.Queue("COMMIT")
+}
+
+// readPruneAfterSave reads what queuePruneAfterSave queued and returns
+// how many rows the prune deleted.
+func readPruneAfterSave(br pgx.BatchResults) (int64, error) {
+	if err := readBegin(br, 2); err != nil {
+		return 0, err
+	}
+	tag, err := br.Exec()
+	if err != nil {
+		return 0, err
+	}
+	if _, err := br.Exec(); err != nil {
+		return 0, err
+	}
+	return tag.RowsAffected(), nil
 }
 
 // endBounded ends the reservation after a failed statement of Save. If

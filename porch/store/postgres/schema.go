@@ -226,6 +226,11 @@ const (
 	// holds the key.
 	pgTryLockKey     = `SELECT pg_try_advisory_xact_lock(hashtextextended(encode($1::bytea, 'hex'), 0))`
 	pgForgetResponse = `DELETE FROM porch_idem_responses WHERE key = $1`
+	// pgSetLockTimeout bounds the lock waits of the rest of the
+	// transaction (Reserve's: see lockKey); pgResetLockTimeout gives
+	// them back the session's bound.
+	pgSetLockTimeout   = `SELECT set_config('lock_timeout', $1, true)`
+	pgResetLockTimeout = `RESET lock_timeout`
 	// Load prunes the key's row if it has expired and returns it otherwise,
 	// in one round trip.
 	// The clock is read once, so that a row is either pruned or returned:
