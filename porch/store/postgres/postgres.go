@@ -487,9 +487,14 @@ func lockKey(ctx context.Context, conn *pgx.Conn, key []byte, wait time.Duration
 	return br.Tx(), nil
 }
 
-// discard closes a connection instead of returning it to the pool.
+// discard closes a connection instead of returning it to the pool. A
+// request may be waiting behind it, and Close first writes a goodbye that a
+// cut network can hold up, so it gets the same second of grace as a
+// cancel request before the socket is simply closed.
 func discard(conn *pgxpool.Conn) {
-	conn.Hijack().Close(context.Background()) //nolint:errcheck // it is being thrown away
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	conn.Hijack().Close(ctx) //nolint:errcheck // it is being thrown away
 }
 
 type reservation struct {
