@@ -379,7 +379,7 @@ func TestSentinelFailoverKeepsLimits(t *testing.T) {
 // the log), until it is configured to; Open's check alone would let it
 // answer hits a restart forgets.
 func TestNewPrimaryNotDurableFailsClosed(t *testing.T) {
-	primary := redistest.StartServer(t, "--appendonly", "yes", "--appendfsync", "always")
+	primary := redistest.StartDurableServer(t)
 	replica := redistest.StartReplica(t, primary) // appendonly no
 	sentinels := redistest.StartSentinels(t, "porch", primary, []*redistest.Server{replica}, 1)
 	opt := sentinels.FailoverOptions()
@@ -514,7 +514,7 @@ func TestReplicaAckPerClusterNode(t *testing.T) {
 // the way: the old server closed the connections, the client dropped them
 // unused, and dialled the new one.
 func TestNewPrimaryJudgedBeforeItAnswers(t *testing.T) {
-	durable := redistest.StartServer(t, "--appendonly", "yes", "--appendfsync", "always")
+	durable := redistest.StartDurableServer(t)
 	forgetful := redistest.StartServer(t) // appendonly no
 	var target atomic.Value
 	target.Store(durable.Addr)
