@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/writeonce/porch-go/internal/pgtest"
+	"github.com/writeonce/porch-go/internal/testkit"
 	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/idem"
 	"github.com/writeonce/porch-go/porch/store/postgres"
@@ -363,7 +364,7 @@ func TestPostgresHeirGetsTheKeyConnection(t *testing.T) {
 		<-entered
 		heir := make(chan int, 1)
 		go func() { s, _ := in.post(t, key, "x"); heir <- s }()
-		waitParkedOn(t, 1)
+		testkit.WaitStacks(t, parkedFrame, 1, waitLimit)
 		release <- struct{}{}
 		if s := <-owner; s != http.StatusServiceUnavailable {
 			t.Fatalf("round %d: owner got %d, want its handler's 503", i, s)
