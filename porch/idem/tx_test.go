@@ -13,10 +13,12 @@ import (
 	"time"
 
 	"github.com/writeonce/porch-go/internal/pgtest"
+	"github.com/writeonce/porch-go/internal/pgtest/pgstore"
 	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/idem"
 	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/driver"
+	"github.com/writeonce/porch-go/porch/store/postgres"
 )
 
 // txBackend is one store with an application table, ledger, in the same
@@ -58,7 +60,7 @@ func eachBackend(t *testing.T, test func(t *testing.T, b txBackend)) {
 		test(t, b)
 	})
 	t.Run("postgres", func(t *testing.T) {
-		st := openPostgresStore(t, pgtest.DSN(t))
+		st := pgstore.Open(t, pgtest.DSN(t), postgres.Options{})
 		ctx := context.Background()
 		b := txBackend{st: st,
 			exec: func(t *testing.T, q string) {
