@@ -80,7 +80,7 @@ func TestPostgresRateLeaseAcrossInstances(t *testing.T) {
 // -rate-lease 16.
 func TestRedisRateLease(t *testing.T) {
 	t.Parallel()
-	srv := redistest.StartServer(t, "--appendonly", "yes", "--appendfsync", "always")
+	srv := redistest.StartDurableServer(t)
 	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr})
 	t.Cleanup(func() { c.Close() })
 	flags := append([]string{"-redis", "redis://" + srv.Addr + "/0", "-redis-require-durable"}, leaseFlags()...)

@@ -197,7 +197,7 @@ func runFailover(t *testing.T, sync bool) *failover {
 	}
 
 	killed := time.Now()
-	c.primary.kill()
+	c.primary.Kill()
 	healed := make(chan int, 2)
 	for i, s := range f.both {
 		go func() { // joined below
@@ -208,7 +208,7 @@ func runFailover(t *testing.T, sync bool) *failover {
 	c.failOver(t)
 	f.promoted = time.Since(killed)
 	if f.promoted > time.Second { // PostgreSQL's doing, not porch's: its log says why
-		t.Logf("the promotion took %s; standby log:\n%s", f.promoted.Round(time.Millisecond), c.standby.log.String())
+		t.Logf("the promotion took %s; standby log:\n%s", f.promoted.Round(time.Millisecond), c.standby.Log())
 	}
 	for range f.both {
 		<-healed
@@ -256,7 +256,7 @@ func (f *failover) lost(t *testing.T) []string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), pgTimeout)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, f.cluster.standby.dsn())
+	conn, err := pgx.Connect(ctx, f.cluster.standby.DSN())
 	if err != nil {
 		t.Fatalf("connect to the promoted standby: %v", err)
 	}

@@ -23,12 +23,12 @@ import (
 func TestPostgresStandbyOutageAnswersNoUnconfirmedCount(t *testing.T) {
 	c := startPGCluster(t, true)
 	c.query(t, c.primary, `CREATE SCHEMA outage_counts`, nil)
-	dsn := pgtest.WithParam(c.primary.dsn(), "search_path", "outage_counts")
+	dsn := pgtest.WithParam(c.primary.DSN(), "search_path", "outage_counts")
 	s := startOnPostgres(t, dsn, "outage-counts", "-durability", "power-loss", "-rate-limit", "3", "-rate-window", "1h", "-trust-proxy")
 	for range 5 {
 		s.try(http.MethodGet, limited, "", "X-Forwarded-For", "10.9.9.9")
 	}
-	c.standby.kill()
+	c.standby.Kill()
 	killed := time.Now()
 	stop := make(chan struct{})
 	var (
@@ -84,10 +84,10 @@ func TestPostgresStandbyOutageAnswersNoUnconfirmedCount(t *testing.T) {
 func TestPostgresStartDuringStandbyOutage(t *testing.T) {
 	c := startPGCluster(t, true)
 	c.query(t, c.primary, `CREATE SCHEMA outage_start`, nil)
-	dsn := pgtest.WithParam(c.primary.dsn(), "search_path", "outage_start")
+	dsn := pgtest.WithParam(c.primary.DSN(), "search_path", "outage_start")
 	flags := []string{"-durability", "process-crash", "-rate-limit", "1000000", "-rate-window", "1h"}
 	startOnPostgres(t, dsn, "outage-start0", flags...).stop(t)
-	c.standby.kill()
+	c.standby.Kill()
 
 	start := time.Now()
 	s, _ := launchStorefront(t, newDB(t), append([]string{"-postgres", dsn}, flags...)...)

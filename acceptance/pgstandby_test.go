@@ -45,7 +45,7 @@ func TestPostgresSynchronousStandbyKilled(t *testing.T) {
 func killStandbyUnderLoad(t, owner *testing.T, c *pgCluster, durability string) {
 	schema := "standby_" + strings.ReplaceAll(durability, "-", "_")
 	c.query(t, c.primary, `CREATE SCHEMA `+schema, nil)
-	dsn := pgtest.WithParam(c.primary.dsn(), "search_path", schema)
+	dsn := pgtest.WithParam(c.primary.DSN(), "search_path", schema)
 	s := startOnPostgres(t, dsn, "sb-"+durability, "-durability", durability, "-rate-limit", "1000000")
 
 	l := &standbyLoad{s: s, stop: make(chan struct{})}
@@ -64,7 +64,7 @@ func killStandbyUnderLoad(t, owner *testing.T, c *pgCluster, durability string) 
 	})
 
 	killed := time.Now()
-	c.standby.kill()
+	c.standby.Kill()
 	// Orders wait for the standby at either level: their 503s say the
 	// bound has passed at least once. At process-crash /healthz fails
 	// too (a stored response cannot commit), and products must go on
@@ -208,18 +208,18 @@ func (l *standbyLoad) first(since time.Time, kind string, status int) time.Time 
 // The new postmaster is owner's, which stops it when it ends.
 func (c *pgCluster) restartStandby(t, owner *testing.T) {
 	t.Helper()
-	dir := c.standby.dir
+	dir := c.standby.Dir
 	waitFor(t, 60*time.Second, "the standby starts again", func() bool {
-		s := c.start(owner, "standby", dir)
+		s := c.progs.Start(owner, "standby", dir)
 		deadline := time.Now().Add(30 * time.Second)
 		for time.Now().Before(deadline) {
 			select {
-			case <-s.exited:
+			case <-s.Exited():
 				return false
 			default:
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			conn, err := pgx.Connect(ctx, s.dsn())
+			conn, err := pgx.Connect(ctx, s.DSN())
 			if err == nil {
 				conn.Close(ctx)
 				cancel()

@@ -116,7 +116,7 @@ func TestRedisKill9StillLimited(t *testing.T) {
 
 func testRedisKill9StillLimited(t *testing.T, durability []string) {
 	const limit, window, clients, hot, workers = 40, time.Hour, 6, 3, 12
-	srv := redistest.StartServer(t, "--appendonly", "yes", "--appendfsync", "always")
+	srv := redistest.StartDurableServer(t)
 	flags := with(durability, "-redis", "redis://"+srv.Addr+"/0",
 		"-trust-proxy", "-rate-limit", strconv.Itoa(limit), "-rate-window", window.String())
 	if durability[1] == "power-loss" {

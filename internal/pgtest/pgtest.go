@@ -8,6 +8,11 @@
 // a one-line reason that names PORCH_TEST_POSTGRES. Set
 // PORCH_REQUIRE_POSTGRES=1 to turn that skip into a failure, as CI does, so a
 // missing server cannot pass silently.
+//
+// A test that must change a server's configuration or life starts one of
+// its own: Private for a single server, Programs for what Private is made
+// of (initdb, postgresql.conf, a postmaster on a free port), which the
+// acceptance gate's primary and standby share.
 package pgtest
 
 import (

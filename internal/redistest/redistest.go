@@ -9,9 +9,10 @@
 // names PORCH_TEST_REDIS. Set PORCH_REQUIRE_REDIS=1 to turn that skip into
 // a failure, as CI does, so a missing server cannot pass silently.
 //
-// StartServer, StartReplica, StartSentinels, StartCluster and
-// StartClusterServers run redis-server (and redis-cli) from PATH;
-// without them the test is skipped, or fails under PORCH_REQUIRE_REDIS.
+// StartServer, StartDurableServer, StartReplica, StartSentinels,
+// StartCluster and StartClusterServers run redis-server (and redis-cli)
+// from PATH; without them the test is skipped, or fails under
+// PORCH_REQUIRE_REDIS.
 package redistest
 
 import (
@@ -222,6 +223,15 @@ func StartServer(tb testing.TB, args ...string) *Server {
 	s.start(bin)
 	tb.Cleanup(func() { s.Kill9() })
 	return s
+}
+
+// StartDurableServer is StartServer for a server that makes every write
+// durable before its reply (appendonly yes, appendfsync always, the AOF in
+// the server's own directory), as redis.Options.RequireDurable asks: its
+// counts survive Kill9 and Restart. args come after those, and win.
+func StartDurableServer(tb testing.TB, args ...string) *Server {
+	tb.Helper()
+	return StartServer(tb, append([]string{"--appendonly", "yes", "--appendfsync", "always"}, args...)...)
 }
 
 func (s *Server) start(bin string) {

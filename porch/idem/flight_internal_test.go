@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,6 +14,7 @@ import (
 	"time"
 	"weak"
 
+	"github.com/writeonce/porch-go/internal/testkit"
 	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/internal/actor"
 	"github.com/writeonce/porch-go/porch/store"
@@ -178,25 +178,6 @@ func (r ctxReservation) Load(ctx context.Context) (driver.Response, bool, error)
 // are registered nowhere else.
 const parkedFrame = "porch/idem.(*Keys).wait("
 
-// waitParked polls until exactly n requests are parked behind a leader.
-func waitParked(t *testing.T, n int) {
-	t.Helper()
-	deadline := time.Now().Add(waitLimit)
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	for {
-		buf := make([]byte, 1<<20)
-		got := strings.Count(string(buf[:runtime.Stack(buf, true)]), parkedFrame)
-		if got == n {
-			return
-		}
-		if got > n || time.Now().After(deadline) {
-			t.Fatalf("parked duplicates: got %d, want %d", got, n)
-		}
-		<-tick.C
-	}
-}
-
 // serveAsync serves req on its own goroutine; the channel yields the status.
 func serveAsync(h http.Handler, req *http.Request) <-chan int {
 	code := make(chan int, 1)
@@ -288,7 +269,7 @@ func TestLeaderGoneWhileReserving(t *testing.T) {
 	leader := serveAsync(h, post("a").WithContext(ctx))
 	<-reserving
 	waiter := serveAsync(h, post("a"))
-	waitParked(t, 1)
+	testkit.WaitStacks(t, parkedFrame, 1, waitLimit)
 	close(proceed)
 
 	if got := status(t, leader, "the leader"); got == http.StatusCreated {
@@ -327,7 +308,7 @@ func TestWaitersBehindALeaderThatFindsARow(t *testing.T) {
 	<-reserving
 	same := serveAsync(h, post("a"))
 	other := serveAsync(h, post("b"))
-	waitParked(t, 2)
+	testkit.WaitStacks(t, parkedFrame, 2, waitLimit)
 	close(proceed)
 
 	for _, c := range []struct {
@@ -373,7 +354,7 @@ func TestReserveFails(t *testing.T) {
 	leader := serveAsync(h, post("a"))
 	<-reserving
 	waiter := serveAsync(h, post("a"))
-	waitParked(t, 1)
+	testkit.WaitStacks(t, parkedFrame, 1, waitLimit)
 	close(proceed)
 
 	for _, c := range []struct {
@@ -463,7 +444,7 @@ func TestDuplicateGoneBeforeJoinKeepsLeadersFlight(t *testing.T) {
 		t.Fatalf("flights after abandoned duplicates: got %d, want 1 (the owner's)", n)
 	}
 	dup := serveAsync(h, post("a"))
-	waitParked(t, 1)
+	testkit.WaitStacks(t, parkedFrame, 1, waitLimit)
 	close(release)
 	if got := status(t, owner, "the owner"); got != http.StatusCreated {
 		t.Errorf("owner: got %d, want 201", got)

@@ -2,19 +2,18 @@ package idem_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/writeonce/porch-go/internal/testkit"
 	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/idem"
 	"github.com/writeonce/porch-go/porch/store"
@@ -172,25 +171,7 @@ func (e *env) rows(t *testing.T) int {
 // status and type.
 func wantProblem(t *testing.T, got result, status int, typ string) {
 	t.Helper()
-	if got.status != status {
-		t.Errorf("status: got %d, want %d (body %s)", got.status, status, got.body)
-	}
-	if ct := got.header.Get("Content-Type"); ct != porch.ProblemContentType {
-		t.Errorf("Content-Type: got %q, want %q", ct, porch.ProblemContentType)
-	}
-	var p struct {
-		Type   string `json:"type"`
-		Status int    `json:"status"`
-	}
-	if err := json.Unmarshal(got.body, &p); err != nil {
-		t.Fatalf("problem body %q: %v", got.body, err)
-	}
-	if p.Type != typ {
-		t.Errorf("problem type: got %q, want %q", p.Type, typ)
-	}
-	if p.Status != status {
-		t.Errorf("problem status: got %d, want %d", p.Status, status)
-	}
+	testkit.WantProblem(t, got.status, got.header, got.body, status, typ)
 }
 
 // wantRetryAfter checks that got carries a Retry-After of whole seconds, at
@@ -287,7 +268,7 @@ func waitParked(t *testing.T, n int, o *orders, calls int64) {
 		if c := o.calls.Load(); c > calls {
 			t.Fatalf("handler calls while duplicates should park: got %d, want %d", c, calls)
 		}
-		got := parked()
+		got := testkit.CountStacks(parkedFrame)
 		if got == n {
 			return
 		}
@@ -295,18 +276,6 @@ func waitParked(t *testing.T, n int, o *orders, calls int64) {
 			t.Fatalf("parked duplicates: got %d, want %d", got, n)
 		}
 		<-tick.C
-	}
-}
-
-// parked counts the goroutines in parkedFrame.
-func parked() int {
-	buf := make([]byte, 1<<16)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			return strings.Count(string(buf[:n]), parkedFrame)
-		}
-		buf = make([]byte, 2*len(buf))
 	}
 }
 
@@ -345,15 +314,3 @@ func same(s string) func(int) string { return func(int) string { return s } }
 // porchOptions is the pool the transaction tests use: small, since each
 // request is sequential.
 func porchOptions() porch.PoolOptions { return porch.PoolOptions{Size: 2} }
-
-// waitParkedOn polls until exactly n requests are parked behind a leader.
-func waitParkedOn(t *testing.T, n int) {
-	t.Helper()
-	deadline := time.Now().Add(waitLimit)
-	for parked() != n {
-		if time.Now().After(deadline) {
-			t.Fatalf("parked duplicates: got %d, want %d", parked(), n)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}

@@ -7,8 +7,10 @@ import (
 	"testing"
 
 	"github.com/writeonce/porch-go/internal/pgtest"
+	"github.com/writeonce/porch-go/internal/pgtest/pgstore"
 	"github.com/writeonce/porch-go/porch/idem"
 	"github.com/writeonce/porch-go/porch/store"
+	"github.com/writeonce/porch-go/porch/store/postgres"
 )
 
 // withLocation answers 201 with a Location, two Links and the headers
@@ -88,8 +90,8 @@ func TestPostgresKeepHeaders(t *testing.T) {
 	dsn := pgtest.DSN(t)
 	opt := envConfig{opt: idem.Options{KeepHeaders: []string{"Location"}}}
 	o := &orders{fn: withLocation}
-	a := newEnvOn(t, openPostgresStore(t, dsn), opt, o)
-	b := newEnvOn(t, openPostgresStore(t, dsn), opt, o)
+	a := newEnvOn(t, pgstore.Open(t, dsn, postgres.Options{}), opt, o)
+	b := newEnvOn(t, pgstore.Open(t, dsn, postgres.Options{}), opt, o)
 	a.do(t, http.MethodPost, "/orders", "one", "k")
 	got := b.do(t, http.MethodPost, "/orders", "one", "k")
 	if !got.replayed() || got.header.Get("Location") != "/orders/1" {

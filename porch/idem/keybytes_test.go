@@ -9,9 +9,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/writeonce/porch-go/internal/pgtest"
+	"github.com/writeonce/porch-go/internal/pgtest/pgstore"
 	"github.com/writeonce/porch-go/porch/idem"
 	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/driver"
@@ -94,13 +94,6 @@ func TestHostilePrincipalsSQLite(t *testing.T) {
 // lock, and one beyond the index's row size failed Save (issue 15).
 func TestHostilePrincipalsPostgres(t *testing.T) {
 	checkHostilePrincipals(t, func(t *testing.T) driver.KeyStore {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		st, err := postgres.Open(ctx, pgtest.DSN(t), postgres.Options{})
-		if err != nil {
-			t.Fatalf("open postgres: %v", err)
-		}
-		t.Cleanup(func() { st.Close(context.Background()) })
-		return st
+		return pgstore.Open(t, pgtest.DSN(t), postgres.Options{})
 	})
 }

@@ -10,10 +10,12 @@ import (
 	"time"
 
 	"github.com/writeonce/porch-go/internal/pgtest"
+	"github.com/writeonce/porch-go/internal/pgtest/pgstore"
 	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/idem"
 	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/driver"
+	"github.com/writeonce/porch-go/porch/store/postgres"
 )
 
 // eachShared runs test with two stores sharing one database, as two
@@ -26,7 +28,7 @@ func eachShared(t *testing.T, test func(t *testing.T, a, b driver.KeyStore)) {
 	})
 	t.Run("postgres", func(t *testing.T) {
 		dsn := pgtest.DSN(t)
-		test(t, openPostgresStore(t, dsn), openPostgresStore(t, dsn))
+		test(t, pgstore.Open(t, dsn, postgres.Options{}), pgstore.Open(t, dsn, postgres.Options{}))
 	})
 }
 

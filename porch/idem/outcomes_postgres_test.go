@@ -2,36 +2,15 @@ package idem_test
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"net/http"
 	"testing"
 
 	"github.com/writeonce/porch-go/internal/pgtest"
+	"github.com/writeonce/porch-go/internal/pgtest/pgstore"
 	"github.com/writeonce/porch-go/porch/idem"
 	"github.com/writeonce/porch-go/porch/store/postgres"
 )
-
-// openPostgresStore opens the PostgreSQL store on dsn and closes it on
-// cleanup. It needs a server (see internal/pgtest); pgtest.DSN skips the test
-// without one unless PORCH_REQUIRE_POSTGRES is set.
-func openPostgresStore(t *testing.T, dsn string) *postgres.Store {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
-	defer cancel()
-	st, err := postgres.Open(ctx, dsn, postgres.Options{})
-	if err != nil {
-		t.Fatalf("open postgres: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
-		defer cancel()
-		if err := st.Close(ctx); err != nil {
-			t.Errorf("close postgres: %v", err)
-		}
-	})
-	return st
-}
 
 // TestPostgresOutcomes runs the stored-response outcomes the SQLite tests
 // cover on the PostgreSQL store: the middleware must not depend on which
@@ -62,7 +41,7 @@ func TestPostgresOutcomes(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			st := openPostgresStore(t, pgtest.DSN(t))
+			st := pgstore.Open(t, pgtest.DSN(t), postgres.Options{})
 			o := &orders{fn: func(_ int64, w http.ResponseWriter, _ *http.Request) { tc.write(w) }}
 			e := newEnvOn(t, st, envConfig{}, o)
 

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/writeonce/porch-go/internal/pgtest"
+	"github.com/writeonce/porch-go/internal/pgtest/pgstore"
+	"github.com/writeonce/porch-go/internal/testkit"
 	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/idem"
 	"github.com/writeonce/porch-go/porch/store/postgres"
@@ -28,19 +30,13 @@ type pgInstance struct {
 
 func newPGInstance(t *testing.T, dsn string, h http.Handler) *pgInstance {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	st, err := postgres.Open(ctx, dsn, postgres.Options{})
-	if err != nil {
-		t.Fatalf("open postgres: %v", err)
-	}
+	st := pgstore.Open(t, dsn, postgres.Options{}) // closed after the pool and the server, which close first
 	pool := porch.NewPool(porch.PoolOptions{})
 	m := idem.New(pool, st, idem.Options{RequireKey: true})
 	in := &pgInstance{st: st, srv: httptest.NewServer(m.Handler(h))}
 	t.Cleanup(func() {
 		in.srv.Close()
 		pool.Close(context.Background())
-		st.Close(context.Background())
 	})
 	return in
 }
@@ -277,18 +273,12 @@ func waitAdvisory(t *testing.T, st *postgres.Store, app string, granted bool) {
 // behind its own server, closed on cleanup.
 func newPGMiddleware(t *testing.T, dsn string, opt idem.Options, sopt postgres.Options, h http.Handler) *pgInstance {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	st, err := postgres.Open(ctx, dsn, sopt)
-	if err != nil {
-		t.Fatalf("open postgres: %v", err)
-	}
+	st := pgstore.Open(t, dsn, sopt) // closed after the pool and the server, which close first
 	pool := porch.NewPool(porch.PoolOptions{})
 	in := &pgInstance{st: st, srv: httptest.NewServer(idem.New(pool, st, opt).Handler(h))}
 	t.Cleanup(func() {
 		in.srv.Close()
 		pool.Close(context.Background())
-		st.Close(context.Background())
 	})
 	return in
 }
@@ -363,7 +353,7 @@ func TestPostgresHeirGetsTheKeyConnection(t *testing.T) {
 		<-entered
 		heir := make(chan int, 1)
 		go func() { s, _ := in.post(t, key, "x"); heir <- s }()
-		waitParkedOn(t, 1)
+		testkit.WaitStacks(t, parkedFrame, 1, waitLimit)
 		release <- struct{}{}
 		if s := <-owner; s != http.StatusServiceUnavailable {
 			t.Fatalf("round %d: owner got %d, want its handler's 503", i, s)

@@ -1,8 +1,6 @@
 package idem_test
 
 import (
-	"bytes"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -10,6 +8,7 @@ import (
 
 	"github.com/go-chi/chi/v5/middleware"
 
+	"github.com/writeonce/porch-go/internal/testkit"
 	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/idem"
 )
@@ -96,7 +95,7 @@ func TestScopeWithoutPrincipal(t *testing.T) {
 // forge, and a forged address picks another client's scope. The middleware
 // cannot undo it, but says so, once.
 func TestRealIPIsLogged(t *testing.T) {
-	logs := captureLog(t)
+	logs := testkit.CaptureDefaultLog(t)
 	m := idem.New(newPool(t, porchOptions()), openStore(t, envConfig{}.store), idem.Options{})
 	h := middleware.RealIP(m.Handler(new(orders)))
 	for _, xff := range []string{"203.0.113.1", "203.0.113.2", "203.0.113.3"} {
@@ -107,14 +106,4 @@ func TestRealIPIsLogged(t *testing.T) {
 	if n := strings.Count(logs.String(), "middleware.RealIP"); n != 1 {
 		t.Fatalf("got %d warnings naming middleware.RealIP, want 1:\n%s", n, logs)
 	}
-}
-
-// captureLog sends the default logger to a buffer until the test ends.
-func captureLog(t *testing.T) *bytes.Buffer {
-	t.Helper()
-	var buf bytes.Buffer
-	old := slog.Default()
-	slog.SetDefault(slog.New(slog.NewTextHandler(&buf, nil)))
-	t.Cleanup(func() { slog.SetDefault(old) })
-	return &buf
 }

@@ -5,13 +5,13 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/writeonce/porch-go/internal/testkit"
 	"github.com/writeonce/porch-go/porch/idem"
 	"github.com/writeonce/porch-go/porch/rate"
 	"github.com/writeonce/porch-go/porch/store"
@@ -107,7 +107,4 @@ func TestSlowExecDoesNotStallLimiter(t *testing.T) {
 }
 
 // inStack reports whether any goroutine's stack holds frame.
-func inStack(frame string) bool {
-	buf := make([]byte, 1<<20)
-	return strings.Contains(string(buf[:runtime.Stack(buf, true)]), frame)
-}
+func inStack(frame string) bool { return testkit.CountStacks(frame) > 0 }

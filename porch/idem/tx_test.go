@@ -6,17 +6,19 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/writeonce/porch-go/internal/pgtest"
+	"github.com/writeonce/porch-go/internal/pgtest/pgstore"
+	"github.com/writeonce/porch-go/internal/testkit"
 	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/idem"
 	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/driver"
+	"github.com/writeonce/porch-go/porch/store/postgres"
 )
 
 // txBackend is one store with an application table, ledger, in the same
@@ -58,7 +60,7 @@ func eachBackend(t *testing.T, test func(t *testing.T, b txBackend)) {
 		test(t, b)
 	})
 	t.Run("postgres", func(t *testing.T) {
-		st := openPostgresStore(t, pgtest.DSN(t))
+		st := pgstore.Open(t, pgtest.DSN(t), postgres.Options{})
 		ctx := context.Background()
 		b := txBackend{st: st,
 			exec: func(t *testing.T, q string) {
@@ -311,20 +313,14 @@ func TestNestedMiddlewaresSameKey(t *testing.T) {
 // blocked where the test needs it, which nothing else can signal.
 func waitInStack(t *testing.T, frames ...string) {
 	t.Helper()
-	deadline := time.Now().Add(waitLimit)
-	for {
-		buf := make([]byte, 1<<20)
-		dump := string(buf[:runtime.Stack(buf, true)])
+	testkit.WaitStack(t, waitLimit, fmt.Sprintf("a goroutine in any of %q", frames), func(g string) bool {
 		for _, f := range frames {
-			if strings.Contains(dump, f) {
-				return
+			if strings.Contains(g, f) {
+				return true
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no goroutine reached any of %q within %s", frames, waitLimit)
-		}
-		time.Sleep(time.Millisecond)
-	}
+		return false
+	})
 }
 
 // heldRuns writes one ledger row per run through idem.Exec, numbered by run,

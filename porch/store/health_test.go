@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/writeonce/porch-go/internal/pgtest"
+	"github.com/writeonce/porch-go/internal/pgtest/pgstore"
 	"github.com/writeonce/porch-go/porch/internal/algorithm"
 	"github.com/writeonce/porch-go/porch/porchtest"
 	"github.com/writeonce/porch-go/porch/store"
@@ -77,13 +78,7 @@ var healthBackends = []healthBackend{
 	{"postgres", func(t *testing.T) healthRig {
 		dsn := pgtest.DSN(t)
 		clock := porchtest.NewFakeClock(wall0)
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		p, err := postgres.Open(ctx, dsn, postgres.Options{Options: store.Options{Clock: clock}})
-		if err != nil {
-			t.Fatalf("postgres.Open: %v", err)
-		}
-		t.Cleanup(func() { p.Close(context.Background()) })
+		p := pgstore.Open(t, dsn, postgres.Options{Options: store.Options{Clock: clock}})
 		exec := func(q string) {
 			t.Helper()
 			if _, err := p.Pool().Exec(context.Background(), q); err != nil {

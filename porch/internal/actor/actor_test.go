@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/writeonce/porch-go/internal/testkit"
 	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/internal/actor"
 )
@@ -332,19 +332,10 @@ func TestPoolSendWaitWaitsForRoom(t *testing.T) {
 // receive from tells it that a send has parked, so it reads the stacks.
 func waitParked(t *testing.T, fn string) {
 	t.Helper()
-	buf := make([]byte, 1<<20)
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		n := runtime.Stack(buf, true)
-		for _, g := range strings.Split(string(buf[:n]), "\n\n") {
-			blocked := strings.Contains(g, "[chan send") || strings.Contains(g, "[select")
-			if blocked && strings.Contains(g, fn) {
-				return
-			}
-		}
-		runtime.Gosched()
-	}
-	t.Fatalf("no goroutine parked in %s", fn)
+	testkit.WaitStack(t, 10*time.Second, "a goroutine parked in "+fn, func(g string) bool {
+		blocked := strings.Contains(g, "[chan send") || strings.Contains(g, "[select")
+		return blocked && strings.Contains(g, fn)
+	})
 }
 
 func TestPoolCloseHonoursContextWhileSendWaitParked(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // cancelGrace is how long the server has, once a commit's bound
@@ -64,4 +65,15 @@ func (p *Store) late(ctx context.Context, what string, err error) error {
 	// err's text, not err: it wraps the deadline (see errLate).
 	return fmt.Errorf("postgres: %s: %w (%s: the server, a lock or a synchronous standby held it up; it may still commit, so counts err high): %s",
 		what, errLate, p.opt.Timeout, err.Error())
+}
+
+// cancelAbandoned asks the server to cancel what conn's backend runs, if
+// ctx has ended: pgx then closed conn mid-statement (see endBounded).
+func cancelAbandoned(ctx context.Context, conn *pgxpool.Conn) {
+	if ctx.Err() == nil {
+		return
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelGrace)
+	defer cancel()
+	conn.Conn().PgConn().CancelRequest(cctx) //nolint:errcheck // closing the connection may do it too, later
 }

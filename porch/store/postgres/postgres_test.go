@@ -13,27 +13,12 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/writeonce/porch-go/internal/pgtest"
+	"github.com/writeonce/porch-go/internal/pgtest/pgstore"
 	"github.com/writeonce/porch-go/porch/internal/algorithm"
 	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/driver"
 	"github.com/writeonce/porch-go/porch/store/postgres"
 )
-
-func openPostgres(t *testing.T, dsn string) *postgres.Store {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	s, err := postgres.Open(ctx, dsn, postgres.Options{})
-	if err != nil {
-		t.Fatalf("postgres.Open: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := s.Close(context.Background()); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	})
-	return s
-}
 
 // addHit counts one hit and waits for it to be durable.
 func addHit(t *testing.T, s *postgres.Store, key string, window time.Duration) hitResult {
@@ -71,7 +56,7 @@ func unlimited(window time.Duration) driver.Rule {
 // the N-th.
 func TestPostgresAddHitIsExactAcrossInstances(t *testing.T) {
 	dsn := pgtest.DSN(t)
-	a, b := openPostgres(t, dsn), openPostgres(t, dsn)
+	a, b := pgstore.Open(t, dsn, postgres.Options{}), pgstore.Open(t, dsn, postgres.Options{})
 	const perInstance = 200
 	var (
 		mu        sync.Mutex
@@ -123,7 +108,7 @@ func TestPostgresAddHitIsExactAcrossInstances(t *testing.T) {
 }
 
 func TestPostgresWindowResetsOnAccess(t *testing.T) {
-	s := openPostgres(t, pgtest.DSN(t))
+	s := pgstore.Open(t, pgtest.DSN(t), postgres.Options{})
 	const window = 300 * time.Millisecond
 	for want := int64(1); want <= 3; want++ {
 		if got := addHit(t, s, "rate:w", window).Count; got != want {
@@ -141,7 +126,7 @@ func TestPostgresWindowResetsOnAccess(t *testing.T) {
 
 func TestPostgresReserveExcludesOtherInstances(t *testing.T) {
 	dsn := pgtest.DSN(t)
-	a, b := openPostgres(t, dsn), openPostgres(t, dsn)
+	a, b := pgstore.Open(t, dsn, postgres.Options{}), pgstore.Open(t, dsn, postgres.Options{})
 	ctx := context.Background()
 	held, err := a.Reserve(ctx, "idem:k")
 	if err != nil {
@@ -190,7 +175,7 @@ func TestPostgresReserveExcludesOtherInstances(t *testing.T) {
 // key: the server drops the advisory lock with the connection.
 func TestPostgresReservationDiesWithItsConnection(t *testing.T) {
 	dsn := pgtest.DSN(t)
-	a, b := openPostgres(t, pgtest.WithParam(dsn, "application_name", "porch_dies_a")), openPostgres(t, dsn)
+	a, b := pgstore.Open(t, pgtest.WithParam(dsn, "application_name", "porch_dies_a"), postgres.Options{}), pgstore.Open(t, dsn, postgres.Options{})
 	ctx := context.Background()
 	dead, err := a.Reserve(ctx, "idem:crash")
 	if err != nil {
@@ -223,7 +208,7 @@ func TestPostgresReservationDiesWithItsConnection(t *testing.T) {
 // owner's transaction, so an owner that gives the key up instead leaves the
 // expired row to the bounded prune.)
 func TestPostgresExpiredResponseIsReplaced(t *testing.T) {
-	s := openPostgres(t, pgtest.DSN(t))
+	s := pgstore.Open(t, pgtest.DSN(t), postgres.Options{})
 	ctx := context.Background()
 	r, err := s.Reserve(ctx, "idem:ttl")
 	if err != nil {
@@ -338,8 +323,8 @@ func TestPostgresCloseKeepsItsDeadline(t *testing.T) {
 // guards that.
 func TestPostgresAbandonedReserveLeavesNoWaiter(t *testing.T) {
 	dsn := pgtest.DSN(t)
-	a := openPostgres(t, pgtest.WithParam(dsn, "application_name", "porch_abandon_a"))
-	b := openPostgres(t, pgtest.WithParam(dsn, "application_name", "porch_abandon_b"))
+	a := pgstore.Open(t, pgtest.WithParam(dsn, "application_name", "porch_abandon_a"), postgres.Options{})
+	b := pgstore.Open(t, pgtest.WithParam(dsn, "application_name", "porch_abandon_b"), postgres.Options{})
 	ctx := context.Background()
 	hold, err := a.Reserve(ctx, "busy")
 	if err != nil {
@@ -372,7 +357,7 @@ func TestPostgresAbandonedReserveLeavesNoWaiter(t *testing.T) {
 // store.ErrWriteFailed, though COMMIT is pipelined with the response's
 // write: nothing of the owner's is stored, and the key is free again.
 func TestPostgresDeferredViolationFailsSave(t *testing.T) {
-	s := openPostgres(t, pgtest.DSN(t))
+	s := pgstore.Open(t, pgtest.DSN(t), postgres.Options{})
 	ctx := context.Background()
 	if _, err := s.Pool().Exec(ctx, `CREATE TABLE orders (id int PRIMARY KEY,
 		parent int REFERENCES orders (id) DEFERRABLE INITIALLY DEFERRED)`); err != nil {
@@ -415,7 +400,7 @@ func TestPostgresDeferredViolationFailsSave(t *testing.T) {
 // is committed once it returns: the other instance's Reserve finds no row.
 func TestPostgresInspectAndForgetAcrossInstances(t *testing.T) {
 	dsn := pgtest.DSN(t)
-	a, b := openPostgres(t, dsn), openPostgres(t, dsn)
+	a, b := pgstore.Open(t, dsn, postgres.Options{}), pgstore.Open(t, dsn, postgres.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	hold, err := a.Reserve(ctx, "k")

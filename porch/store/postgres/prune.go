@@ -89,3 +89,39 @@ func (p *Store) prunesCommitted(b *batchHits) {
 		p.prunes.pruned(max(b.pruned[0], b.pruned[1]))
 	}
 }
+
+// queuePruneAfterSave queues Save's prune after its COMMIT, in a
+// transaction of its own, so that its failure cannot take the stored
+// response with it, and at synchronous_commit off, so that its commit
+// waits for no synchronous standby and no disk flush: a prune lost in a
+// crash only leaves expired rows for the next one. That is what makes it
+// safe to pipeline. A Save past its bound has its connection closed and
+// one cancel request sent, which the COMMIT uses up; the server then runs
+// the prune for a client that has gone. At the server's level its commit
+// would wait for a dead standby with nobody left to cancel it, one
+// backend and its row locks per such Save; at off it finishes at once
+// (its DELETE skips locked rows, so it waits for no lock either). Run
+// after the answer instead, it would cost the owner a round trip of its
+// own in every Save under a backlog.
+func queuePruneAfterSave(b *pgx.Batch, rows int) {
+	b.Queue(pgBegin)
+	b.Queue(pgCommitAsync)
+	b.Queue(pgPruneResponses, rows)
+	b.Queue("COMMIT")
+}
+
+// readPruneAfterSave reads what queuePruneAfterSave queued and returns
+// how many rows the prune deleted.
+func readPruneAfterSave(br pgx.BatchResults) (int64, error) {
+	if err := readBegin(br, 2); err != nil {
+		return 0, err
+	}
+	tag, err := br.Exec()
+	if err != nil {
+		return 0, err
+	}
+	if _, err := br.Exec(); err != nil {
+		return 0, err
+	}
+	return tag.RowsAffected(), nil
+}

@@ -1,6 +1,12 @@
 package postgres
 
-import "strings"
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
 
 // postgresMigrations are applied in order under an advisory lock, so that
 // several instances starting at once migrate exactly once; the
@@ -259,3 +265,46 @@ const (
 var pgAddFittingHits = pgAddHits[:strings.Index(pgAddHits, "\t\tRETURNING")] + `		WHERE CASE WHEN c.expires_at <= excluded.window_start THEN 0 ELSE c.count END + excluded.count
 		<= ($5::bigint[])[array_position($1::bytea[], excluded.key)]
 	RETURNING c.key, c.count, c.prev, c.window_start, ` + pgNowMS
+
+func (p *Store) migrate(ctx context.Context) error {
+	return pgx.BeginTxFunc(ctx, p.writer, readCommitted, func(tx pgx.Tx) error {
+		// A DSN's statement_timeout or lock_timeout is for the
+		// application's queries: an instance starting beside others that
+		// migrate must wait its turn for the schema lock (bounded by ctx),
+		// not fail to open.
+		if _, err := tx.Exec(ctx, `SET LOCAL statement_timeout = 0`); err != nil {
+			return fmt.Errorf("postgres: migrate: %w", err)
+		}
+		if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = 0`); err != nil {
+			return fmt.Errorf("postgres: migrate: %w", err)
+		}
+		if _, err := tx.Exec(ctx, pgLockSchema); err != nil {
+			return fmt.Errorf("postgres: lock schema: %w", err)
+		}
+		if _, err := tx.Exec(ctx, pgVersionTable); err != nil {
+			return fmt.Errorf("postgres: schema version table: %w", err)
+		}
+		var version int
+		if err := tx.QueryRow(ctx, pgReadVersion).Scan(&version); err != nil {
+			return fmt.Errorf("postgres: read schema version: %w", err)
+		}
+		if version > len(postgresMigrations) {
+			return fmt.Errorf("postgres: schema version %d is newer than this build knows (%d)", version, len(postgresMigrations))
+		}
+		if version == len(postgresMigrations) {
+			// Nothing written, so the COMMIT waits for no synchronous
+			// standby: an instance restarted while one is down opens, and
+			// at SurvivesProcessCrash counts (see TestOpenWithNothingToChangeCommitsNothing).
+			return nil
+		}
+		for v := version; v < len(postgresMigrations); v++ {
+			if _, err := tx.Exec(ctx, postgresMigrations[v]); err != nil {
+				return fmt.Errorf("postgres: migrate to %d: %w", v+1, err)
+			}
+		}
+		if _, err := tx.Exec(ctx, fmt.Sprintf(pgWriteVersion, len(postgresMigrations))); err != nil {
+			return fmt.Errorf("postgres: write schema version: %w", err)
+		}
+		return nil
+	})
+}

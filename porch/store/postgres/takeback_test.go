@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/writeonce/porch-go/internal/pgtest"
+	"github.com/writeonce/porch-go/internal/pgtest/pgstore"
 	"github.com/writeonce/porch-go/porch/store/postgres"
 )
 
@@ -27,7 +28,7 @@ func takeBack(t *testing.T, s *postgres.Store, key string, start time.Time, n in
 // below zero, and leaves any other window alone: a late take-back must not
 // come out of a newer window's hits.
 func TestPostgresTakeBack(t *testing.T) {
-	s := openPostgres(t, pgtest.DSN(t))
+	s := pgstore.Open(t, pgtest.DSN(t), postgres.Options{})
 	const key = "rate:t:p:alice"
 	h := addHit(t, s, key, time.Hour)
 	addHit(t, s, key, time.Hour)
@@ -70,7 +71,7 @@ func resetHit(t *testing.T, s *postgres.Store, key string) {
 // restarted the window at the old start would let the late take-back
 // erase a hit that was served, and the key could go one over its limit.
 func TestPostgresTakeBackAfterResetInTheSameMillisecond(t *testing.T) {
-	s := openPostgres(t, pgtest.DSN(t))
+	s := pgstore.Open(t, pgtest.DSN(t), postgres.Options{})
 	prefix := fmt.Sprintf("rate:t:reset-%d:", time.Now().UnixNano())
 	for i := range 500 {
 		key := prefix + strconv.Itoa(i)

@@ -8,7 +8,6 @@ import (
 	"net"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,34 +15,12 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/writeonce/porch-go/internal/redistest"
+	"github.com/writeonce/porch-go/internal/testkit"
 	"github.com/writeonce/porch-go/porch/internal/algorithm"
 	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/driver"
 	"github.com/writeonce/porch-go/porch/store/redis"
 )
-
-// syncBuffer is a log destination the store writes from its goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
-func captureLog() (*slog.Logger, *syncBuffer) {
-	b := &syncBuffer{}
-	return slog.New(slog.NewTextHandler(b, nil)), b
-}
 
 // untilHit retries a hit until the store answers it (a failover's broken
 // connections and unready primary fail the first tries), for up to 30s.
@@ -85,7 +62,7 @@ func peekCount(t *testing.T, c goredis.UniversalClient, prefix, key string, rule
 func TestReplicaAckFailsClosedWithoutReplica(t *testing.T) {
 	primary := redistest.StartServer(t)
 	replica := redistest.StartReplica(t, primary)
-	logger, logs := captureLog()
+	logger, logs := testkit.CaptureLog()
 	st := open(t, client(t, primary.Addr), redis.Options{Replicas: 1, Timeout: 2 * time.Second,
 		Options: store.Options{Logger: logger}})
 	rule := algorithm.MustRule(algorithm.Fixed, 100, time.Hour, 0)
@@ -131,7 +108,7 @@ func TestOpenWhileReplicaSyncs(t *testing.T) {
 	replica := redistest.StartSyncingReplica(t, primary)
 	ss := redistest.StartSentinels(t, "porch", primary, nil, 1)
 	rule := algorithm.MustRule(algorithm.Fixed, 100, time.Hour, 0)
-	logger, logs := captureLog()
+	logger, logs := testkit.CaptureLog()
 	opt := redis.Options{Replicas: 1, Timeout: 2 * time.Second, Options: store.Options{Logger: logger}}
 	fc := goredis.NewFailoverClient(ss.FailoverOptions())
 	t.Cleanup(func() { fc.Close() })
@@ -343,7 +320,7 @@ func TestSentinelFailoverKeepsLimits(t *testing.T) {
 	opt.ContextTimeoutEnabled = true
 	fc := goredis.NewFailoverClient(opt)
 	t.Cleanup(func() { fc.Close() })
-	logger, logs := captureLog()
+	logger, logs := testkit.CaptureLog()
 	st := open(t, fc, redis.Options{Replicas: 1, Options: store.Options{Logger: logger}})
 	const limit = 5
 	rule := algorithm.MustRule(algorithm.Fixed, limit, time.Hour, 0)
@@ -379,14 +356,14 @@ func TestSentinelFailoverKeepsLimits(t *testing.T) {
 // the log), until it is configured to; Open's check alone would let it
 // answer hits a restart forgets.
 func TestNewPrimaryNotDurableFailsClosed(t *testing.T) {
-	primary := redistest.StartServer(t, "--appendonly", "yes", "--appendfsync", "always")
+	primary := redistest.StartDurableServer(t)
 	replica := redistest.StartReplica(t, primary) // appendonly no
 	sentinels := redistest.StartSentinels(t, "porch", primary, []*redistest.Server{replica}, 1)
 	opt := sentinels.FailoverOptions()
 	opt.ContextTimeoutEnabled = true
 	fc := goredis.NewFailoverClient(opt)
 	t.Cleanup(func() { fc.Close() })
-	logger, logs := captureLog()
+	logger, logs := testkit.CaptureLog()
 	st := open(t, fc, redis.Options{RequireDurable: true, Options: store.Options{Logger: logger}})
 	rule := algorithm.MustRule(algorithm.Fixed, 100, time.Hour, 0)
 	if _, err := addHit(st, "rate:x:p:a", rule); err != nil {
@@ -514,7 +491,7 @@ func TestReplicaAckPerClusterNode(t *testing.T) {
 // the way: the old server closed the connections, the client dropped them
 // unused, and dialled the new one.
 func TestNewPrimaryJudgedBeforeItAnswers(t *testing.T) {
-	durable := redistest.StartServer(t, "--appendonly", "yes", "--appendfsync", "always")
+	durable := redistest.StartDurableServer(t)
 	forgetful := redistest.StartServer(t) // appendonly no
 	var target atomic.Value
 	target.Store(durable.Addr)
@@ -566,7 +543,7 @@ func TestOpenSaysWhyTheSentinelsFailed(t *testing.T) {
 func TestTooFewReplicasOnlineIsLoggedAsSuch(t *testing.T) {
 	primary := redistest.StartServer(t, "--repl-diskless-sync-delay", "3600")
 	redistest.StartSyncingReplica(t, primary)
-	logger, logs := captureLog()
+	logger, logs := testkit.CaptureLog()
 	st := open(t, client(t, primary.Addr), redis.Options{Replicas: 1, Timeout: 2 * time.Second,
 		Options: store.Options{Logger: logger}})
 	rule := algorithm.MustRule(algorithm.Fixed, 100, time.Hour, 0)

@@ -178,7 +178,7 @@ func testPauseAroundTimeout(t *testing.T, ctxTimeout bool) {
 // small limit: every allowed hit survives, and the limit holds across the
 // restarts.
 func TestKill9Durable(t *testing.T) {
-	srv := redistest.StartServer(t, "--appendonly", "yes", "--appendfsync", "always")
+	srv := redistest.StartDurableServer(t)
 	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr, ReadTimeout: time.Second, WriteTimeout: time.Second})
 	t.Cleanup(func() { c.Close() })
 	s, err := Open(context.Background(), c, Options{RequireDurable: true})
@@ -392,8 +392,7 @@ func tryRule(alg algorithm.Algorithm, limit int64, window time.Duration, burst i
 func TestEvictionForgetsCounts(t *testing.T) {
 	for _, policy := range []string{"allkeys-lru", "volatile-ttl"} {
 		t.Run(policy, func(t *testing.T) {
-			srv := redistest.StartServer(t, "--appendonly", "yes", "--appendfsync", "always",
-				"--maxmemory", "3mb", "--maxmemory-policy", policy)
+			srv := redistest.StartDurableServer(t, "--maxmemory", "3mb", "--maxmemory-policy", policy)
 			c := goredis.NewClient(&goredis.Options{Addr: srv.Addr})
 			t.Cleanup(func() { c.Close() })
 			var logs bytes.Buffer

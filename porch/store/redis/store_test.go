@@ -83,7 +83,7 @@ func allowRetry(t *testing.T, l *rate.Limiter, principal string) rate.Verdict {
 // A client counted to its limit on appendonly yes + appendfsync always is
 // still limited after the server is killed with SIGKILL and restarted.
 func TestDurableAcrossKill9(t *testing.T) {
-	srv := redistest.StartServer(t, "--appendonly", "yes", "--appendfsync", "always")
+	srv := redistest.StartDurableServer(t)
 	st := open(t, client(t, srv.Addr), redis.Options{RequireDurable: true})
 	pool := porch.NewPool(porch.PoolOptions{})
 	t.Cleanup(func() { pool.Close(context.Background()) })
