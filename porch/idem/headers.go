@@ -7,6 +7,14 @@ import (
 	"strings"
 )
 
+// Header is the request header that carries the key
+// (draft-ietf-httpapi-idempotency-key-header).
+const Header = "Idempotency-Key"
+
+// ReplayedHeader marks a response served from the store rather than by the
+// handler, with the value "true"; Options.ReplayedHeader renames it.
+const ReplayedHeader = "Idempotency-Replayed"
+
 // neverKept are the response headers KeepHeaders may not name, and why:
 // replaying them would be wrong, whatever the handler meant.
 var neverKept = map[string]string{
@@ -66,22 +74,6 @@ func validFieldName(name string) bool {
 	return name != ""
 }
 
-// kept copies the headers of h that keep names, for the stored row: the
-// response's own map may still be changed by the middlewares whose After
-// runs later.
-func kept(h http.Header, keep []string) http.Header {
-	var out http.Header
-	for _, name := range keep {
-		if vals := h[name]; len(vals) > 0 {
-			if out == nil {
-				out = make(http.Header, len(keep))
-			}
-			out[name] = slices.Clone(vals)
-		}
-	}
-	return out
-}
-
 // headerNames resolves Options.KeyHeader and ReplayedHeader to canonical
 // names, defaults for empty ones. It panics on a name that is not a field
 // name, and on a replay marker whose value porch or net/http sets, or a
@@ -107,4 +99,20 @@ func headerNames(key, replayed string) (string, string) {
 		panic(fmt.Sprintf("idem: ReplayedHeader may not be %s: %s", replayed, why))
 	}
 	return http.CanonicalHeaderKey(key), replayed
+}
+
+// kept copies the headers of h that keep names, for the stored row: the
+// response's own map may still be changed by the middlewares whose After
+// runs later.
+func kept(h http.Header, keep []string) http.Header {
+	var out http.Header
+	for _, name := range keep {
+		if vals := h[name]; len(vals) > 0 {
+			if out == nil {
+				out = make(http.Header, len(keep))
+			}
+			out[name] = slices.Clone(vals)
+		}
+	}
+	return out
 }
