@@ -27,7 +27,7 @@ func (m *Keys) Before(r *http.Request) (*http.Request, *porch.Response) {
 	if err != nil {
 		m.observe(r, Invalid)
 		return r, m.problem(problemKeyInvalid, http.StatusBadRequest, "Invalid "+m.keyHeader,
-			strings.ReplaceAll(err.Error(), Header, m.keyHeader))
+			strings.ReplaceAll(err.Error(), defaultKeyHeader, m.keyHeader))
 	}
 	principal, err := m.principal(r)
 	if errors.Is(err, porch.ErrSkip) {

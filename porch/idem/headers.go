@@ -7,13 +7,13 @@ import (
 	"strings"
 )
 
-// Header is the request header that carries the key
-// (draft-ietf-httpapi-idempotency-key-header).
-const Header = "Idempotency-Key"
+// defaultKeyHeader is the request header that carries the key
+// (draft-ietf-httpapi-idempotency-key-header); Options.KeyHeader renames it.
+const defaultKeyHeader = "Idempotency-Key"
 
-// ReplayedHeader marks a response served from the store rather than by the
-// handler, with the value "true"; Options.ReplayedHeader renames it.
-const ReplayedHeader = "Idempotency-Replayed"
+// defaultReplayedHeader marks a response served from the store rather than
+// by the handler, with the value "true"; Options.ReplayedHeader renames it.
+const defaultReplayedHeader = "Idempotency-Replayed"
 
 // neverKept are the response headers KeepHeaders may not name, and why:
 // replaying them would be wrong, whatever the handler meant.
@@ -29,7 +29,7 @@ var neverKept = map[string]string{
 	"Upgrade":               "it describes the original connection",
 	"Trailer":               "porch buffers responses and sends no trailers",
 	"Retry-After":           "it was true when it was sent, not when the retry arrives",
-	ReplayedHeader:          "porch sets it on every replay",
+	defaultReplayedHeader:   "porch sets it on every replay",
 	"Ratelimit":             "the rate limiter sets it for the retry",
 	"Ratelimit-Policy":      "the rate limiter sets it for the retry",
 	"X-Ratelimit-Limit":     "the rate limiter sets it for the retry",
@@ -51,7 +51,7 @@ func keepHeaders(names []string, replayed string) []string {
 			panic(fmt.Sprintf("idem: KeepHeaders may not name %s: %s", name, why))
 		}
 		if name == replayed {
-			panic(fmt.Sprintf("idem: KeepHeaders may not name %s: %s", name, neverKept[ReplayedHeader]))
+			panic(fmt.Sprintf("idem: KeepHeaders may not name %s: %s", name, neverKept[defaultReplayedHeader]))
 		}
 		if name != "Content-Type" && !slices.Contains(keep, name) {
 			keep = append(keep, name)
@@ -80,10 +80,10 @@ func validFieldName(name string) bool {
 // replay must not.
 func headerNames(key, replayed string) (string, string) {
 	if key == "" {
-		key = Header
+		key = defaultKeyHeader
 	}
 	if replayed == "" {
-		replayed = ReplayedHeader
+		replayed = defaultReplayedHeader
 	}
 	if !validFieldName(key) {
 		panic(fmt.Sprintf("idem: New expects KeyHeader to be a field name, got %q", key))
@@ -92,7 +92,7 @@ func headerNames(key, replayed string) (string, string) {
 		panic(fmt.Sprintf("idem: New expects ReplayedHeader to be a field name, got %q", replayed))
 	}
 	replayed = http.CanonicalHeaderKey(replayed)
-	if why, ok := neverKept[replayed]; (ok && replayed != ReplayedHeader) || replayed == "Content-Type" {
+	if why, ok := neverKept[replayed]; (ok && replayed != defaultReplayedHeader) || replayed == "Content-Type" {
 		if !ok {
 			why = "it is the stored response's"
 		}

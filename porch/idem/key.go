@@ -10,8 +10,8 @@ import (
 	"github.com/writeonce/porch-go/porch/internal/logctx"
 )
 
-// MaxKeyLen is the longest key accepted, in bytes.
-const MaxKeyLen = 255
+// maxKeyLen is the longest key accepted, in bytes.
+const maxKeyLen = 255
 
 var (
 	errKeyMissing  = errors.New("no Idempotency-Key header")
@@ -58,7 +58,7 @@ func checkKey(key string) error {
 	switch {
 	case key == "":
 		return errKeyEmpty
-	case len(key) > MaxKeyLen:
+	case len(key) > maxKeyLen:
 		return errKeyLong
 	}
 	for i := 0; i < len(key); i++ {

@@ -15,11 +15,11 @@ import (
 	"github.com/writeonce/porch-go/porch/store/driver"
 )
 
-// Defaults for [Options].
+// Defaults for [Options], as its fields document them.
 const (
-	DefaultTTL           = 24 * time.Hour
-	DefaultMaxBody       = 1 << 20
-	DefaultMaxStoredBody = 1 << 20
+	defaultTTL           = 24 * time.Hour
+	defaultMaxBody       = 1 << 20
+	defaultMaxStoredBody = 1 << 20
 )
 
 // Options configure the middleware [New] returns. The zero value applies to
@@ -31,14 +31,14 @@ type Options struct {
 	RequireKey bool
 	// KeyHeader names the request header that carries the key, for clients
 	// that send another (Fiber's default is X-Idempotency-Key). New panics
-	// on a name that is not a field name. If empty, [Header],
-	// "Idempotency-Key", the draft's.
+	// on a name that is not a field name. If empty, "Idempotency-Key", the
+	// draft's.
 	KeyHeader string
 	// ReplayedHeader names the response header, set to "true", that marks
 	// a replay (Stripe's is Idempotent-Replayed). New panics on a name
 	// that is not a field name, that KeepHeaders names, or whose value a
 	// replay must not set (Content-Type, Set-Cookie, the framing fields).
-	// If empty, [ReplayedHeader], "Idempotency-Replayed".
+	// If empty, "Idempotency-Replayed".
 	ReplayedHeader string
 	// Principal scopes keys: two principals using the same key get separate
 	// records. Set it to the authenticated account (the auth middleware
@@ -58,11 +58,10 @@ type Options struct {
 	// it behind a proxy you control, or every client behind it shares the
 	// proxy's scope. If false, the connection's peer address.
 	TrustProxy bool
-	// TTL is how long a stored response is kept. If zero, DefaultTTL.
+	// TTL is how long a stored response is kept. If zero, 24 hours.
 	TTL time.Duration
 	// MaxBody is the largest request body accepted, in bytes; a larger one
-	// is refused with 413 before anything is reserved. If zero,
-	// DefaultMaxBody.
+	// is refused with 413 before anything is reserved. If zero, 1 MiB.
 	MaxBody int64
 	// StoreStatus reports whether a response of the given status is stored
 	// and replayed to the key's retries. A response it refuses is sent as
@@ -81,7 +80,7 @@ type Options struct {
 	// handler that answers a larger one, with a status that is stored, has
 	// its Exec writes discarded and its answer withheld: its client gets
 	// 500 (…/idempotency-response-too-large) saying nothing was done, and
-	// the key is free for a retry. If zero, DefaultMaxStoredBody.
+	// the key is free for a retry. If zero, 1 MiB.
 	MaxStoredBody int64
 	// MaxWait bounds how long a duplicate waits for a running owner before
 	// it is answered 409 with Retry-After, the draft's in-flight answer. If
@@ -104,10 +103,10 @@ type Options struct {
 	// Fingerprint returns what stands for the body in a request's digest,
 	// which tells a retry (replayed) from a key reused for another request
 	// (422). [FingerprintJSON] compares JSON bodies by their canonical form,
-	// so a client that re-encodes its JSON on a retry is not refused;
-	// [CanonicalJSON] does too, and refuses a body that has none. An error
-	// is answered 400 (…/idempotency-body-invalid) before anything is
-	// reserved. Changing it on a live route makes a retry of a request
+	// so a client that re-encodes its JSON on a retry is not refused. An
+	// error is answered 400 (…/idempotency-body-invalid) before anything is
+	// reserved: a function that refuses a body that is not JSON and returns
+	// FingerprintJSON's result for the rest is the strict form. Changing it on a live route makes a retry of a request
 	// stored under the old one 422, unless both give its body the same
 	// fingerprint. It must not change body, which the handler reads next.
 	// If nil, the body byte for byte; a 422 for a JSON body of at most
@@ -172,13 +171,13 @@ func New(pool *porch.Pool, st driver.KeyStore, opt Options) *Keys {
 		panic(fmt.Sprintf("idem: New expects ProblemBase to be a URI, got %q", opt.ProblemBase))
 	}
 	if opt.TTL == 0 {
-		opt.TTL = DefaultTTL
+		opt.TTL = defaultTTL
 	}
 	if opt.MaxBody == 0 {
-		opt.MaxBody = DefaultMaxBody
+		opt.MaxBody = defaultMaxBody
 	}
 	if opt.MaxStoredBody == 0 {
-		opt.MaxStoredBody = DefaultMaxStoredBody
+		opt.MaxStoredBody = defaultMaxStoredBody
 	}
 	m := &Keys{pool: actor.Of(pool), store: st, opt: opt, shards: make([]*shard, pool.Size())}
 	if opt.Logger != nil {
