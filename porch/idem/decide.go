@@ -183,7 +183,7 @@ func (m *Keys) wait(r *http.Request, f *flight, digest []byte) *porch.Response {
 // shard.join). A flight that was never the key's (its caller left before
 // learning whether it leads) ends all the same, with nobody waiting on it.
 // Only the first finish of a flight counts. (A message to the actor
-// instead cost every keyed request one more goroutine hand-off, the
+// instead would cost every keyed request one more goroutine hand-off, the
 // actor's wake-up, and its closure's allocations.)
 func (m *Keys) finish(f *flight, res result) {
 	if !f.ended.CompareAndSwap(false, true) {

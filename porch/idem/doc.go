@@ -53,8 +53,8 @@
 // (the peer IP, an IPv6 client by its /64; Options.TrustProxy for the
 // address chi's client-IP middleware resolved behind your proxy). Keys are
 // never global by default: in one global key space a response stored for
-// one client, a 401 say, was replayed to another client that sent the same
-// key. Without a principal, a client whose address changes between retries
+// one client, a 401 say, would be replayed to another client that sent the
+// same key. Without a principal, a client whose address changes between retries
 // (a phone moving networks) runs the handler again; set Principal where
 // that matters. Never put chi's middleware.RealIP in front: it rewrites the
 // address from headers any client can forge, so a client could pick

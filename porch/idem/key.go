@@ -109,8 +109,8 @@ func (m *Keys) principal(r *http.Request) (string, error) {
 // client's address when there is none, so that no client can ever read
 // another's stored response. Lengths are spelled out so that no scope/key
 // pair can be made to collide with another, and the two forms differ after
-// "idem:" (a digit, or "ip:"). A principal's form is the one earlier
-// versions stored.
+// "idem:" (a digit, or "ip:"). Stored responses are found by these forms,
+// so changing one loses them: their retries run the handler again.
 func (m *Keys) scope(r *http.Request, principal, key string) string {
 	if principal != "" {
 		return principalKey(principal, key)
