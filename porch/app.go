@@ -16,38 +16,19 @@ import (
 	"github.com/go-chi/chi/v5/middleware"
 )
 
-// Defaults for the App's options. Each bounds what one client can hold: a
-// server without them keeps an idle or a trickling connection forever, and
-// enough of them exhaust the process's file descriptors for every client.
+// Defaults for the App's options, each stated on its field. Each bounds
+// what one client can hold: a server without them keeps an idle or a
+// trickling connection forever, and enough of them exhaust the process's
+// file descriptors for every client.
 const (
-	// DefaultReadHeaderTimeout bounds reading a request's header.
-	DefaultReadHeaderTimeout = 10 * time.Second
-	// DefaultReadTimeout bounds reading a request's body. An idempotent body
-	// of idem.DefaultMaxBody (1 MiB) arrives in it at 35 KB/s.
-	DefaultReadTimeout = 30 * time.Second
-	// DefaultWriteTimeout bounds writing a response; for a response porch
-	// buffered ([Chain]) it counts from when porch starts writing it, so a
-	// slow handler does not eat into it.
-	DefaultWriteTimeout = 30 * time.Second
-	// DefaultIdleTimeout bounds how long a keep-alive connection may sit
-	// between requests. Clients reopen a closed idle connection on their
-	// own.
-	DefaultIdleTimeout = 60 * time.Second
-	// DefaultMaxHeaderBytes caps a request's header: room for large cookies
-	// and tokens, far below net/http's 1 MiB.
-	DefaultMaxHeaderBytes = 64 << 10
-	// DefaultMaxConns caps open connections well below the open-file limits
-	// Linux hosts and containers commonly set (20,000 and up), leaving room
-	// for the store's files and connections.
-	DefaultMaxConns = 4096
-	// DefaultDrainTimeout bounds the graceful part of a stop: waiting for
-	// in-flight requests. With DefaultCloseTimeout for each closer it keeps
-	// a typical stop (three closers that take their time) inside the 30 s
-	// a container orchestrator usually grants before SIGKILL.
-	DefaultDrainTimeout = 15 * time.Second
-	// DefaultCloseTimeout bounds each closer registered with
-	// [App.OnShutdown].
-	DefaultCloseTimeout = 5 * time.Second
+	defaultReadHeaderTimeout = 10 * time.Second
+	defaultReadTimeout       = 30 * time.Second
+	defaultWriteTimeout      = 30 * time.Second
+	defaultIdleTimeout       = 60 * time.Second
+	defaultMaxHeaderBytes    = 64 << 10
+	defaultMaxConns          = 4096
+	defaultDrainTimeout      = 15 * time.Second
+	defaultCloseTimeout      = 5 * time.Second
 )
 
 // App is a chi router that knows how to serve and how to stop. [App.Serve]
@@ -71,26 +52,29 @@ const (
 type App struct {
 	chi.Router
 
-	// ReadHeaderTimeout bounds reading a request's header. If zero,
-	// DefaultReadHeaderTimeout.
+	// ReadHeaderTimeout bounds reading a request's header. If zero, 10 s.
 	ReadHeaderTimeout time.Duration
 	// ReadTimeout bounds reading a whole request, header and body
 	// (http.Server.ReadTimeout); a handler still reading the body then gets
 	// an error matching os.ErrDeadlineExceeded, which [BodyProblem] answers
 	// 408. It does not bound the
 	// handler: net/http lifts the deadline once the body has been read. If
-	// zero, DefaultReadTimeout.
+	// zero, 30 s, in which an idempotent body of idem's default MaxBody
+	// (1 MiB) arrives at 35 KB/s.
 	ReadTimeout time.Duration
 	// WriteTimeout bounds writing a response (http.Server.WriteTimeout). A
 	// response buffered by [Chain] gets it afresh when porch starts writing
-	// it, so only the client's reading counts. If zero, DefaultWriteTimeout.
+	// it, so a slow handler does not eat into it and only the client's
+	// reading counts. If zero, 30 s.
 	WriteTimeout time.Duration
 	// IdleTimeout bounds how long a keep-alive connection waits for its
-	// next request. If zero, DefaultIdleTimeout.
+	// next request; clients reopen a closed idle connection on their own.
+	// If zero, 60 s.
 	IdleTimeout time.Duration
 	// MaxHeaderBytes caps a request's header (http.Server.MaxHeaderBytes);
-	// a larger one gets 431. If zero, DefaultMaxHeaderBytes; if negative,
-	// net/http's own cap, 1 MiB (it has no "none").
+	// a larger one gets 431. If zero, 64 KiB: room for large cookies and
+	// tokens, far below net/http's 1 MiB; if negative, net/http's own cap,
+	// 1 MiB (it has no "none").
 	MaxHeaderBytes int
 	// MaxConns caps the connections open at once. When every one is taken
 	// and a client is waiting to be accepted, the connection that has been
@@ -104,14 +88,19 @@ type App struct {
 	// ReadHeaderTimeout), nor an HTTP/2 connection, whose idleness net/http
 	// does not report. Porch holds at most one descriptor beyond the cap.
 	// Keep it below the process's open-file limit (ulimit -n) less what the
-	// store needs. If zero, DefaultMaxConns; if negative, no cap.
+	// store needs. If zero, 4096: well below the open-file limits Linux
+	// hosts and containers commonly set (20,000 and up), leaving room for
+	// the store's files and connections; if negative, no cap.
 	MaxConns int
 	// DrainTimeout bounds how long a stop waits for in-flight requests
-	// before it closes their connections. If zero, DefaultDrainTimeout.
+	// before it closes their connections. If zero, 15 s: with the default
+	// CloseTimeout for each closer it keeps a typical stop (three closers
+	// that take their time) inside the 30 s a container orchestrator
+	// usually grants before SIGKILL.
 	DrainTimeout time.Duration
 	// CloseTimeout bounds each closer registered with OnShutdown, and the
 	// wait for handlers to return once their connections were closed. If
-	// zero, DefaultCloseTimeout.
+	// zero, 5 s.
 	CloseTimeout time.Duration
 	// ConfigureServer, if set, is called with the http.Server that Serve
 	// built, after porch has set its fields and before it serves: set
@@ -183,7 +172,7 @@ func (a *App) Close(ctx context.Context) error {
 	closers := a.closers
 	a.closers = nil
 	a.mu.Unlock()
-	budget := orDefault(a.CloseTimeout, DefaultCloseTimeout)
+	budget := orDefault(a.CloseTimeout, defaultCloseTimeout)
 	var errs []error
 	for i := len(closers) - 1; i >= 0; i-- {
 		errs = append(errs, runCloser(ctx, closers[i], budget, a.logger()))

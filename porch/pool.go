@@ -6,13 +6,6 @@ import (
 	"github.com/writeonce/porch-go/porch/internal/actor"
 )
 
-// Capacity defaults for [PoolOptions]. A burst of 1,000 concurrent requests
-// for one key lands on one actor, so the mailbox must hold that many jobs.
-const (
-	DefaultPoolSize = 16
-	DefaultMailbox  = 1024
-)
-
 // Errors a middleware built on a [Pool] fails closed with.
 var (
 	// ErrSaturated means the actor a request's key hashes to had a full
@@ -28,10 +21,12 @@ var (
 // PoolOptions are the pool's capacity knobs.
 type PoolOptions struct {
 	// Size is the number of actors. More actors buy concurrency across keys;
-	// one key is always served by one actor. If zero, DefaultPoolSize.
+	// one key is always served by one actor. If zero, 16.
 	Size int
 	// Mailbox is how many requests each actor holds queued before the
-	// middlewares answer 503 (ErrSaturated). If zero, DefaultMailbox.
+	// middlewares answer 503 (ErrSaturated). A burst of concurrent requests
+	// for one key lands on one actor, so it bounds the burst one key may
+	// send at once. If zero, 1024.
 	Mailbox int
 	// Observer is told of every request refused with ErrSaturated. If
 	// nil, nothing is observed.
@@ -58,10 +53,10 @@ func NewPool(opt PoolOptions) *Pool {
 		panic("porch: NewPool expects Size >= 0 and Mailbox >= 0")
 	}
 	if opt.Size == 0 {
-		opt.Size = DefaultPoolSize
+		opt.Size = actor.DefaultSize
 	}
 	if opt.Mailbox == 0 {
-		opt.Mailbox = DefaultMailbox
+		opt.Mailbox = actor.DefaultMailbox
 	}
 	var rejected func()
 	if opt.Observer != nil {

@@ -58,9 +58,9 @@ func (b *bufferWriter) Header() http.Header { return b.res.Header }
 
 // WriteHeader records the final status. An interim 1xx (103 Early Hints)
 // is dropped: a buffered response cannot send one ahead, and recorded as
-// the status it hid the real one (a failed login counted as a 103 was
-// given back; an idempotent 201 was stored as 103). Its headers stay in
-// Header and go out with the final response. 101 is final.
+// the status it would hide the real one (a failed login counted as a 103
+// would be given back; an idempotent 201 would be stored as 103). Its
+// headers stay in Header and go out with the final response. 101 is final.
 func (b *bufferWriter) WriteHeader(status int) {
 	if b.wroteHeader || (status >= 100 && status < 200 && status != http.StatusSwitchingProtocols) {
 		return

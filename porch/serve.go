@@ -27,7 +27,7 @@ func (a *App) Serve(ctx context.Context, l net.Listener) error {
 	stop, _ := a.stopper()
 	running := &inflight{}
 	srv := a.server(running)
-	if n := orDefault(a.MaxConns, DefaultMaxConns); n > 0 {
+	if n := orDefault(a.MaxConns, defaultMaxConns); n > 0 {
 		ll := newLimitListener(l, n)
 		l = ll
 		srv.ConnState = ll.chainConnState(srv.ConnState)
@@ -54,14 +54,14 @@ func (a *App) Serve(ctx context.Context, l net.Listener) error {
 
 // server builds the http.Server that Serve runs, from the App's options.
 func (a *App) server(running *inflight) *http.Server {
-	write := orDefault(a.WriteTimeout, DefaultWriteTimeout)
+	write := orDefault(a.WriteTimeout, defaultWriteTimeout)
 	srv := &http.Server{
 		Handler:           a.handler(running, write),
-		ReadHeaderTimeout: orDefault(a.ReadHeaderTimeout, DefaultReadHeaderTimeout),
+		ReadHeaderTimeout: orDefault(a.ReadHeaderTimeout, defaultReadHeaderTimeout),
 		WriteTimeout:      write, // negative: none, as net/http reads it
-		IdleTimeout:       orDefault(a.IdleTimeout, DefaultIdleTimeout),
-		ReadTimeout:       orDefault(a.ReadTimeout, DefaultReadTimeout), // negative: none
-		MaxHeaderBytes:    orDefault(a.MaxHeaderBytes, DefaultMaxHeaderBytes),
+		IdleTimeout:       orDefault(a.IdleTimeout, defaultIdleTimeout),
+		ReadTimeout:       orDefault(a.ReadTimeout, defaultReadTimeout), // negative: none
+		MaxHeaderBytes:    orDefault(a.MaxHeaderBytes, defaultMaxHeaderBytes),
 	}
 	if a.ConfigureServer != nil {
 		a.ConfigureServer(srv)
@@ -88,7 +88,7 @@ func (a *App) handler(running *inflight, write time.Duration) http.Handler {
 
 // drain runs steps 1 and 2 of a stop (see Serve).
 func (a *App) drain(srv *http.Server, stop context.Context, running *inflight) {
-	budget := orDefault(a.DrainTimeout, DefaultDrainTimeout)
+	budget := orDefault(a.DrainTimeout, defaultDrainTimeout)
 	log := a.logger()
 	ctx, cancel := budgeted(stop, budget)
 	defer cancel()
@@ -104,7 +104,7 @@ func (a *App) drain(srv *http.Server, stop context.Context, running *inflight) {
 		log.Warn("porch: stopping now; closing connections", "handlers", running.count())
 	}
 	srv.Close() //nolint:errcheck // the listener's close error was Shutdown's to report
-	wait := orDefault(a.CloseTimeout, DefaultCloseTimeout)
+	wait := orDefault(a.CloseTimeout, defaultCloseTimeout)
 	wctx, cancel := budgeted(context.Background(), wait)
 	defer cancel()
 	if running.wait(wctx) != nil {

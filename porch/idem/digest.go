@@ -43,18 +43,19 @@ func (m *Keys) digest(r *http.Request) ([]byte, *porch.Response) {
 // are the same request exactly when its first digestSize bytes are equal.
 // Without Options.Fingerprint, the digest of a JSON body of at most
 // jsonHintMaxBody bytes is followed by a second SHA-256, of the same
-// framing with the body's CanonicalJSON form. It decides nothing: when a
-// key is reused with a body that differs only in how its JSON is written
-// (member order, whitespace, escapes, 1.0 for 1), it lets the 422 say that
-// FingerprintJSON would have replayed it, which is what such a client's
-// developer needs to hear. Older stored digests, without it, compare as
-// before.
+// framing with the body's canonical form (FingerprintJSON's). It decides
+// nothing: when a key is reused with a body that differs only in how its
+// JSON is written (member order, whitespace, escapes, 1.0 for 1), it lets
+// the 422 say that FingerprintJSON would have replayed it, which is what
+// such a client's developer needs to hear. A digest without the second
+// hash compares by its first digestSize bytes all the same.
 //
 // The hint is capped at 4 KiB because it is paid on every keyed request,
-// not only on the rare 422 it serves: canonicalising 64 KiB of small
-// objects took 3 ms and 376 KB a request, ten times hashing the same bytes,
-// a cost any client past the rate limiter could impose. Typical API bodies
-// are far smaller; past the cap, the 422 says only that the bodies differ.
+// not only on the rare 422 it serves: canonicalising a body of small
+// objects costs several times hashing it, in time and allocations
+// (BenchmarkKeyedJSONBody), a cost any client past the rate limiter could
+// impose on every request. Typical API bodies are far smaller; past the
+// cap, the 422 says only that the bodies differ.
 const (
 	digestSize      = sha256.Size
 	jsonHintMaxBody = 4 << 10
@@ -89,8 +90,8 @@ func sameJSON(a, b []byte) bool {
 
 // readBody reads r's body, up to one byte past MaxBody, and hands the
 // handler a reader of what was read. A request without a body (net/http's
-// NoBody: a POST with no Content-Length, or 0) is left as it is: reading
-// it cost four allocations, 560 bytes, on every such keyed request.
+// NoBody: a POST with no Content-Length, or 0) is left as it is, so that
+// such a keyed request allocates nothing for a body it does not have.
 func (m *Keys) readBody(r *http.Request) ([]byte, error) {
 	if r.Body == nil || r.Body == http.NoBody {
 		return []byte{}, nil
@@ -106,7 +107,7 @@ func (m *Keys) readBody(r *http.Request) ([]byte, error) {
 }
 
 // readBody is a body read whole, handed back to the handler: one allocation
-// where io.NopCloser(bytes.NewReader(body)) made two.
+// where io.NopCloser(bytes.NewReader(body)) would make two.
 type readBody struct{ bytes.Reader }
 
 func (*readBody) Close() error { return nil }
@@ -117,7 +118,7 @@ const digestInline = 512
 // requestDigest is SHA-256 of method, NUL, request-URI, NUL, fingerprint:
 // the framing FuzzDigest checks. A framing that fits digestInline bytes is
 // hashed from a buffer on the stack, which allocates only the digest (a
-// streaming hash allocated it, the hash and a copy of the method).
+// streaming hash would allocate it, the hash and a copy of the method).
 func requestDigest(method, uri string, fp []byte) []byte {
 	var sum [sha256.Size]byte
 	if n := len(method) + len(uri) + len(fp) + 2; n <= digestInline {

@@ -37,9 +37,9 @@
 // The digest that tells a retry from a reused key is byte-exact by default
 // (a 422 for a JSON body of at most 4 KiB re-encoded on a retry says so,
 // and names the option; the hint costs every keyed request, so larger
-// bodies go without it); Options.Fingerprint with [FingerprintJSON] compares JSON bodies
-// by their [CanonicalJSON] form instead, so a client that re-encodes its
-// JSON on a retry is not refused.
+// bodies go without it); Options.Fingerprint with [FingerprintJSON] compares
+// JSON bodies by their canonical form instead, so a client that re-encodes
+// its JSON on a retry is not refused.
 //
 // [Keys.Handler] is the same middleware for chi alone: r.With(keys.Handler).
 // [New] does no I/O: it panics on a programming error, as chi's constructors
@@ -53,8 +53,8 @@
 // (the peer IP, an IPv6 client by its /64; Options.TrustProxy for the
 // address chi's client-IP middleware resolved behind your proxy). Keys are
 // never global by default: in one global key space a response stored for
-// one client, a 401 say, was replayed to another client that sent the same
-// key. Without a principal, a client whose address changes between retries
+// one client, a 401 say, would be replayed to another client that sent the
+// same key. Without a principal, a client whose address changes between retries
 // (a phone moving networks) runs the handler again; set Principal where
 // that matters. Never put chi's middleware.RealIP in front: it rewrites the
 // address from headers any client can forge, so a client could pick
@@ -75,8 +75,8 @@
 // or Options.ProblemBase:
 //
 //   - idempotency-key-required: 400, Options.RequireKey and no key sent.
-//   - idempotency-key-invalid: 400, a key that is empty, too long or not
-//     printable ASCII.
+//   - idempotency-key-invalid: 400, a key that is empty, longer than 255
+//     bytes or not printable ASCII.
 //   - idempotency-key-reused: 422, the key was used for another request.
 //   - idempotency-in-flight: 409, the key's first request is still running.
 //   - idempotency-body-too-large: 413, a body over Options.MaxBody (or an

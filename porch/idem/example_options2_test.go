@@ -37,10 +37,10 @@ func ExampleOptions_storeStatus() {
 	}))
 	for _, body := range []string{`{"qty":0}`, `{"qty":2}`, `{"qty":2}`} {
 		req := httptest.NewRequest(http.MethodPost, "/orders", strings.NewReader(body))
-		req.Header.Set(idem.Header, "order-1")
+		req.Header.Set("Idempotency-Key", "order-1")
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, req)
-		fmt.Printf("%d replayed=%q\n", rec.Code, rec.Header().Get(idem.ReplayedHeader))
+		fmt.Printf("%d replayed=%q\n", rec.Code, rec.Header().Get("Idempotency-Replayed"))
 	}
 	// Output:
 	// 422 replayed=""
@@ -61,7 +61,7 @@ func ExampleOptions_maxStoredBody() {
 		w.Write([]byte(strings.Repeat("x", 2048)))
 	}))
 	req := httptest.NewRequest(http.MethodPost, "/export", strings.NewReader(""))
-	req.Header.Set(idem.Header, "export-1")
+	req.Header.Set("Idempotency-Key", "export-1")
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, req)
 	var p porch.Problem
@@ -122,7 +122,7 @@ func ExampleKeys_Forget() {
 	post := func() int {
 		req := httptest.NewRequest(http.MethodPost, "/orders", strings.NewReader(`{}`))
 		req.Header.Set("X-Account", "acct-7")
-		req.Header.Set(idem.Header, "order-1")
+		req.Header.Set("Idempotency-Key", "order-1")
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, req)
 		return rec.Code

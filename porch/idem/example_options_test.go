@@ -43,7 +43,7 @@ func ExampleOptions() {
 		`{"sku":"tea","qty":3}`,        // another request under the same key
 	} {
 		req := httptest.NewRequest(http.MethodPost, "/orders", strings.NewReader(body))
-		req.Header.Set(idem.Header, "order-1")
+		req.Header.Set("Idempotency-Key", "order-1")
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, req)
 		fmt.Printf("%d Location=%q Set-Cookie=%q\n", rec.Code, rec.Header().Get("Location"),
@@ -63,25 +63,21 @@ func ExampleOptions() {
 	// orders: 1
 }
 
-func ExampleCanonicalJSON() {
+func ExampleFingerprintJSON() {
 	for _, body := range []string{
 		`{"qty": 2, "sku": "tea", "tags": ["a", "b"]}`,
 		`{"tags":["a","b"],"sku":"t\u0065a","qty":2.0}`,
 		`{"sku":"tea","qty":2,"tags":["b","a"]}`,
 		`{"price": 1.50, "big": 1e3}`,
-		`{"sku":"tea","sku":"coffee"}`,
+		`{"sku":"tea","sku":"coffee"}`, // no canonical form: its bytes
 	} {
-		c, err := idem.CanonicalJSON([]byte(body))
-		if err != nil {
-			fmt.Println("error:", err)
-			continue
-		}
-		fmt.Printf("%s\n", c)
+		fp, _ := idem.FingerprintJSON([]byte(body))
+		fmt.Printf("%s\n", fp)
 	}
 	// Output:
 	// {"qty":2,"sku":"tea","tags":["a","b"]}
 	// {"qty":2,"sku":"tea","tags":["a","b"]}
 	// {"qty":2,"sku":"tea","tags":["b","a"]}
 	// {"big":1e3,"price":15e-1}
-	// error: idem: no canonical JSON form: duplicate member "sku"
+	// {"sku":"tea","sku":"coffee"}
 }

@@ -54,7 +54,7 @@ func Example() {
 	checkout := func(key, body string) {
 		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/checkout", strings.NewReader(body))
 		if key != "" {
-			req.Header.Set(idem.Header, key)
+			req.Header.Set("Idempotency-Key", key)
 		}
 		res, err := http.DefaultClient.Do(req)
 		if err != nil {
@@ -67,7 +67,7 @@ func Example() {
 			json.Unmarshal(b, &p)
 			b = []byte(p.Type)
 		}
-		fmt.Printf("%d %s replayed=%t\n", res.StatusCode, b, res.Header.Get(idem.ReplayedHeader) == "true")
+		fmt.Printf("%d %s replayed=%t\n", res.StatusCode, b, res.Header.Get("Idempotency-Replayed") == "true")
 	}
 	checkout("order-1", `{"sku":"tea"}`)
 	checkout(`"order-1"`, `{"sku":"tea"}`) // the same key as a structured-field string

@@ -1,5 +1,11 @@
 package idem
 
+import (
+	"fmt"
+
+	"github.com/writeonce/porch-go/porch/internal/canonjson"
+)
+
 // The problem types, under the names the black-box tests match on.
 const (
 	ProblemKeyRequired      = problemKeyRequired
@@ -15,3 +21,23 @@ const (
 	ProblemResponseTooLarge = problemResponseTooLarge
 	ProblemPrincipalFailed  = problemPrincipalFailed
 )
+
+// The defaults and limits the tests check, under the names they use; users
+// read them on the Options fields they default.
+const (
+	Header         = defaultKeyHeader
+	ReplayedHeader = defaultReplayedHeader
+	MaxKeyLen      = maxKeyLen
+	DefaultMaxBody = defaultMaxBody
+)
+
+// CanonicalJSON is FingerprintJSON's canonical form, refusing a body that
+// has none: the tests check the form, and use it as a Fingerprint that
+// refuses.
+func CanonicalJSON(body []byte) ([]byte, error) {
+	c, err := canonjson.Form(body)
+	if err != nil {
+		return nil, fmt.Errorf("idem: %w", err)
+	}
+	return c, nil
+}

@@ -7,6 +7,14 @@ import (
 	"strings"
 )
 
+// defaultKeyHeader is the request header that carries the key
+// (draft-ietf-httpapi-idempotency-key-header); Options.KeyHeader renames it.
+const defaultKeyHeader = "Idempotency-Key"
+
+// defaultReplayedHeader marks a response served from the store rather than
+// by the handler, with the value "true"; Options.ReplayedHeader renames it.
+const defaultReplayedHeader = "Idempotency-Replayed"
+
 // neverKept are the response headers KeepHeaders may not name, and why:
 // replaying them would be wrong, whatever the handler meant.
 var neverKept = map[string]string{
@@ -21,7 +29,7 @@ var neverKept = map[string]string{
 	"Upgrade":               "it describes the original connection",
 	"Trailer":               "porch buffers responses and sends no trailers",
 	"Retry-After":           "it was true when it was sent, not when the retry arrives",
-	ReplayedHeader:          "porch sets it on every replay",
+	defaultReplayedHeader:   "porch sets it on every replay",
 	"Ratelimit":             "the rate limiter sets it for the retry",
 	"Ratelimit-Policy":      "the rate limiter sets it for the retry",
 	"X-Ratelimit-Limit":     "the rate limiter sets it for the retry",
@@ -43,7 +51,7 @@ func keepHeaders(names []string, replayed string) []string {
 			panic(fmt.Sprintf("idem: KeepHeaders may not name %s: %s", name, why))
 		}
 		if name == replayed {
-			panic(fmt.Sprintf("idem: KeepHeaders may not name %s: %s", name, neverKept[ReplayedHeader]))
+			panic(fmt.Sprintf("idem: KeepHeaders may not name %s: %s", name, neverKept[defaultReplayedHeader]))
 		}
 		if name != "Content-Type" && !slices.Contains(keep, name) {
 			keep = append(keep, name)
@@ -66,6 +74,33 @@ func validFieldName(name string) bool {
 	return name != ""
 }
 
+// headerNames resolves Options.KeyHeader and ReplayedHeader to canonical
+// names, defaults for empty ones. It panics on a name that is not a field
+// name, and on a replay marker whose value porch or net/http sets, or a
+// replay must not.
+func headerNames(key, replayed string) (string, string) {
+	if key == "" {
+		key = defaultKeyHeader
+	}
+	if replayed == "" {
+		replayed = defaultReplayedHeader
+	}
+	if !validFieldName(key) {
+		panic(fmt.Sprintf("idem: New expects KeyHeader to be a field name, got %q", key))
+	}
+	if !validFieldName(replayed) {
+		panic(fmt.Sprintf("idem: New expects ReplayedHeader to be a field name, got %q", replayed))
+	}
+	replayed = http.CanonicalHeaderKey(replayed)
+	if why, ok := neverKept[replayed]; (ok && replayed != defaultReplayedHeader) || replayed == "Content-Type" {
+		if !ok {
+			why = "it is the stored response's"
+		}
+		panic(fmt.Sprintf("idem: ReplayedHeader may not be %s: %s", replayed, why))
+	}
+	return http.CanonicalHeaderKey(key), replayed
+}
+
 // kept copies the headers of h that keep names, for the stored row: the
 // response's own map may still be changed by the middlewares whose After
 // runs later.
@@ -80,31 +115,4 @@ func kept(h http.Header, keep []string) http.Header {
 		}
 	}
 	return out
-}
-
-// headerNames resolves Options.KeyHeader and ReplayedHeader to canonical
-// names, defaults for empty ones. It panics on a name that is not a field
-// name, and on a replay marker whose value porch or net/http sets, or a
-// replay must not.
-func headerNames(key, replayed string) (string, string) {
-	if key == "" {
-		key = Header
-	}
-	if replayed == "" {
-		replayed = ReplayedHeader
-	}
-	if !validFieldName(key) {
-		panic(fmt.Sprintf("idem: New expects KeyHeader to be a field name, got %q", key))
-	}
-	if !validFieldName(replayed) {
-		panic(fmt.Sprintf("idem: New expects ReplayedHeader to be a field name, got %q", replayed))
-	}
-	replayed = http.CanonicalHeaderKey(replayed)
-	if why, ok := neverKept[replayed]; (ok && replayed != ReplayedHeader) || replayed == "Content-Type" {
-		if !ok {
-			why = "it is the stored response's"
-		}
-		panic(fmt.Sprintf("idem: ReplayedHeader may not be %s: %s", replayed, why))
-	}
-	return http.CanonicalHeaderKey(key), replayed
 }

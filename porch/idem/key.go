@@ -3,15 +3,15 @@ package idem
 import (
 	"errors"
 	"net/http"
+	"strconv"
 	"strings"
+
+	"github.com/writeonce/porch-go/porch/internal/clientip"
+	"github.com/writeonce/porch-go/porch/internal/logctx"
 )
 
-// Header is the request header that carries the key
-// (draft-ietf-httpapi-idempotency-key-header).
-const Header = "Idempotency-Key"
-
-// MaxKeyLen is the longest key accepted, in bytes.
-const MaxKeyLen = 255
+// maxKeyLen is the longest key accepted, in bytes.
+const maxKeyLen = 255
 
 var (
 	errKeyMissing  = errors.New("no Idempotency-Key header")
@@ -58,7 +58,7 @@ func checkKey(key string) error {
 	switch {
 	case key == "":
 		return errKeyEmpty
-	case len(key) > MaxKeyLen:
+	case len(key) > maxKeyLen:
 		return errKeyLong
 	}
 	for i := 0; i < len(key); i++ {
@@ -95,4 +95,48 @@ func unquote(s string) (string, error) {
 		}
 	}
 	return b.String(), nil
+}
+
+// principal runs Options.Principal, if set.
+func (m *Keys) principal(r *http.Request) (string, error) {
+	if m.opt.Principal == nil {
+		return "", nil
+	}
+	return m.opt.Principal(r)
+}
+
+// scope makes the lookup key: the key under principal, or under the
+// client's address when there is none, so that no client can ever read
+// another's stored response. Lengths are spelled out so that no scope/key
+// pair can be made to collide with another, and the two forms differ after
+// "idem:" (a digit, or "ip:"). Stored responses are found by these forms,
+// so changing one loses them: their retries run the handler again.
+func (m *Keys) scope(r *http.Request, principal, key string) string {
+	if principal != "" {
+		return principalKey(principal, key)
+	}
+	return addrKey(m.clientAddr(r), key)
+}
+
+// principalKey and addrKey are scope's two forms; Lookup and Forget make
+// them too.
+func principalKey(p, key string) string {
+	return "idem:" + strconv.Itoa(len(p)) + ":" + p + ":" + key
+}
+
+func addrKey(a, key string) string {
+	return "idem:ip:" + strconv.Itoa(len(a)) + ":" + a + ":" + key
+}
+
+// clientAddr is the scope of a request without a principal. A RemoteAddr
+// rewritten from a forgeable header is still used, since the real peer is
+// gone by then, but logged once: it lets a client pose as another.
+func (m *Keys) clientAddr(r *http.Request) string {
+	a, rewritten := clientip.Key(r, m.opt.TrustProxy)
+	if rewritten {
+		m.warnRewritten.Do(func() {
+			logctx.Logger(r.Context(), m.opt.Logger).Warn("idem: "+clientip.RewrittenWarning, "remote_addr", r.RemoteAddr)
+		})
+	}
+	return a
 }

@@ -2,7 +2,6 @@ package idem
 
 import (
 	"context"
-	"net/http"
 	"strconv"
 )
 
@@ -66,13 +65,4 @@ func (o Outcome) String() string {
 		return "invalid"
 	}
 	return "idem.Outcome(" + strconv.Itoa(int(o)) + ")"
-}
-
-// observe tells Options.Observer the outcome of r. Every keyed request
-// gets exactly one, from Before's path; a response After withholds (a
-// failed save) keeps the outcome it was given.
-func (m *Keys) observe(r *http.Request, o Outcome) {
-	if m.opt.Observer != nil {
-		m.opt.Observer.IdemOutcome(r.Context(), o)
-	}
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/writeonce/porch-go/porch"
@@ -44,16 +45,13 @@ func (m *Keys) problemType(typ string) string {
 	return problemtype.Under(m.opt.ProblemBase, typ)
 }
 
-// reused is the 422 for a key reused for another request, whose digest is
-// other. When the two bodies differ only in how their JSON is written, the
-// detail says so, and names the option that treats them as one request.
-func (m *Keys) reused(detail string, other, digest []byte) *porch.Response {
-	if sameJSON(other, digest) {
-		detail += "; the two bodies differ only in how their JSON is written (member order, whitespace, " +
-			"escapes or number forms): with idem.Options.Fingerprint set to idem.FingerprintJSON the server " +
-			"would take them as one request and replay its answer"
-	}
-	return m.problem(problemKeyReused, http.StatusUnprocessableEntity, m.keyHeader+" reused", detail)
+// inFlight is the draft's answer to a duplicate that waited MaxWait for the
+// key's owner: 409, and when to retry.
+func (m *Keys) inFlight() *porch.Response {
+	res := m.problem(problemInFlight, http.StatusConflict, "Request in flight",
+		"a request with this "+m.keyHeader+" is still being processed; retry later")
+	res.SetHeader("Retry-After", strconv.Itoa(problemtype.RetryAfter(m.opt.MaxWait)))
+	return res
 }
 
 // unavailable is the fail-closed answer: the handler does not run, or its

@@ -2,8 +2,8 @@ package rate
 
 import "sync"
 
-// DefaultWriteAhead is Options.WriteAhead's default.
-const DefaultWriteAhead = 256
+// defaultWriteAhead is Options.WriteAhead's default.
+const defaultWriteAhead = 256
 
 // boundWrite is one queued write of a key's counter. Hits whose count it
 // covers answer when it settles; until then they wait on it. The actor

@@ -57,7 +57,7 @@ func newSharedCounting(cf countingConfig, st driver.SharedCounters, opt Options)
 	}
 	switch life := opt.RefusalCacheFor; {
 	case life == 0:
-		c = newRefusals(cf, c, DefaultRefusalCacheFor)
+		c = newRefusals(cf, c, defaultRefusalCacheFor)
 	case life > 0:
 		c = newRefusals(cf, c, life)
 	}

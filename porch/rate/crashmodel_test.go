@@ -193,7 +193,7 @@ func TestGCRABusyKeyWritesAhead(t *testing.T) {
 	}
 	writes := r.st.Stats().Writes - before.Writes
 	t.Logf("%d hits, %d writes", hits, writes)
-	// A margin of DefaultWriteAhead (256) intervals covers 25 hits 10
+	// A margin of the default WriteAhead (256) intervals covers 25 hits 10
 	// intervals apart; before the carry every hit wrote.
 	if writes > hits/10 {
 		t.Errorf("%d writes for %d hits of a busy GCRA key, want at most %d", writes, hits, hits/10)

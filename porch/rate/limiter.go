@@ -123,7 +123,7 @@ type Options struct {
 	// A Reset or a give-back on this instance clears the key's entry at
 	// once. A cached refusal is answered with the verdict the store gave
 	// (its Retry-After counting down to the same RetryAt) and observed as
-	// Limited. If zero, DefaultRefusalCacheFor (1s); negative asks the
+	// Limited. If zero, 1s; negative asks the
 	// store every time. It is for a shared store only: a store that is its
 	// counters' only writer (SQLite, memory) decides every hit in memory
 	// already, and New panics if it is set, to any non-zero value, with
@@ -144,7 +144,7 @@ type Options struct {
 	// bound has committed. A crash can then over-count a key by up to this
 	// many (the safe side for a limiter: a client may be refused early,
 	// never served beyond its limit); Close writes the exact counts. If
-	// zero, DefaultWriteAhead; negative writes every hit exactly. A shared
+	// zero, 256; negative writes every hit exactly. A shared
 	// store (PostgreSQL, Redis) decides every hit itself, and New panics
 	// if it is set, to any non-zero value, with one: Lease is its way to
 	// count a busy key ahead.
@@ -252,7 +252,7 @@ type Limiter struct {
 // 2^41 in memory; PostgreSQL adds all of a batch's hits of one key to the
 // stored count before it takes the refused ones back out, a sum of at most
 // (MaxBatch+1)·2^40, which int64 holds for batches of up to 2^23-1 writes,
-// 2048 times store.DefaultMaxBatch. It is also below 2^53, so a client that
+// 2048 times the default MaxBatch (4096). It is also below 2^53, so a client that
 // parses X-RateLimit-Remaining into a float64 (JavaScript) reads it
 // exactly. Near int64's range, by contrast, count + n wraps negative and a
 // limiter would serve past its limit.
@@ -373,7 +373,7 @@ func newLimiter(pool *porch.Pool, st driver.Counters, limit int, window time.Dur
 	ahead := int64(opt.WriteAhead)
 	switch {
 	case ahead == 0:
-		ahead = DefaultWriteAhead
+		ahead = defaultWriteAhead
 	case ahead < 0:
 		ahead = 0
 	}

@@ -12,9 +12,9 @@ import (
 	"github.com/writeonce/porch-go/porch/internal/actor"
 )
 
-// DefaultRefusalCacheFor is how long, at most, a limiter on a shared store
+// defaultRefusalCacheFor is how long, at most, a limiter on a shared store
 // answers a refused key from memory when Options.RefusalCacheFor is zero.
-const DefaultRefusalCacheFor = time.Second
+const defaultRefusalCacheFor = time.Second
 
 // refusalBudget is about how much memory one limiter's refusal cache may
 // hold: 4 MiB, 16,384 refusals of refusalBytes, split evenly between the

@@ -7,17 +7,6 @@ import (
 	"github.com/writeonce/porch-go/porch/clock"
 )
 
-// Defaults for [Options].
-const (
-	// DefaultQueueSize is porch.DefaultPoolSize × porch.DefaultMailbox: the
-	// committer can hold one write for every job the pool's mailboxes hold.
-	// It is spelled out because the store does not import the framework;
-	// a test holds the two equal.
-	DefaultQueueSize = 16 * 1024
-	DefaultMaxBatch  = 4096
-	DefaultPruneRows = 64
-)
-
 // Options configure what every driver with a committer has: each driver's
 // own Options embed them (sqlite.Options, postgres.Options,
 // redis.Options), beside the knobs of that driver alone. A driver refuses,
@@ -29,15 +18,15 @@ type Options struct {
 	Clock clock.Clock
 	// QueueSize bounds the committer's queue; a write waits while it is
 	// full. Size it in proportion to the pool (size × mailbox). If zero,
-	// DefaultQueueSize.
+	// 16 × 1024, one write for every job a default porch.Pool's mailboxes
+	// hold (16 actors of 1024 jobs).
 	QueueSize int
-	// MaxBatch caps the writes one transaction carries. If zero,
-	// DefaultMaxBatch.
+	// MaxBatch caps the writes one transaction carries. If zero, 4096.
 	MaxBatch int
 	// PruneRows is how many expired rows of each table one commit deletes,
-	// on SQLite and PostgreSQL. If zero, DefaultPruneRows; negative
-	// disables pruning. Redis expires porch's keys itself, and its Open
-	// refuses any other value than zero.
+	// on SQLite and PostgreSQL. If zero, 64; negative disables pruning.
+	// Redis expires porch's keys itself, and its Open refuses any other
+	// value than zero.
 	PruneRows int
 	// CommitDelay makes every commit take at least this long. It is fault
 	// injection for tests and the acceptance gate (a slow disk); leave it

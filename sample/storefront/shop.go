@@ -67,6 +67,10 @@ type product struct {
 
 // newShop opens the store, builds the pool and middleware, and routes. If
 // m is not nil, the pool, the store and both middlewares report to it.
+// defaultMailbox is porch.PoolOptions.Mailbox's default, which a pool made
+// with -mailbox 0 has; the committer's queue is sized by it.
+const defaultMailbox = 1024
+
 func newShop(cfg config, m *prom.Metrics) (*porch.App, error) {
 	var (
 		poolObs  porch.PoolObserver
@@ -82,7 +86,7 @@ func newShop(cfg config, m *prom.Metrics) (*porch.App, error) {
 	// The committer holds one write for every job the mailboxes hold.
 	mailbox := cfg.mailbox
 	if mailbox == 0 {
-		mailbox = porch.DefaultMailbox
+		mailbox = defaultMailbox
 	}
 	st, err := openStores(cfg, app, pool.Size()*mailbox, storeObs)
 	if err != nil {

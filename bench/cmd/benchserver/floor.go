@@ -46,9 +46,9 @@ type floorReq struct {
 	reply   chan struct{}
 }
 
-// floorMaxBatch bounds a transaction's requests, as store.DefaultMaxBatch
-// bounds porch's.
-const floorMaxBatch = store.DefaultMaxBatch
+// floorMaxBatch bounds a transaction's requests, as the default
+// store.Options.MaxBatch bounds porch's.
+const floorMaxBatch = 4096
 
 const floorSchema = `CREATE TABLE IF NOT EXISTS floor_counters (
 	key   TEXT    NOT NULL PRIMARY KEY,

@@ -48,7 +48,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/rate"
 	"github.com/writeonce/porch-go/porch/store"
 )
@@ -77,6 +76,13 @@ type config struct {
 
 const defaultPostgres = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
 
+// A default porch.Pool's size and mailbox (porch.PoolOptions documents
+// them), which the committer's queue and the floor's are sized by.
+const (
+	defaultPool    = 16
+	defaultMailbox = 1024
+)
+
 func parseFlags(args []string) (config, error) {
 	var c config
 	var algorithm, durability string
@@ -90,8 +96,8 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.postgres, "postgres", envOr("PORCH_TEST_POSTGRES", defaultPostgres), "PostgreSQL DSN for porch-postgres")
 	fs.StringVar(&c.redis, "redis", envOr("PORCH_TEST_REDIS", "127.0.0.1:6379"), "Redis host:port for porch-redis, ulule-redis and redis-rate")
 	fs.StringVar(&c.redisAOF, "redis-aof", "", "Redis host:port with appendonly yes and appendfsync always, for porch-redis-aof")
-	fs.IntVar(&c.pool, "pool", 0, "porch actor pool size (0: porch.DefaultPoolSize)")
-	fs.IntVar(&c.mailbox, "mailbox", 0, "porch mailbox size per actor (0: porch.DefaultMailbox)")
+	fs.IntVar(&c.pool, "pool", 0, "porch actor pool size (0: 16)")
+	fs.IntVar(&c.mailbox, "mailbox", 0, "porch mailbox size per actor (0: 1024)")
 	fs.BoolVar(&c.chain, "chain", false, "porch-sqlite/porch-postgres: wire the limiter with porch.Chain instead of Limiter.Handler")
 	fs.BoolVar(&c.pprof, "pprof", false, "serve net/http/pprof under /debug/pprof/")
 	fs.BoolVar(&c.debugClock, "debug-clock", false, "serve POST /debug/advance?by=D, which moves porch's clocks forward")
@@ -115,7 +121,7 @@ func parseFlags(args []string) (config, error) {
 	}
 	c.algorithm = alg
 	if c.mailbox == 0 {
-		c.mailbox = porch.DefaultMailbox // the committer holds a write per queued job
+		c.mailbox = defaultMailbox // the committer holds a write per queued job
 	}
 	switch {
 	case !validMode(c.mode):

@@ -101,7 +101,7 @@ func newLimiter(ctx context.Context, cfg config, app *porch.App, clk clock.Clock
 		app.OnShutdown(n.Close)
 		return n.Handler, n, nil
 	case "floor-sqlite":
-		f, err := openFloor(cfg.db, int64(cfg.limit), cfg.durability, porch.DefaultPoolSize*cfg.mailbox)
+		f, err := openFloor(cfg.db, int64(cfg.limit), cfg.durability, defaultPool*cfg.mailbox)
 		if err != nil {
 			return nil, nil, err
 		}

@@ -147,7 +147,7 @@ func check(ctx context.Context, base string, out io.Writer) error {
 		if err != nil {
 			return err
 		}
-		req.Header.Set(idem.Header, tt.key)
+		req.Header.Set("Idempotency-Key", tt.key)
 		res, err := http.DefaultClient.Do(req)
 		if err != nil {
 			return fmt.Errorf("%s: %w", tt.name, err)
@@ -157,7 +157,7 @@ func check(ctx context.Context, base string, out io.Writer) error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", tt.name, err)
 		}
-		replayed := res.Header.Get(idem.ReplayedHeader) == "true"
+		replayed := res.Header.Get("Idempotency-Replayed") == "true"
 		fmt.Fprintf(out, "pgonly: %s: %d %q replayed=%v\n", tt.name, res.StatusCode, body, replayed)
 		if res.StatusCode != tt.status || replayed != tt.wantReplayed || (tt.body != "" && string(body) != tt.body) {
 			return fmt.Errorf("%s: got %d %q replayed=%v, want %d %q replayed=%v",

@@ -14,6 +14,14 @@ import (
 	"github.com/writeonce/porch-go/porch/internal/lifecycle"
 )
 
+// The sizes porch.NewPool gives a pool whose options leave them zero, as
+// porch.PoolOptions documents them. A burst of 1,000 concurrent requests
+// for one key lands on one actor, so the mailbox must hold that many jobs.
+const (
+	DefaultSize    = 16
+	DefaultMailbox = 1024
+)
+
 // Errors returned by [Pool.Send] and its variants; porch re-exports them.
 var (
 	// ErrSaturated is returned at once when the key's mailbox is full.

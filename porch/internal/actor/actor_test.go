@@ -60,11 +60,11 @@ func promptly(t *testing.T, what string, f func()) {
 
 func TestNewPoolDefaults(t *testing.T) {
 	p := newPool(t, porch.PoolOptions{})
-	if got := p.Size(); got != porch.DefaultPoolSize {
-		t.Errorf("got Size %d, want %d", got, porch.DefaultPoolSize)
+	if got := p.Size(); got != actor.DefaultSize {
+		t.Errorf("got Size %d, want %d", got, actor.DefaultSize)
 	}
-	if got := p.Mailbox(); got != porch.DefaultMailbox {
-		t.Errorf("got Mailbox %d, want %d", got, porch.DefaultMailbox)
+	if got := p.Mailbox(); got != actor.DefaultMailbox {
+		t.Errorf("got Mailbox %d, want %d", got, actor.DefaultMailbox)
 	}
 }
 

@@ -34,10 +34,11 @@ func BenchmarkCanonicalJSON(b *testing.B) {
 	}
 }
 
-// hostileBodies are bodies of about DefaultMaxBody, each of a shape that
-// makes the most values, members, objects, nesting or output per byte.
+// hostileBodies are bodies of about idem's default MaxBody, each of a
+// shape that makes the most values, members, objects, nesting or output
+// per byte.
 func hostileBodies() []struct{ name, body string } {
-	const size = 1 << 20 // idem.DefaultMaxBody
+	const size = 1 << 20 // idem.Options.MaxBody's default
 	// fill repeats unit between open and close to about size bytes.
 	fill := func(open, unit, last, close string) string {
 		n := (size - len(open) - len(last) - len(close)) / len(unit)

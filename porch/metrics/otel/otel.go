@@ -54,7 +54,7 @@ const (
 // Histogram boundaries, as porch/metrics/prom's buckets: a commit is one
 // fsync (SQLite) or one round trip (PostgreSQL), tenths of a millisecond on
 // a fast disk and seconds on a failing one; a batch holds at most
-// store.DefaultMaxBatch (4096) writes.
+// store.Options.MaxBatch (4096 by default) writes.
 var (
 	commitSecondsBounds = exponential(0.0001, 16) // 100µs to 3.3s
 	batchSizeBounds     = exponential(1, 13)      // 1 to 4096

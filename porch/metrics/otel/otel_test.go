@@ -97,7 +97,7 @@ func (rg *rig) post(t *testing.T, step, key, body string, want int) {
 	req := httptest.NewRequest(http.MethodPost, "/orders", strings.NewReader(body))
 	req.Header.Set(stepHeader, step)
 	if key != "" {
-		req.Header.Set(idem.Header, key)
+		req.Header.Set("Idempotency-Key", key)
 	}
 	rec := httptest.NewRecorder()
 	rg.handler.ServeHTTP(rec, req)

@@ -30,7 +30,7 @@ import (
 
 // Histogram buckets. A commit is one fsync (SQLite) or one round trip
 // (PostgreSQL, Redis): tenths of a millisecond on a fast disk, seconds on a
-// failing one. A batch holds at most store.DefaultMaxBatch (4096) writes.
+// failing one. A batch holds at most store.Options.MaxBatch (4096 by default) writes.
 var (
 	CommitSecondsBuckets = prometheus.ExponentialBuckets(0.0001, 2, 16) // 100µs to 3.3s
 	BatchSizeBuckets     = prometheus.ExponentialBuckets(1, 2, 13)      // 1 to 4096

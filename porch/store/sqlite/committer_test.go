@@ -268,7 +268,7 @@ func TestCommitPrunesBoundedly(t *testing.T) {
 		wantLeft  []int // expired rows left after each of two ordinary commits
 	}{
 		{"bounded", 5, []int{15, 10}},
-		{"default bound", 0, []int{0, 0}}, // DefaultPruneRows >= 20
+		{"default bound", 0, []int{0, 0}}, // the default PruneRows, 64, >= 20
 		{"disabled", -1, []int{20, 20}},
 	}
 	for _, tt := range tests {

@@ -20,9 +20,8 @@ import (
 // handle, and porch's own statements run under SQLite's defaults again.
 const (
 	// maxAppValue is the largest string or blob an application's
-	// statement may bind or build (SQLITE_LIMIT_LENGTH): idem's
-	// DefaultMaxBody, so that an owner can store the request body it was
-	// given. Writing or building one such value takes milliseconds.
+	// statement may bind or build (SQLITE_LIMIT_LENGTH): idem's default
+	// MaxBody, so that an owner can store the request body it was given. Writing or building one such value takes milliseconds.
 	maxAppValue = 1 << 20
 	// maxAppSQL is the longest text of an application's statement
 	// (SQLITE_LIMIT_SQL_LENGTH): it bounds how many values one row of it

@@ -8,6 +8,16 @@ import (
 	"github.com/writeonce/porch-go/porch/store"
 )
 
+// The defaults of store.Options, as its fields document them. QueueSize's
+// is a default porch.Pool's capacity, actor.DefaultSize ×
+// actor.DefaultMailbox, spelled out because the store does not import the
+// framework; a test holds the two equal.
+const (
+	DefaultQueueSize = 16 * 1024
+	DefaultMaxBatch  = 4096
+	DefaultPruneRows = 64
+)
+
 // WithDefaults returns o with every zero field that has a default set to
 // it. A driver's own options (sqlite.Options.ExecBudget,
 // postgres.Options.KeyConns) are that driver's to default.
@@ -16,13 +26,13 @@ func WithDefaults(o store.Options) store.Options {
 		o.Clock = clock.System{}
 	}
 	if o.QueueSize == 0 {
-		o.QueueSize = store.DefaultQueueSize
+		o.QueueSize = DefaultQueueSize
 	}
 	if o.MaxBatch == 0 {
-		o.MaxBatch = store.DefaultMaxBatch
+		o.MaxBatch = DefaultMaxBatch
 	}
 	if o.PruneRows == 0 {
-		o.PruneRows = store.DefaultPruneRows
+		o.PruneRows = DefaultPruneRows
 	}
 	return o
 }

@@ -3,9 +3,70 @@ package idem
 import (
 	"context"
 	"errors"
+	"net/http"
 
 	"github.com/google/uuid"
+	"github.com/writeonce/porch-go/porch/store/driver"
 )
+
+// ownership is what Before hands After (and the handler, through [Exec])
+// through the request context: the flight the request leads, and its
+// reservation of the key in the store.
+type ownership struct {
+	flight *flight
+	digest []byte
+	store  driver.KeyStore
+	hold   driver.Reservation
+	outer  *ownership // the request's ownership further out, if any
+}
+
+// ownershipKey finds m's ownership for After; ownerKey finds the innermost
+// ownership for the handler's Exec and OperationID.
+type (
+	ownershipKey struct{ m *Keys }
+	ownerKey     struct{}
+)
+
+// owned finds, among the keys the request already owns further out, key on
+// st.
+func owned(r *http.Request, st driver.KeyStore, key string) *ownership {
+	o, _ := r.Context().Value(ownerKey{}).(*ownership)
+	for ; o != nil; o = o.outer {
+		if o.flight.key == key && o.store == st {
+			return o
+		}
+	}
+	return nil
+}
+
+// own hands r the key its flight leads: After finishes the flight, and the
+// handler writes through hold with [Exec].
+func (m *Keys) own(r *http.Request, f *flight, digest []byte, hold driver.Reservation) *http.Request {
+	outer, _ := r.Context().Value(ownerKey{}).(*ownership)
+	o := &ownership{flight: f, digest: digest, store: m.store, hold: hold, outer: outer}
+	return r.WithContext(&ownerContext{Context: r.Context(), m: m, o: o})
+}
+
+// ownerContext is the request's context once it owns a key: it answers
+// ownershipKey{m} and ownerKey{} with o, as two context.WithValue layers
+// would, in one allocation instead of two.
+type ownerContext struct {
+	context.Context
+	m *Keys
+	o *ownership
+}
+
+func (c *ownerContext) Value(key any) any {
+	switch k := key.(type) {
+	case ownerKey:
+		return c.o
+	case ownershipKey:
+		if k.m == c.m {
+			return c.o
+		}
+	}
+	return c.Context.Value(key)
+}
 
 // ErrNoOwner is returned by [Exec] when ctx is not the context of a request
 // that owns an idempotency key: the request carried no key, or it is not
