@@ -8,9 +8,13 @@
 // A driver offers the rate limiter's counters ([ExclusiveCounters] or
 // [SharedCounters], both [Counters]), idempotency's [KeyStore], or both.
 // porch/store/storetest holds the conformance suites a driver passes:
-// TestCounters and TestKeys. The errors a user may meet (store.ErrClosed,
-// store.ErrWriteFailed, …), the options every driver takes and the commit
-// observer stay in porch/store.
+// TestCounters and TestKeys. The errors a driver returns that a user may
+// meet ([ErrClosed], [ErrWriteFailed], …) and the [Stats] it reports are
+// declared here and exported again by porch/store under the same names;
+// the options every driver takes and the commit observer are porch/store's.
+//
+// Like database/sql/driver, it imports nothing of porch above it: a
+// driver and porch/store import it, never the other way.
 package driver
 
 import (
@@ -21,7 +25,6 @@ import (
 	"time"
 
 	"github.com/writeonce/porch-go/porch/internal/counter"
-	"github.com/writeonce/porch-go/porch/store"
 )
 
 // Errors a driver returns that only porch's middlewares handle.
@@ -116,13 +119,13 @@ type Store interface {
 	Wall() time.Time
 
 	// Health reports whether the store can commit writes now: nil, or an
-	// error wrapping store.ErrUnhealthy and the reason. It is cheap enough to poll:
+	// error wrapping [ErrUnhealthy] and the reason. It is cheap enough to poll:
 	// a store that commits often answers from its last commit, an idle one
 	// commits one shared probe.
 	Health(ctx context.Context) error
 
 	// Stats reports the committer's counters.
-	Stats() store.Stats
+	Stats() Stats
 	// Close flushes queued writes and closes the database.
 	Close(ctx context.Context) error
 }
@@ -137,15 +140,15 @@ type KeyStore interface {
 	// process the idempotency actor already guarantees one caller per key;
 	// Reserve adds what a shared database needs. It blocks under ctx while
 	// another process holds key; a store that bounds that wait fails with
-	// store.ErrKeyHeld past its bound.
+	// [ErrKeyHeld] past its bound.
 	Reserve(ctx context.Context, key string) (Reservation, error)
 	// Inspect reads key's stored response for a support tool, without
 	// waiting for the key: ok is false when none is stored or it has
-	// expired. It fails with store.ErrKeyHeld while an owner holds key.
+	// expired. It fails with [ErrKeyHeld] while an owner holds key.
 	Inspect(ctx context.Context, key string) (r Response, ok bool, err error)
 	// Forget deletes key's stored response, if any, and returns once the
 	// deletion is durable, so that the key's next request runs its
-	// handler. It fails with store.ErrKeyHeld, deleting nothing, while an owner
+	// handler. It fails with [ErrKeyHeld], deleting nothing, while an owner
 	// holds key.
 	Forget(ctx context.Context, key string) error
 }
@@ -158,7 +161,7 @@ type KeyStore interface {
 type Counters interface {
 	Store
 	// ClaimPolicy records that a limiter counts under p until release; it
-	// fails with store.ErrPolicyConflict while a limiter of p.Name counts under
+	// fails with [ErrPolicyConflict] while a limiter of p.Name counts under
 	// another policy: in this process, or, for a shared store, in any
 	// running instance.
 	ClaimPolicy(ctx context.Context, p Policy) (release func(), err error)
@@ -177,7 +180,7 @@ type Reservation interface {
 	// runs it now on the owner's transaction and returns its error;
 	// SQLite queues it for the committer and reports its failure from
 	// Save. Either way a failed statement makes Save fail with
-	// store.ErrWriteFailed and nothing of the owner's is stored. args must not be
+	// [ErrWriteFailed] and nothing of the owner's is stored. args must not be
 	// changed after the call.
 	//
 	// SQLite runs the statements on the committer's shared connection: it
