@@ -170,7 +170,7 @@ type Keys struct {
 // pool or store, a negative TTL, MaxBody, MaxStoredBody or MaxWait, a
 // KeepHeaders name it may not keep, a KeyHeader or ReplayedHeader that is
 // not a field name it may use, or a ProblemBase that is not a URI.
-func New(pool *porch.Pool, st driver.KeyStore, opt Options) *Keys {
+func New(pool *porch.Pool, st store.Keys, opt Options) *Keys {
 	if pool == nil {
 		panic("idem: New expects a pool")
 	}

@@ -2,6 +2,21 @@ package store
 
 import "github.com/writeonce/porch-go/porch/store/driver"
 
+// Counters is any store that can hold a rate limiter's counters:
+// *sqlite.Store, *postgres.Store, *redis.Store and *memory.Store.
+// rate.New, kit.New and kit.Open take it. An application only opens a
+// store and passes it on; its methods are what a store driver implements
+// (porch/store/driver), and are not for calling.
+type Counters = driver.Counters
+
+// Keys is any store that can hold idempotency keys: *sqlite.Store,
+// *postgres.Store and *memory.Store. idem.New, kit.New and kit.Open take
+// it. *redis.Store is not one: Redis cannot commit a handler's writes
+// with its response, so passing it where Keys are taken does not
+// compile. As with [Counters], its methods are a driver's, not for
+// calling.
+type Keys = driver.KeyStore
+
 // Errors a store returns that an application may meet.
 var (
 	// ErrClosed is returned by writes queued after Close has begun. It is
