@@ -125,7 +125,7 @@ func BenchmarkAddHit(b *testing.B) {
 				rule := algorithm.MustRule(algorithm.Fixed, 1<<40, time.Hour, 0)
 				for pb.Next() {
 					key := bc.keys[int(next.Add(1))%len(bc.keys)]
-					if err := p.AddHit(key, rule, 1, answer); err != nil {
+					if err := p.AddHit(key, rule, 1, driver.Lease{}, answer); err != nil {
 						b.Error(err)
 						return
 					}

@@ -232,20 +232,20 @@ type SharedCounters interface {
 	// its Room, the state's Count grows by n. A hit that does not fit is
 	// refused and changes nothing, as a refusal does on an exclusive store.
 	// Hits of one key are decided in the order AddHit was called.
-	AddHit(key string, rule Rule, n int64, done func(Hit, error)) error
+	//
+	// lease is the zero Lease but for a limiter with leases
+	// (rate.Options.Lease): then lease.Held of the weight n is counted
+	// ahead, for the caller to answer later from memory, and stays held
+	// (see Lease) until it is settled or given back; lease.Settled
+	// reports held hits answered since, which stay counted but are held
+	// no more, and lease.Adopted hits it took back, to be held from now
+	// on. Settlement and adoption stand whether the hit is allowed or
+	// not; Held is held only if the hit is allowed.
+	AddHit(key string, rule Rule, n int64, lease Lease, done func(Hit, error)) error
 	// PeekHit reads key's state without counting: done gets it advanced
 	// to the store's clock (Allowed unset), as committed when the batch
 	// carrying the peek committed.
 	PeekHit(key string, rule Rule, done func(Hit, error)) error
-	// AddLeased is AddHit for a limiter with leases (rate.Options.Lease):
-	// lease.Held of the weight n is counted ahead, for the caller to
-	// answer later from memory, and stays held (see Lease) until it is
-	// settled or given back; lease.Settled reports held hits answered
-	// since, which stay counted but are held no more, and lease.Adopted
-	// hits it took back, to be held from now on. Settlement and adoption
-	// stand whether the hit is allowed or not; Held is held only if the
-	// hit is allowed.
-	AddLeased(key string, rule Rule, n int64, lease Lease, done func(Hit, error)) error
 	// ResetHit empties key's state and starts it over, on the store's
 	// clock: Start now, Prev 0, and Count the hits leases hold (see
 	// Lease), 0 without leases: the callers still holding them may answer
@@ -274,19 +274,20 @@ type SharedCounters interface {
 }
 
 // Lease is what a limiter's lease (rate.Options.Lease) tells a shared
-// store with a hit or a give-back. A key's state holds, beside its count,
-// the hits leases counted ahead and may still answer from memory without
-// a round trip: a reset cannot reach those answers, so it keeps them
-// counted (see SharedCounters.ResetHit). A window that closes ends every
-// hold: a lease answers only within the window its hits were counted in.
+// store with a hit or a give-back; the zero Lease is a hit without one. A
+// key's state holds, beside its count, the hits leases counted ahead and
+// may still answer from memory without a round trip: a reset cannot reach
+// those answers, so it keeps them counted (see SharedCounters.ResetHit). A
+// window that closes ends every hold: a lease answers only within the
+// window its hits were counted in.
 type Lease struct {
-	// Held is the hits counted for the lease (AddLeased), or given back
+	// Held is the hits counted for the lease (AddHit), or given back
 	// unanswered (GiveBack).
 	Held int64
 	// Settled is the hits held since Start that the lease answered: they
 	// stay counted, but are held no more.
 	Settled int64
-	// Adopted (AddLeased) is hits counted in the epoch Start outside any
+	// Adopted (AddHit) is hits counted in the epoch Start outside any
 	// lease that the lease took back to answer later (a request refused
 	// after all): held from this hit on if Start is still key's epoch,
 	// which the Hit's State.Start then equals; otherwise left as they are

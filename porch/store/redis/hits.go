@@ -150,15 +150,10 @@ func ceilMS(d time.Duration) int64 {
 }
 
 // AddHit queues one hit of weight n for key, counted if it fits rule's
-// Room; done runs once the batch carrying it has been answered (and, with
-// WAITAOF, fsynced).
-func (s *Store) AddHit(key string, rule driver.Rule, n int64, done func(driver.Hit, error)) error {
-	return s.AddLeased(key, rule, n, driver.Lease{}, done)
-}
-
-// AddLeased is AddHit with a lease's hold and settlement (see
-// driver.SharedCounters.AddLeased).
-func (s *Store) AddLeased(key string, rule driver.Rule, n int64, lease driver.Lease, done func(driver.Hit, error)) error {
+// Room, with lease's hold and settlement if it is not the zero Lease (see
+// driver.SharedCounters.AddHit); done runs once the batch carrying it has
+// been answered (and, with WAITAOF, fsynced).
+func (s *Store) AddHit(key string, rule driver.Rule, n int64, lease driver.Lease, done func(driver.Hit, error)) error {
 	if _, err := s.hitArgs(rule); err != nil {
 		return err
 	}

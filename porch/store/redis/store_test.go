@@ -200,7 +200,7 @@ func addHit(st *redis.Store, key string, rule driver.Rule) (driver.Hit, error) {
 		err error
 	}
 	ch := make(chan answer, 1)
-	if err := st.AddHit(key, rule, 1, func(h driver.Hit, err error) { ch <- answer{h, err} }); err != nil {
+	if err := st.AddHit(key, rule, 1, driver.Lease{}, func(h driver.Hit, err error) { ch <- answer{h, err} }); err != nil {
 		return driver.Hit{}, err
 	}
 	a := <-ch
