@@ -229,3 +229,27 @@ func TestNoPackageSetsAnothersVariable(t *testing.T) {
 		}
 	}
 }
+
+// A store driver knows the limiter's algorithms only through the seam
+// (driver.Rule, driver.Policy): it imports neither porch/internal/algorithm
+// nor anything else of porch/rate's, so that a driver outside this module,
+// which cannot import porch's internal packages, can do all that porch's
+// own drivers do. The conformance suites (porch/store/storetest) make
+// rules to test with, and may.
+func TestDriversKnowAlgorithmsThroughTheSeam(t *testing.T) {
+	const module = "github.com/writeonce/porch-go/"
+	fset, pkgs := porchPackages(t, parser.ImportsOnly)
+	for pkg, files := range pkgs {
+		if !strings.HasPrefix(pkg, "porch/store/") || strings.HasPrefix(pkg, "porch/store/storetest") {
+			continue
+		}
+		for _, f := range files {
+			for _, is := range f.Imports {
+				if imp := strings.Trim(is.Path.Value, `"`); imp == module+"porch/internal/algorithm" {
+					t.Errorf("%s: %s imports %s: give the driver what it needs of a rule through driver.Rule or driver.Policy",
+						fset.Position(is.Pos()), pkg, strings.TrimPrefix(imp, module))
+				}
+			}
+		}
+	}
+}

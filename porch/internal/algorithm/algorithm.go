@@ -242,16 +242,3 @@ func resumeWindow(c counter.Counter, window time.Duration, now time.Time) counte
 	s.Start = end.Add(-window)
 	return s
 }
-
-// Immutable reports whether r is one of this package's rules: values of
-// comparable types that never change once made, so that a driver may keep
-// what it derives from one under the rule itself as a map key. A rule of
-// any other type (counter.Rule is an interface a program may implement)
-// may hold an unhashable value or change under a pointer.
-func Immutable(r counter.Rule) bool {
-	switch r.(type) {
-	case fixedRule, slidingRule, gcraRule:
-		return true
-	}
-	return false
-}

@@ -290,7 +290,7 @@ func TestRandomRulesAgainstGo(t *testing.T) {
 		if !ok {
 			continue
 		}
-		if _, err := ruleArgs(rule); err != nil {
+		if _, err := keyOf(rule).args(); err != nil {
 			t.Errorf("%s %d per %s burst %d: rate accepts the rule, the store refuses it: %v", alg, limit, window, burst, err)
 			continue
 		}
