@@ -81,7 +81,7 @@ func BenchmarkSaveCounter(b *testing.B) {
 				answer := func(err error) { done <- err }
 				for pb.Next() {
 					n := next.Add(1)
-					c := driver.Counter{Key: bc.keys[int(n)%len(bc.keys)], WindowStart: start, Window: time.Hour, Count: n}
+					c := driver.Counter{Key: bc.keys[int(n)%len(bc.keys)], State: driver.State{Start: start, Count: n}, Window: time.Hour}
 					if err := s.SaveCounter(c, answer); err != nil {
 						b.Error(err)
 						return

@@ -231,11 +231,11 @@ func noBurst(name string, burst int64) error {
 // policy would hold it, and its hits are not forgotten. Every window of a
 // limiter then has one length, which a limiter's memory relies on.
 func resumeWindow(c counter.Counter, window time.Duration, now time.Time) counter.State {
-	s := c.State()
+	s := c.State
 	if c.Window == window {
 		return s
 	}
-	end := c.WindowStart.Add(c.Window)
+	end := c.Start.Add(c.Window)
 	if limit := now.Add(window); limit.Before(end) {
 		end = limit
 	}
