@@ -2,8 +2,9 @@
 // that keep their state: what a store driver implements, and what
 // porch/rate and porch/idem call. An application never calls it; it opens
 // a driver (porch/store/sqlite, postgres, redis, memory) and hands the
-// store to rate.New, idem.New or kit.Open, whose parameters are these
-// interfaces.
+// store to rate.New, idem.New or kit.Open, which take it as a
+// store.Counters or store.Keys: this package's [Counters] and [KeyStore]
+// under the names an application reads.
 //
 // A driver offers the rate limiter's counters ([ExclusiveCounters] or
 // [SharedCounters], both [Counters]), idempotency's [KeyStore], or both.
