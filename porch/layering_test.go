@@ -77,23 +77,26 @@ func TestPorchDeclaresNoMiddlewareNames(t *testing.T) {
 // floors places porch's packages from the bottom up: a package imports
 // only packages on its floor or below, so that no import runs back up. At
 // the bottom, the plumbing under porch/internal and the clock, which
-// import nothing else of porch; then the stores and their driver seam;
-// then the framework; then its middlewares; then what is built on them.
-// The first prefix that matches a package's path (relative to the module)
-// places it; a package none matches fails the test until it is placed.
+// import nothing else of porch; then the driver seam, which imports
+// nothing else either (as database/sql/driver imports nothing of
+// database/sql); then the stores; then the framework; then its
+// middlewares; then what is built on them. The first prefix that matches
+// a package's path (relative to the module) places it; a package none
+// matches fails the test until it is placed.
 var floors = []struct {
 	prefix string
 	floor  int
 }{
 	{"porch/internal/", 0},
 	{"porch/clock", 0},
-	{"porch/store", 1}, // store, driver, the drivers, storetest
-	{"porch/rate", 3},
-	{"porch/idem", 3},
-	{"porch/kit", 4},
-	{"porch/metrics/", 4},
-	{"porch/porchtest", 4},
-	{"porch", 2}, // the framework itself
+	{"porch/store/driver", 1},
+	{"porch/store", 2}, // store, the drivers, storetest
+	{"porch/rate", 4},
+	{"porch/idem", 4},
+	{"porch/kit", 5},
+	{"porch/metrics/", 5},
+	{"porch/porchtest", 5},
+	{"porch", 3}, // the framework itself
 }
 
 // pendingUp lists the imports that still run back up, each with what
@@ -146,9 +149,11 @@ func porchPackages(t *testing.T, mode parser.Mode) (*token.FileSet, map[string][
 
 // No import runs back up: the plumbing under porch/internal imports
 // nothing of porch above it (not the framework, not the driver seam),
-// a store driver imports neither the framework nor its middlewares, and
+// the driver seam imports none of the stores (porch/store above all), a
+// store driver imports neither the framework nor its middlewares, and
 // the framework imports none of its middlewares. This fails, for
-// instance, for porch/internal/algorithm importing porch/store/driver.
+// instance, for porch/internal/algorithm importing porch/store/driver, or
+// porch/store/driver importing porch/store.
 func TestNoImportRunsBackUp(t *testing.T) {
 	const module = "github.com/writeonce/porch-go/"
 	fset, pkgs := porchPackages(t, parser.ImportsOnly)
@@ -221,6 +226,30 @@ func TestNoPackageSetsAnothersVariable(t *testing.T) {
 				}
 				return true
 			})
+		}
+	}
+}
+
+// A store driver knows the limiter's algorithms only through the seam
+// (driver.Rule, driver.Policy): it imports neither porch/internal/algorithm
+// nor anything else of porch/rate's, so that a driver outside this module,
+// which cannot import porch's internal packages, can do all that porch's
+// own drivers do. The conformance suites (porch/store/storetest) make
+// rules to test with, and may.
+func TestDriversKnowAlgorithmsThroughTheSeam(t *testing.T) {
+	const module = "github.com/writeonce/porch-go/"
+	fset, pkgs := porchPackages(t, parser.ImportsOnly)
+	for pkg, files := range pkgs {
+		if !strings.HasPrefix(pkg, "porch/store/") || strings.HasPrefix(pkg, "porch/store/storetest") {
+			continue
+		}
+		for _, f := range files {
+			for _, is := range f.Imports {
+				if imp := strings.Trim(is.Path.Value, `"`); imp == module+"porch/internal/algorithm" {
+					t.Errorf("%s: %s imports %s: give the driver what it needs of a rule through driver.Rule or driver.Policy",
+						fset.Position(is.Pos()), pkg, strings.TrimPrefix(imp, module))
+				}
+			}
 		}
 	}
 }

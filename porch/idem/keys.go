@@ -12,6 +12,7 @@ import (
 	"github.com/writeonce/porch-go/porch/internal/actor"
 	"github.com/writeonce/porch-go/porch/internal/errlog"
 	"github.com/writeonce/porch-go/porch/internal/problemtype"
+	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/driver"
 )
 
@@ -157,7 +158,7 @@ type Keys struct {
 // pool or store, a negative TTL, MaxBody, MaxStoredBody or MaxWait, a
 // KeepHeaders name it may not keep, a KeyHeader or ReplayedHeader that is
 // not a field name it may use, or a ProblemBase that is not a URI.
-func New(pool *porch.Pool, st driver.KeyStore, opt Options) *Keys {
+func New(pool *porch.Pool, st store.Keys, opt Options) *Keys {
 	if pool == nil {
 		panic("idem: New expects a pool")
 	}

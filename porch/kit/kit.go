@@ -35,7 +35,6 @@ import (
 	"github.com/writeonce/porch-go/porch/idem"
 	"github.com/writeonce/porch-go/porch/rate"
 	"github.com/writeonce/porch-go/porch/store"
-	"github.com/writeonce/porch-go/porch/store/driver"
 )
 
 // Kit is a pool and its stores, with the limiters and idempotency
@@ -43,8 +42,8 @@ import (
 // concurrent use.
 type Kit struct {
 	pool     *porch.Pool
-	counters driver.Counters // the limiters' store; nil: Limiter fails
-	keys     driver.KeyStore // the idempotency keys' store; nil: Idempotency panics
+	counters store.Counters // the limiters' store; nil: Limiter fails
+	keys     store.Keys     // the idempotency keys' store; nil: Idempotency panics
 
 	mu           sync.Mutex
 	limiters     []*rate.Limiter
@@ -70,8 +69,8 @@ var ErrNoStore = errors.New("kit: no store for this middleware")
 // non-nil err is returned as it is. A store without idempotency keys
 // (Redis) does not compile here; give it to New.
 func Open[S interface {
-	driver.Counters
-	driver.KeyStore
+	store.Counters
+	store.Keys
 }](st S, err error) (*Kit, error) {
 	if err != nil {
 		return nil, err
@@ -92,7 +91,7 @@ func Must(k *Kit, err error) *Kit {
 // its idempotency middlewares (one store may be both, and either may be
 // nil if unused). The Kit closes pool and the stores in Close; a store
 // given as both is closed once.
-func New(pool *porch.Pool, counters driver.Counters, keys driver.KeyStore) *Kit {
+func New(pool *porch.Pool, counters store.Counters, keys store.Keys) *Kit {
 	if pool == nil {
 		panic("kit: New expects a non-nil pool")
 	}
@@ -232,9 +231,9 @@ func (k *Kit) Close(ctx context.Context) error {
 // sameStore reports whether the two interfaces hold one store. Values of
 // a type that cannot be compared (a store of the caller's, not a pointer)
 // are two stores.
-func sameStore(a driver.KeyStore, b driver.Counters) bool {
+func sameStore(a store.Keys, b store.Counters) bool {
 	if !reflect.TypeOf(a).Comparable() || !reflect.TypeOf(b).Comparable() {
 		return false
 	}
-	return driver.Store(a) == driver.Store(b)
+	return any(a) == any(b)
 }

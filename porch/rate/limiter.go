@@ -17,6 +17,7 @@ import (
 	"github.com/writeonce/porch-go/porch/internal/algorithm"
 	"github.com/writeonce/porch-go/porch/internal/errlog"
 	"github.com/writeonce/porch-go/porch/internal/problemtype"
+	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/driver"
 )
 
@@ -289,8 +290,8 @@ const MaxWindow = algorithm.MaxWindow
 // new window from now, whichever is sooner.
 //
 // New panics, with a "rate: " message, on a programming error: a nil pool
-// or store, a store that keeps no counters (neither driver.ExclusiveCounters
-// nor driver.SharedCounters), a limit outside 1 to MaxLimit, a window under
+// or store, a store of a program's own that keeps no counters a limiter
+// can use, a limit outside 1 to MaxLimit, a window under
 // a millisecond or over MaxWindow, an Options.Name that is not a valid name
 // (see Options.Name), an Options.ProblemBase that is not a URI, an
 // Options.Algorithm that is none of the constants, an Options.Burst that
@@ -303,7 +304,7 @@ const MaxWindow = algorithm.MaxWindow
 // all of these before any I/O. It returns an error only for what the
 // store answers: the policy refused (store.ErrPolicyConflict), or the
 // store failing to record the policy or to load the open windows.
-func New(pool *porch.Pool, st driver.Counters, limit int, window time.Duration, opt Options) (*Limiter, error) {
+func New(pool *porch.Pool, st store.Counters, limit int, window time.Duration, opt Options) (*Limiter, error) {
 	l := newLimiter(pool, st, limit, window, opt)
 	if err := l.open(); err != nil {
 		return nil, err

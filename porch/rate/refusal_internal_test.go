@@ -46,15 +46,11 @@ func (s *refusingStore) ClaimPolicy(context.Context, driver.Policy) (func(), err
 	return func() {}, nil
 }
 
-func (s *refusingStore) AddHit(_ string, rule driver.Rule, _ int64, done func(driver.Hit, error)) error {
+func (s *refusingStore) AddHit(_ string, rule driver.Rule, _ int64, _ driver.Lease, done func(driver.Hit, error)) error {
 	s.trips.Add(1)
 	full := driver.State{Start: t0, Count: rule.(algorithm.Rule).Limit()}
 	done(driver.Hit{State: full, Now: t0}, nil)
 	return nil
-}
-
-func (s *refusingStore) AddLeased(key string, rule driver.Rule, n int64, _ driver.Lease, done func(driver.Hit, error)) error {
-	return s.AddHit(key, rule, n, done)
 }
 
 func (s *refusingStore) GiveBack(string, driver.Lease, func(error)) error           { return nil }

@@ -33,13 +33,7 @@ func (c *shared) close(context.Context) error { return nil }
 // asks to count ahead beside it.
 func (c *shared) hit(shard int, call *call) {
 	done := func(h driver.Hit, err error) { c.landed(shard, call, h, err) }
-	var err error
-	if ls := call.lease; ls == (driver.Lease{}) {
-		err = c.st.AddHit(call.key, c.rule, call.n, done)
-	} else {
-		err = c.st.AddLeased(call.key, c.rule, call.n+ls.Held, ls, done)
-	}
-	if err != nil {
+	if err := c.st.AddHit(call.key, c.rule, call.n+call.lease.Held, call.lease, done); err != nil {
 		call.trip = trip{err: err} // not queued: no trip is in flight
 		answerTrip(shard, call)
 	}

@@ -69,10 +69,10 @@ func (r toyRule) RetryIn(s driver.State, now time.Time, _ int64) time.Duration {
 }
 
 func (r toyRule) Row(key string, s driver.State, count int64) driver.Counter {
-	return driver.Counter{Key: key, WindowStart: s.Start, Window: r.window, Count: count, Expires: r.Expires(s)}
+	return driver.Counter{Key: key, State: driver.State{Start: s.Start, Count: count}, Window: r.window, Expires: r.Expires(s)}
 }
 
-func (toyRule) Resume(c driver.Counter, _ time.Time) driver.State { return c.State() }
+func (toyRule) Resume(c driver.Counter, _ time.Time) driver.State { return c.State }
 
 func (toyRule) Carried(time.Time, int64, time.Time) (int64, bool) { return 0, false }
 

@@ -81,7 +81,7 @@ func BenchmarkSaveCounter(b *testing.B) {
 				answer := func(err error) { done <- err }
 				for pb.Next() {
 					n := next.Add(1)
-					c := driver.Counter{Key: bc.keys[int(n)%len(bc.keys)], WindowStart: start, Window: time.Hour, Count: n}
+					c := driver.Counter{Key: bc.keys[int(n)%len(bc.keys)], State: driver.State{Start: start, Count: n}, Window: time.Hour}
 					if err := s.SaveCounter(c, answer); err != nil {
 						b.Error(err)
 						return
@@ -125,7 +125,7 @@ func BenchmarkAddHit(b *testing.B) {
 				rule := algorithm.MustRule(algorithm.Fixed, 1<<40, time.Hour, 0)
 				for pb.Next() {
 					key := bc.keys[int(next.Add(1))%len(bc.keys)]
-					if err := p.AddHit(key, rule, 1, answer); err != nil {
+					if err := p.AddHit(key, rule, 1, driver.Lease{}, answer); err != nil {
 						b.Error(err)
 						return
 					}

@@ -1,10 +1,11 @@
 // Package store is what every porch store shares with the application that
-// opens one: the [Options] each driver takes, the errors a caller may meet
-// ([ErrClosed], [ErrWriteFailed], [ErrPolicyConflict], …), the commit
-// [Observer] and the [Stats] a store reports. The seam a driver implements
-// and the middlewares call is porch/store/driver; the conformance suites
-// are porch/store/storetest. It holds no driver. The drivers are leaves
-// that import it:
+// opens one: what a store can hold ([Counters] for rate.New, [Keys] for
+// idem.New; kit takes both), the [Options] each driver takes, the errors a
+// caller may meet ([ErrClosed], [ErrWriteFailed], [ErrPolicyConflict], …),
+// the commit [Observer] and the [Stats] a store reports. The seam a driver
+// implements and the middlewares call is porch/store/driver; the
+// conformance suites are porch/store/storetest. It holds no driver. The
+// drivers are leaves that import it:
 //
 //   - porch/store/sqlite: one SQLite file written by one process (cgo);
 //     counters and idempotency keys.
@@ -17,7 +18,7 @@
 //     one process that can afford to forget.
 //
 // so a program links only the drivers it opens, and the middlewares
-// (porch/rate, porch/idem), which take a driver's interfaces, link none.
+// (porch/rate, porch/idem), which take a [Counters] or [Keys], link none.
 //
 // The SQL drivers keep two purpose-shaped tables: porch_rate_counters (one
 // integer counter per client key and window) and porch_idem_responses (a

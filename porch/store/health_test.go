@@ -57,7 +57,7 @@ var healthBackends = []healthBackend{
 			st: s, clock: clock,
 			write: func() error {
 				done := make(chan error, 1)
-				c := driver.Counter{Key: "k", WindowStart: s.Now(), Window: time.Minute, Count: 1}
+				c := driver.Counter{Key: "k", State: driver.State{Start: s.Now(), Count: 1}, Window: time.Minute}
 				if err := s.SaveCounter(c, func(err error) { done <- err }); err != nil {
 					return err
 				}
@@ -91,7 +91,7 @@ var healthBackends = []healthBackend{
 			st: p, clock: clock,
 			write: func() error {
 				done := make(chan error, 1)
-				if err := p.AddHit("k", algorithm.MustRule(algorithm.Fixed, 1<<40, time.Minute, 0), 1, func(_ driver.Hit, err error) { done <- err }); err != nil {
+				if err := p.AddHit("k", algorithm.MustRule(algorithm.Fixed, 1<<40, time.Minute, 0), 1, driver.Lease{}, func(_ driver.Hit, err error) { done <- err }); err != nil {
 					return err
 				}
 				return <-done

@@ -1,6 +1,6 @@
 package store
 
-import "errors"
+import "github.com/writeonce/porch-go/porch/store/driver"
 
 // ErrPolicyConflict is returned by ClaimPolicy when a limiter of the same
 // name counts in the store under another limit or window: in this process,
@@ -10,4 +10,4 @@ import "errors"
 // whose limiters each count in their own memory, a second limiter of one
 // name is refused under the same policy too: the two would count apart.
 // The error's text says which.
-var ErrPolicyConflict = errors.New("store: a limiter of this name already counts here")
+var ErrPolicyConflict = driver.ErrPolicyConflict

@@ -231,27 +231,14 @@ func noBurst(name string, burst int64) error {
 // policy would hold it, and its hits are not forgotten. Every window of a
 // limiter then has one length, which a limiter's memory relies on.
 func resumeWindow(c counter.Counter, window time.Duration, now time.Time) counter.State {
-	s := c.State()
+	s := c.State
 	if c.Window == window {
 		return s
 	}
-	end := c.WindowStart.Add(c.Window)
+	end := c.Start.Add(c.Window)
 	if limit := now.Add(window); limit.Before(end) {
 		end = limit
 	}
 	s.Start = end.Add(-window)
 	return s
-}
-
-// Immutable reports whether r is one of this package's rules: values of
-// comparable types that never change once made, so that a driver may keep
-// what it derives from one under the rule itself as a map key. A rule of
-// any other type (counter.Rule is an interface a program may implement)
-// may hold an unhashable value or change under a pointer.
-func Immutable(r counter.Rule) bool {
-	switch r.(type) {
-	case fixedRule, slidingRule, gcraRule:
-		return true
-	}
-	return false
 }

@@ -63,7 +63,7 @@ func (r fixedRule) RetryIn(s counter.State, now time.Time, _ int64) time.Duratio
 // Row keeps the window's start as it is, and leaves Expires to the store,
 // which computes the window's close, as it always has.
 func (r fixedRule) Row(key string, s counter.State, count int64) counter.Counter {
-	return counter.Counter{Key: key, WindowStart: s.Start, Window: r.window, Count: count}
+	return counter.Counter{Key: key, State: counter.State{Start: s.Start, Count: count}, Window: r.window}
 }
 
 func (r fixedRule) Resume(c counter.Counter, now time.Time) counter.State {

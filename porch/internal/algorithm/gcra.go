@@ -120,8 +120,8 @@ func (r gcraRule) RetryIn(s counter.State, now time.Time, n int64) time.Duration
 // Row stores the start rounded up to the millisecond, so that the TAT
 // loaded back is never earlier than the one written.
 func (r gcraRule) Row(key string, s counter.State, count int64) counter.Counter {
-	c := counter.Counter{Key: key, WindowStart: CeilMS(s.Start), Window: r.window, Count: count}
-	c.Expires = CeilMS(r.Expires(c.State()))
+	c := counter.Counter{Key: key, State: counter.State{Start: CeilMS(s.Start), Count: count}, Window: r.window}
+	c.Expires = CeilMS(r.Expires(c.State))
 	return c
 }
 
@@ -132,7 +132,7 @@ func (r gcraRule) Row(key string, s counter.State, count int64) counter.Counter 
 // life, and a limiter's memory lets a key go at Start + Life: an idle
 // pause would then have forgotten a client still held back.
 func (r gcraRule) Resume(c counter.Counter, _ time.Time) counter.State {
-	s := c.State()
+	s := c.State
 	if !r.tat(s).After(s.Start.Add(r.Life())) {
 		return s
 	}

@@ -124,8 +124,8 @@ func (r slidingRule) decayed(prev, left int64) time.Duration {
 // loaded back never holds back less than the one written, with the
 // previous count and the moment it all stops weighing.
 func (r slidingRule) Row(key string, s counter.State, count int64) counter.Counter {
-	c := counter.Counter{Key: key, WindowStart: CeilMS(s.Start), Window: r.window, Count: count, Prev: s.Prev}
-	c.Expires = CeilMS(r.Expires(c.State()))
+	c := counter.Counter{Key: key, State: counter.State{Start: CeilMS(s.Start), Count: count, Prev: s.Prev}, Window: r.window}
+	c.Expires = CeilMS(r.Expires(c.State))
 	return c
 }
 

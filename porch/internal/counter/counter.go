@@ -54,16 +54,15 @@ type Rule interface {
 }
 
 // Counter is one client key's stored state: what an exclusive store
-// persists and loads back.
+// persists and loads back, its State with what a row needs beside it.
 type Counter struct {
-	Key         string
-	WindowStart time.Time // the State's Start
-	Window      time.Duration
-	Count       int64
-	// Prev is the State's Prev (the sliding window's previous count).
-	Prev int64
+	Key string
+	// State is the key's state; its Start opens the window (or the GCRA
+	// bucket's epoch) the row counts in.
+	State
+	Window time.Duration
 	// Expires is when the state can be forgotten (Rule.Expires); if zero,
-	// when the window closes, WindowStart+Window.
+	// when the window closes, Start+Window.
 	Expires time.Time
 }
 
@@ -72,8 +71,5 @@ func (c Counter) End() time.Time {
 	if !c.Expires.IsZero() {
 		return c.Expires
 	}
-	return c.WindowStart.Add(c.Window)
+	return c.Start.Add(c.Window)
 }
-
-// State is the counter's algorithm state.
-func (c Counter) State() State { return State{Start: c.WindowStart, Count: c.Count, Prev: c.Prev} }

@@ -2,15 +2,20 @@
 // that keep their state: what a store driver implements, and what
 // porch/rate and porch/idem call. An application never calls it; it opens
 // a driver (porch/store/sqlite, postgres, redis, memory) and hands the
-// store to rate.New, idem.New or kit.Open, whose parameters are these
-// interfaces.
+// store to rate.New, idem.New or kit.Open, which take it as a
+// store.Counters or store.Keys: this package's [Counters] and [KeyStore]
+// under the names an application reads.
 //
 // A driver offers the rate limiter's counters ([ExclusiveCounters] or
 // [SharedCounters], both [Counters]), idempotency's [KeyStore], or both.
 // porch/store/storetest holds the conformance suites a driver passes:
-// TestCounters and TestKeys. The errors a user may meet (store.ErrClosed,
-// store.ErrWriteFailed, …), the options every driver takes and the commit
-// observer stay in porch/store.
+// TestCounters and TestKeys. The errors a driver returns that a user may
+// meet ([ErrClosed], [ErrWriteFailed], …) and the [Stats] it reports are
+// declared here and exported again by porch/store under the same names;
+// the options every driver takes and the commit observer are porch/store's.
+//
+// Like database/sql/driver, it imports nothing of porch above it: a
+// driver and porch/store import it, never the other way.
 package driver
 
 import (
@@ -21,7 +26,6 @@ import (
 	"time"
 
 	"github.com/writeonce/porch-go/porch/internal/counter"
-	"github.com/writeonce/porch-go/porch/store"
 )
 
 // Errors a driver returns that only porch's middlewares handle.
@@ -116,13 +120,13 @@ type Store interface {
 	Wall() time.Time
 
 	// Health reports whether the store can commit writes now: nil, or an
-	// error wrapping store.ErrUnhealthy and the reason. It is cheap enough to poll:
+	// error wrapping [ErrUnhealthy] and the reason. It is cheap enough to poll:
 	// a store that commits often answers from its last commit, an idle one
 	// commits one shared probe.
 	Health(ctx context.Context) error
 
 	// Stats reports the committer's counters.
-	Stats() store.Stats
+	Stats() Stats
 	// Close flushes queued writes and closes the database.
 	Close(ctx context.Context) error
 }
@@ -137,15 +141,15 @@ type KeyStore interface {
 	// process the idempotency actor already guarantees one caller per key;
 	// Reserve adds what a shared database needs. It blocks under ctx while
 	// another process holds key; a store that bounds that wait fails with
-	// store.ErrKeyHeld past its bound.
+	// [ErrKeyHeld] past its bound.
 	Reserve(ctx context.Context, key string) (Reservation, error)
 	// Inspect reads key's stored response for a support tool, without
 	// waiting for the key: ok is false when none is stored or it has
-	// expired. It fails with store.ErrKeyHeld while an owner holds key.
+	// expired. It fails with [ErrKeyHeld] while an owner holds key.
 	Inspect(ctx context.Context, key string) (r Response, ok bool, err error)
 	// Forget deletes key's stored response, if any, and returns once the
 	// deletion is durable, so that the key's next request runs its
-	// handler. It fails with store.ErrKeyHeld, deleting nothing, while an owner
+	// handler. It fails with [ErrKeyHeld], deleting nothing, while an owner
 	// holds key.
 	Forget(ctx context.Context, key string) error
 }
@@ -158,7 +162,7 @@ type KeyStore interface {
 type Counters interface {
 	Store
 	// ClaimPolicy records that a limiter counts under p until release; it
-	// fails with store.ErrPolicyConflict while a limiter of p.Name counts under
+	// fails with [ErrPolicyConflict] while a limiter of p.Name counts under
 	// another policy: in this process, or, for a shared store, in any
 	// running instance.
 	ClaimPolicy(ctx context.Context, p Policy) (release func(), err error)
@@ -177,7 +181,7 @@ type Reservation interface {
 	// runs it now on the owner's transaction and returns its error;
 	// SQLite queues it for the committer and reports its failure from
 	// Save. Either way a failed statement makes Save fail with
-	// store.ErrWriteFailed and nothing of the owner's is stored. args must not be
+	// [ErrWriteFailed] and nothing of the owner's is stored. args must not be
 	// changed after the call.
 	//
 	// SQLite runs the statements on the committer's shared connection: it
@@ -229,20 +233,20 @@ type SharedCounters interface {
 	// its Room, the state's Count grows by n. A hit that does not fit is
 	// refused and changes nothing, as a refusal does on an exclusive store.
 	// Hits of one key are decided in the order AddHit was called.
-	AddHit(key string, rule Rule, n int64, done func(Hit, error)) error
+	//
+	// lease is the zero Lease but for a limiter with leases
+	// (rate.Options.Lease): then lease.Held of the weight n is counted
+	// ahead, for the caller to answer later from memory, and stays held
+	// (see Lease) until it is settled or given back; lease.Settled
+	// reports held hits answered since, which stay counted but are held
+	// no more, and lease.Adopted hits it took back, to be held from now
+	// on. Settlement and adoption stand whether the hit is allowed or
+	// not; Held is held only if the hit is allowed.
+	AddHit(key string, rule Rule, n int64, lease Lease, done func(Hit, error)) error
 	// PeekHit reads key's state without counting: done gets it advanced
 	// to the store's clock (Allowed unset), as committed when the batch
 	// carrying the peek committed.
 	PeekHit(key string, rule Rule, done func(Hit, error)) error
-	// AddLeased is AddHit for a limiter with leases (rate.Options.Lease):
-	// lease.Held of the weight n is counted ahead, for the caller to
-	// answer later from memory, and stays held (see Lease) until it is
-	// settled or given back; lease.Settled reports held hits answered
-	// since, which stay counted but are held no more, and lease.Adopted
-	// hits it took back, to be held from now on. Settlement and adoption
-	// stand whether the hit is allowed or not; Held is held only if the
-	// hit is allowed.
-	AddLeased(key string, rule Rule, n int64, lease Lease, done func(Hit, error)) error
 	// ResetHit empties key's state and starts it over, on the store's
 	// clock: Start now, Prev 0, and Count the hits leases hold (see
 	// Lease), 0 without leases: the callers still holding them may answer
@@ -271,19 +275,20 @@ type SharedCounters interface {
 }
 
 // Lease is what a limiter's lease (rate.Options.Lease) tells a shared
-// store with a hit or a give-back. A key's state holds, beside its count,
-// the hits leases counted ahead and may still answer from memory without
-// a round trip: a reset cannot reach those answers, so it keeps them
-// counted (see SharedCounters.ResetHit). A window that closes ends every
-// hold: a lease answers only within the window its hits were counted in.
+// store with a hit or a give-back; the zero Lease is a hit without one. A
+// key's state holds, beside its count, the hits leases counted ahead and
+// may still answer from memory without a round trip: a reset cannot reach
+// those answers, so it keeps them counted (see SharedCounters.ResetHit). A
+// window that closes ends every hold: a lease answers only within the
+// window its hits were counted in.
 type Lease struct {
-	// Held is the hits counted for the lease (AddLeased), or given back
+	// Held is the hits counted for the lease (AddHit), or given back
 	// unanswered (GiveBack).
 	Held int64
 	// Settled is the hits held since Start that the lease answered: they
 	// stay counted, but are held no more.
 	Settled int64
-	// Adopted (AddLeased) is hits counted in the epoch Start outside any
+	// Adopted (AddHit) is hits counted in the epoch Start outside any
 	// lease that the lease took back to answer later (a request refused
 	// after all): held from this hit on if Start is still key's epoch,
 	// which the Hit's State.Start then equals; otherwise left as they are

@@ -41,7 +41,7 @@ func saveResponse(t *testing.T, st *Store, key string, ttl time.Duration) {
 func saveCounter(t *testing.T, st *Store, key string, window time.Duration) {
 	t.Helper()
 	var got error = errors.New("done not called")
-	if err := st.SaveCounter(driver.Counter{Key: key, WindowStart: st.Now(), Window: window, Count: 1}, func(err error) { got = err }); err != nil {
+	if err := st.SaveCounter(driver.Counter{Key: key, State: driver.State{Start: st.Now(), Count: 1}, Window: window}, func(err error) { got = err }); err != nil {
 		t.Fatal(err)
 	}
 	if got != nil {
@@ -65,7 +65,7 @@ func TestOpenStartsEmptyAndCloseRefuses(t *testing.T) {
 	}
 	for name, err := range map[string]error{
 		"Health":       st.Health(ctx),
-		"SaveCounter":  st.SaveCounter(driver.Counter{Key: "x", WindowStart: st.Now(), Window: time.Hour}, nil),
+		"SaveCounter":  st.SaveCounter(driver.Counter{Key: "x", State: driver.State{Start: st.Now()}, Window: time.Hour}, nil),
 		"LoadCounters": st.LoadCounters(ctx, st.Now(), func(driver.Counter) {}),
 		"Forget":       st.Forget(ctx, "k"),
 		"Reserve":      func() error { _, err := st.Reserve(ctx, "k"); return err }(),

@@ -176,7 +176,7 @@ func ownerFailsInTimeAndReplays(t *testing.T, p *Store) {
 func hitWithin(t *testing.T, p *Store, key string, rule driver.Rule) error {
 	t.Helper()
 	return answer(t, "hit of "+key, func(done func(error)) error {
-		return p.AddHit(key, rule, 1, func(_ driver.Hit, err error) { done(err) })
+		return p.AddHit(key, rule, 1, driver.Lease{}, func(_ driver.Hit, err error) { done(err) })
 	})
 }
 

@@ -64,16 +64,16 @@ func TestHitsCommittedPastTheBoundFail(t *testing.T) {
 		// queue behind it and share a batch: one key at its limit (left
 		// over by countFitting), one that fits.
 		blocker := make(chan error, 1)
-		if err := p.AddHit(fmt.Sprintf("rate:blocker%d", round), fixed(1000, time.Hour), 1,
+		if err := p.AddHit(fmt.Sprintf("rate:blocker%d", round), fixed(1000, time.Hour), 1, driver.Lease{},
 			func(_ driver.Hit, err error) { blocker <- err }); err != nil {
 			t.Fatal(err)
 		}
 		waitWithin(t, answerWithin, "the blocking batch waits for the standby", func() bool { return inSyncRep(t, srv) > 0 })
 		full, fresh := make(chan error, 1), make(chan error, 1)
-		if err := p.AddHit("rate:full", rule, 1, func(_ driver.Hit, err error) { full <- err }); err != nil {
+		if err := p.AddHit("rate:full", rule, 1, driver.Lease{}, func(_ driver.Hit, err error) { full <- err }); err != nil {
 			t.Fatal(err)
 		}
-		if err := p.AddHit(fmt.Sprintf("rate:fresh%d", round), rule, 1, func(_ driver.Hit, err error) { fresh <- err }); err != nil {
+		if err := p.AddHit(fmt.Sprintf("rate:fresh%d", round), rule, 1, driver.Lease{}, func(_ driver.Hit, err error) { fresh <- err }); err != nil {
 			t.Fatal(err)
 		}
 		for _, c := range []struct {

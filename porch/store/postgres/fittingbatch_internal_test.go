@@ -39,7 +39,7 @@ func countHit(t *testing.T, p *Store, key string, rule driver.Rule, n int64, tl 
 		h   driver.Hit
 		err error
 	}, 1)
-	if err := p.AddHit(key, rule, n, func(h driver.Hit, err error) {
+	if err := p.AddHit(key, rule, n, driver.Lease{}, func(h driver.Hit, err error) {
 		ch <- struct {
 			h   driver.Hit
 			err error

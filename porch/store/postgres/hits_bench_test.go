@@ -80,7 +80,7 @@ func BenchmarkAddHitLowConcurrency(b *testing.B) {
 						defer func() { done <- struct{}{} }()
 						reply := make(chan error, 1)
 						for next.Add(1) <= int64(b.N) {
-							if err := p.AddHit(key, rule, 1, func(_ driver.Hit, err error) { reply <- err }); err != nil {
+							if err := p.AddHit(key, rule, 1, driver.Lease{}, func(_ driver.Hit, err error) { reply <- err }); err != nil {
 								b.Error(err)
 								return
 							}

@@ -26,7 +26,7 @@ func TestResetAndTakeBackThenHitKeepTheirOrder(t *testing.T) {
 	}
 	hit := func(key string) chan res {
 		ch := make(chan res, 1)
-		if err := p.AddHit(key, rule, 1, func(h driver.Hit, err error) { ch <- res{h, err} }); err != nil {
+		if err := p.AddHit(key, rule, 1, driver.Lease{}, func(h driver.Hit, err error) { ch <- res{h, err} }); err != nil {
 			ch <- res{err: err}
 		}
 		return ch

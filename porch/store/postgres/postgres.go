@@ -181,14 +181,10 @@ func (p *Store) Pool() *pgxpool.Pool { return p.pool }
 func (p *Store) Wall() time.Time { return p.opt.Clock.Wall() }
 
 // AddHit queues one hit of weight n for key, counted if it fits rule's
-// Room; done runs once the batch carrying it has committed.
-func (p *Store) AddHit(key string, rule driver.Rule, n int64, done func(driver.Hit, error)) error {
-	return p.AddLeased(key, rule, n, driver.Lease{}, done)
-}
-
-// AddLeased is AddHit with a lease's hold and settlement (see
-// driver.SharedCounters.AddLeased).
-func (p *Store) AddLeased(key string, rule driver.Rule, n int64, lease driver.Lease, done func(driver.Hit, error)) error {
+// Room, with lease's hold and settlement if it is not the zero Lease (see
+// driver.SharedCounters.AddHit); done runs once the batch carrying it has
+// committed.
+func (p *Store) AddHit(key string, rule driver.Rule, n int64, lease driver.Lease, done func(driver.Hit, error)) error {
 	if err := supported(rule); err != nil {
 		return err
 	}

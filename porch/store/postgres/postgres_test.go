@@ -28,7 +28,7 @@ func addHit(t *testing.T, s *postgres.Store, key string, window time.Duration) h
 		err error
 	}
 	ch := make(chan res, 1)
-	if err := s.AddHit(key, unlimited(window), 1, func(h driver.Hit, err error) { ch <- res{h, err} }); err != nil {
+	if err := s.AddHit(key, unlimited(window), 1, driver.Lease{}, func(h driver.Hit, err error) { ch <- res{h, err} }); err != nil {
 		t.Fatalf("AddHit: %v", err)
 	}
 	r := <-ch
@@ -70,7 +70,7 @@ func TestPostgresAddHitIsExactAcrossInstances(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				<-start
-				err := s.AddHit("rate:k", unlimited(time.Hour), 1, func(h driver.Hit, err error) {
+				err := s.AddHit("rate:k", unlimited(time.Hour), 1, driver.Lease{}, func(h driver.Hit, err error) {
 					if err != nil {
 						t.Errorf("AddHit: %v", err)
 						return
@@ -79,6 +79,7 @@ func TestPostgresAddHitIsExactAcrossInstances(t *testing.T) {
 					positions = append(positions, h.State.Count)
 					mu.Unlock()
 				})
+
 				if err != nil {
 					t.Errorf("AddHit: %v", err)
 				}

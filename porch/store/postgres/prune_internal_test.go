@@ -53,7 +53,7 @@ func TestBatchesPruneABacklog(t *testing.T) {
 	hit := func() {
 		t.Helper()
 		done := make(chan error, 1)
-		if err := p.AddHit("rate:live", rule, 1, func(_ driver.Hit, err error) { done <- err }); err != nil {
+		if err := p.AddHit("rate:live", rule, 1, driver.Lease{}, func(_ driver.Hit, err error) { done <- err }); err != nil {
 			t.Fatal(err)
 		}
 		if err := <-done; err != nil {

@@ -78,7 +78,7 @@ func TestParallelHitsTakeBacksAndScriptFlushStayExact(t *testing.T) {
 					err error
 				}
 				ch := make(chan ans, 1)
-				if err := s.AddHit(keys[i], rules[i], n, func(h driver.Hit, err error) { ch <- ans{h, err} }); err != nil {
+				if err := s.AddHit(keys[i], rules[i], n, driver.Lease{}, func(h driver.Hit, err error) { ch <- ans{h, err} }); err != nil {
 					t.Error(err)
 					return
 				}

@@ -67,7 +67,7 @@ func hammer(s *Store, keys []string, rules []driver.Rule, g int, stop <-chan str
 				n := rng.Int64N(3) + 1
 				ch := make(chan error, 1)
 				var allowed bool
-				err := s.AddHit(keys[i], rules[i], n, func(h driver.Hit, err error) { allowed = h.Allowed; ch <- err })
+				err := s.AddHit(keys[i], rules[i], n, driver.Lease{}, func(h driver.Hit, err error) { allowed = h.Allowed; ch <- err })
 				if err == nil {
 					err = <-ch
 				}
@@ -290,7 +290,7 @@ func TestRandomRulesAgainstGo(t *testing.T) {
 		if !ok {
 			continue
 		}
-		if _, err := ruleArgs(rule); err != nil {
+		if _, err := keyOf(rule).args(); err != nil {
 			t.Errorf("%s %d per %s burst %d: rate accepts the rule, the store refuses it: %v", alg, limit, window, burst, err)
 			continue
 		}
@@ -542,7 +542,7 @@ func TestCloseWhileQueued(t *testing.T) {
 	var wg sync.WaitGroup
 	for range 200 {
 		wg.Add(1)
-		if err := s.AddHit("rate:c:p:a", rule, 1, func(h driver.Hit, err error) {
+		if err := s.AddHit("rate:c:p:a", rule, 1, driver.Lease{}, func(h driver.Hit, err error) {
 			answered.Add(1)
 			if err == nil && h.Allowed {
 				allowed.Add(1)
@@ -561,7 +561,7 @@ func TestCloseWhileQueued(t *testing.T) {
 		t.Fatal(err)
 	}
 	wg.Wait()
-	if err := s.AddHit("rate:c:p:a", rule, 1, func(driver.Hit, error) {}); !errors.Is(err, store.ErrClosed) {
+	if err := s.AddHit("rate:c:p:a", rule, 1, driver.Lease{}, func(driver.Hit, error) {}); !errors.Is(err, store.ErrClosed) {
 		t.Errorf("AddHit after Close: %v, want store.ErrClosed", err)
 	}
 	time.Sleep(1500 * time.Millisecond)
@@ -668,7 +668,7 @@ func TestOOMFailsClosed(t *testing.T) {
 	}
 	ch := make(chan error, 1)
 	var h driver.Hit
-	if err := s.AddHit("rate:api:p:new", rule, 1, func(x driver.Hit, err error) { h = x; ch <- err }); err != nil {
+	if err := s.AddHit("rate:api:p:new", rule, 1, driver.Lease{}, func(x driver.Hit, err error) { h = x; ch <- err }); err != nil {
 		t.Fatal(err)
 	}
 	err = <-ch
@@ -711,7 +711,7 @@ func TestNoscriptReordersResetAndHit(t *testing.T) {
 	}
 	var h driver.Hit
 	hitDone := make(chan error, 1)
-	if err := s.AddHit(key, rule, 1, func(x driver.Hit, err error) { h = x; hitDone <- err }); err != nil {
+	if err := s.AddHit(key, rule, 1, driver.Lease{}, func(x driver.Hit, err error) { h = x; hitDone <- err }); err != nil {
 		t.Fatal(err)
 	}
 	// Another instance, after a restart of Redis, has reloaded the first
@@ -807,7 +807,7 @@ func TestBatchScriptKeepsEachHitsOutcome(t *testing.T) {
 		case st.n == 0:
 			err = s.PeekHit(st.key, st.rule, done)
 		default:
-			err = s.AddHit(st.key, st.rule, st.n, done)
+			err = s.AddHit(st.key, st.rule, st.n, driver.Lease{}, done)
 		}
 		if err != nil {
 			t.Fatal(err)

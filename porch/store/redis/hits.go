@@ -2,12 +2,12 @@ package redis
 
 import (
 	"fmt"
+	"maps"
 	"strings"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/writeonce/porch-go/porch/internal/algorithm"
 	"github.com/writeonce/porch-go/porch/store/driver"
 	"github.com/writeonce/porch-go/porch/store/internal/commit"
 )
@@ -83,39 +83,69 @@ type hitArgs struct {
 // arguments, computed each time.
 const maxCachedRules = 1024
 
-// hitArgs returns ruleArgs(rule), kept for porch's own rules: a hit needs
-// them twice, when it is queued and when it is sent, and computing them
-// allocates. Any other rule's are computed each time: a type of a
-// program's own may hold an unhashable value (a panic as a map key) or
-// change under a pointer (stale arguments).
-func (s *Store) hitArgs(rule driver.Rule) (hitArgs, error) {
-	if !algorithm.Immutable(rule) {
-		return ruleArgs(rule)
-	}
-	if a, ok := s.rules.Load(rule); ok {
-		return a.(hitArgs), nil
-	}
-	a, err := ruleArgs(rule)
-	if err == nil && s.ruleCount.Load() < maxCachedRules {
-		if _, loaded := s.rules.LoadOrStore(rule, a); !loaded {
-			s.ruleCount.Add(1)
-		}
-	}
-	return a, err
+// ruleKey is all of a rule that its script's arguments are made of: its
+// algorithm, window and interval, and most, what a state never seen
+// admits (the limit, or GCRA's burst). The arguments are kept under it
+// rather than under the rule: a rule of a program's own type may hold an
+// unhashable value (a panic as a map key) or change under a pointer (stale
+// arguments), while a key is a plain value read from the rule afresh at
+// each hit.
+type ruleKey struct {
+	alg              string
+	most             int64
+	window, interval time.Duration
 }
 
-// ruleArgs returns rule's script and arguments, or an error for a rule the
-// scripts do not compute (exactly).
-func ruleArgs(rule driver.Rule) (hitArgs, error) {
-	alg := rule.Algorithm()
+// keyOf reads rule's key.
+func keyOf(rule driver.Rule) ruleKey {
+	t := time.Unix(1<<31, 0)
+	return ruleKey{
+		alg:      rule.Algorithm(),
+		most:     rule.Room(rule.Advance(driver.State{}, t), t),
+		window:   rule.Window(),
+		interval: rule.Interval(),
+	}
+}
+
+// hitArgs returns rule's script and arguments, kept by its key: a hit
+// needs them twice, when it is queued and when it is sent, and computing
+// them allocates. Readers load the map without a lock; a new key copies
+// it, which the bound keeps rare.
+func (s *Store) hitArgs(rule driver.Rule) (hitArgs, error) {
+	k := keyOf(rule)
+	if m := s.rules.Load(); m != nil {
+		if a, ok := (*m)[k]; ok {
+			return a, nil
+		}
+	}
+	a, err := k.args()
+	if err != nil {
+		return hitArgs{}, err
+	}
+	s.rulesMu.Lock()
+	defer s.rulesMu.Unlock()
+	old := s.rules.Load()
+	if old == nil || len(*old) < maxCachedRules {
+		m := make(map[ruleKey]hitArgs, 1)
+		if old != nil {
+			m = maps.Clone(*old)
+		}
+		if _, ok := m[k]; !ok {
+			m[k] = a
+			s.rules.Store(&m)
+		}
+	}
+	return a, nil
+}
+
+// args returns the script and arguments of a rule of key k, or an error
+// for a rule the scripts do not compute (exactly).
+func (k ruleKey) args() (hitArgs, error) {
+	alg, most, w := k.alg, k.most, k.window
 	sc := hitScripts[alg]
 	if sc == nil {
 		return hitArgs{}, fmt.Errorf("redis: %w: %q", driver.ErrAlgorithm, alg)
 	}
-	// The limit (GCRA's burst): what a state never seen admits.
-	t := time.Unix(1<<31, 0)
-	most := rule.Room(rule.Advance(driver.State{}, t), t)
-	w := rule.Window()
 	wc := ceilMS(w)
 	if most < 1 || most > maxLimit || w <= 0 || wc > maxWindowMS {
 		return hitArgs{}, fmt.Errorf("redis: %s rule of %d per %s is outside what the scripts count exactly (limit 1 to 2^48, window up to 2^48 ms)", alg, most, w)
@@ -127,7 +157,7 @@ func ruleArgs(rule driver.Rule) (hitArgs, error) {
 		}
 		return hitArgs{sc, []any{most, wc}}, nil
 	case "gcra":
-		iv := rule.Interval()
+		iv := k.interval
 		if iv <= 0 {
 			return hitArgs{}, fmt.Errorf("redis: a GCRA rule needs a positive interval, got %s", iv)
 		}
@@ -150,15 +180,10 @@ func ceilMS(d time.Duration) int64 {
 }
 
 // AddHit queues one hit of weight n for key, counted if it fits rule's
-// Room; done runs once the batch carrying it has been answered (and, with
-// WAITAOF, fsynced).
-func (s *Store) AddHit(key string, rule driver.Rule, n int64, done func(driver.Hit, error)) error {
-	return s.AddLeased(key, rule, n, driver.Lease{}, done)
-}
-
-// AddLeased is AddHit with a lease's hold and settlement (see
-// driver.SharedCounters.AddLeased).
-func (s *Store) AddLeased(key string, rule driver.Rule, n int64, lease driver.Lease, done func(driver.Hit, error)) error {
+// Room, with lease's hold and settlement if it is not the zero Lease (see
+// driver.SharedCounters.AddHit); done runs once the batch carrying it has
+// been answered (and, with WAITAOF, fsynced).
+func (s *Store) AddHit(key string, rule driver.Rule, n int64, lease driver.Lease, done func(driver.Hit, error)) error {
 	if _, err := s.hitArgs(rule); err != nil {
 		return err
 	}

@@ -96,8 +96,8 @@ type Store struct {
 
 	watch primaryWatch // judges a new primary (see verify)
 
-	rules     sync.Map     // driver.Rule → hitArgs (see hitArgs)
-	ruleCount atomic.Int64 // entries in rules
+	rules   atomic.Pointer[map[ruleKey]hitArgs] // read without a lock, copied on write (see hitArgs); nil until the first
+	rulesMu sync.Mutex                          // serializes writers of rules
 
 	claims   policy.Claims
 	policyMu sync.Mutex               // serializes claims, releases and heartbeats; protects held

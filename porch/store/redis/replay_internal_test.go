@@ -38,7 +38,7 @@ func hit(t *testing.T, s *Store, key string, rule driver.Rule, n int64) driver.H
 	if n == 0 {
 		err = s.PeekHit(key, rule, done)
 	} else {
-		err = s.AddHit(key, rule, n, done)
+		err = s.AddHit(key, rule, n, driver.Lease{}, done)
 	}
 	if err != nil {
 		t.Fatal(err)

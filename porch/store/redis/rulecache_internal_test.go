@@ -40,7 +40,7 @@ type taggedRule struct {
 
 // A program's own driver.Rule may be of a comparable type holding an
 // unhashable value (an interface field holding a slice): kept as a map key
-// it would panic. Only porch's own rules are cached.
+// it would panic. Arguments are kept by what the rule says, not by the rule.
 func TestRuleOfAProgramsTypeWithUnhashableValue(t *testing.T) {
 	s := openTest(t)
 	rule := taggedRule{Rule: algorithm.MustRule(algorithm.Fixed, 5, time.Hour, 0), Tags: []string{"tenant-a"}}
@@ -80,5 +80,41 @@ func TestRuleChangedUnderAPointerIsReadAgain(t *testing.T) {
 	r.limit.Store(10)
 	if h := hit(t, s, "rate:live:p:a", r, 1); !h.Allowed {
 		t.Errorf("second hit refused at limit 10 (count %d): the store used the cached limit 1", h.State.Count)
+	}
+}
+
+// A hit reads its rule's arguments twice (queued, then sent): once kept,
+// reading them again allocates nothing, for porch's rules as for a
+// program's own, and a program making rules without end still gets each
+// one's, past the cache's bound.
+func TestRuleArgsKept(t *testing.T) {
+	s := &Store{}
+	rules := []driver.Rule{
+		algorithm.MustRule(algorithm.Fixed, 5, time.Hour, 0),
+		algorithm.MustRule(algorithm.Sliding, 5, time.Hour, 0),
+		algorithm.MustRule(algorithm.GCRA, 5, time.Hour, 3),
+		taggedRule{Rule: algorithm.MustRule(algorithm.Fixed, 7, time.Hour, 0), Tags: []string{"tenant-a"}},
+	}
+	for _, r := range rules {
+		want, err := s.hitArgs(r)
+		if err != nil {
+			t.Fatalf("%s: %v", r.Algorithm(), err)
+		}
+		if n := testing.AllocsPerRun(100, func() {
+			if got, _ := s.hitArgs(r); got.script != want.script || len(got.args) != len(want.args) {
+				t.Fatalf("%s: kept arguments %v, want %v", r.Algorithm(), got.args, want.args)
+			}
+		}); n != 0 {
+			t.Errorf("%s: reading kept arguments allocates %v times, want 0", r.Algorithm(), n)
+		}
+	}
+	for limit := int64(1); limit <= maxCachedRules+10; limit++ {
+		a, err := s.hitArgs(algorithm.MustRule(algorithm.Fixed, limit, time.Hour, 0))
+		if err != nil || a.args[0] != limit {
+			t.Fatalf("limit %d: arguments %v, %v; want the limit first", limit, a.args, err)
+		}
+	}
+	if n := len(*s.rules.Load()); n != maxCachedRules {
+		t.Errorf("%d rules kept, want the bound, %d", n, maxCachedRules)
 	}
 }

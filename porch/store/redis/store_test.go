@@ -2,7 +2,15 @@ package redis_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -20,11 +28,88 @@ import (
 
 // Idempotency keys never live in Redis: the store must not offer them.
 func TestNotKeys(t *testing.T) {
-	if _, ok := any((*redis.Store)(nil)).(driver.KeyStore); ok {
-		t.Fatal("*redis.Store implements driver.KeyStore; idempotency keys must never live in Redis")
+	if _, ok := any((*redis.Store)(nil)).(store.Keys); ok {
+		t.Fatal("*redis.Store is a store.Keys; idempotency keys must never live in Redis")
+	}
+	if _, ok := any((*redis.Store)(nil)).(store.Counters); !ok {
+		t.Fatal("*redis.Store is not a store.Counters")
 	}
 	if _, ok := any((*redis.Store)(nil)).(driver.SharedCounters); !ok {
 		t.Fatal("*redis.Store does not implement driver.SharedCounters")
+	}
+}
+
+// What TestNotKeys checks of the type, a program meets as a compile error
+// at each place that takes keys, and nowhere else: the program below
+// builds but for the lines marked "refused". It is laid over the module
+// with go build -overlay, so nothing is written into the tree.
+func TestKeysOnRedisDoNotCompile(t *testing.T) {
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skipf("no go command on PATH: %v", err)
+	}
+	const src = `package main
+
+import (
+	"context"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/writeonce/porch-go/porch"
+	"github.com/writeonce/porch-go/porch/idem"
+	"github.com/writeonce/porch-go/porch/kit"
+	"github.com/writeonce/porch-go/porch/rate"
+	"github.com/writeonce/porch-go/porch/store/redis"
+)
+
+func main() {
+	pool := porch.NewPool(porch.PoolOptions{})
+	st, err := redis.Open(context.Background(), goredis.NewClient(&goredis.Options{}), redis.Options{})
+	_, _ = rate.New(pool, st, 10, 1, rate.Options{})
+	_ = kit.New(pool, st, nil)
+	_ = idem.New(pool, st, idem.Options{}) // refused
+	_ = kit.New(pool, st, st)              // refused
+	_, _ = kit.Open(st, err)               // refused
+}
+`
+	want := map[int]bool{}
+	for i, line := range strings.Split(src, "\n") {
+		if strings.HasSuffix(line, "// refused") {
+			want[i+1] = true
+		}
+	}
+	root, err := filepath.Abs("../../..") // the module root
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	prog := filepath.Join(dir, "main.go")
+	if err := os.WriteFile(prog, []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	overlay, err := json.Marshal(map[string]map[string]string{
+		"Replace": {filepath.Join(root, "internal", "redisprobe", "main.go"): prog},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	overlayFile := filepath.Join(dir, "overlay.json")
+	if err := os.WriteFile(overlayFile, overlay, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(gobin, "build", "-overlay", overlayFile, "-o", os.DevNull, "./internal/redisprobe")
+	cmd.Dir = root
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatalf("go build of a program giving *redis.Store to idem.New, kit.New's keys and kit.Open: built, want errors\n%s", out)
+	}
+	got := map[int]bool{}
+	for _, m := range regexp.MustCompile(`main\.go:(\d+):\d+: `).FindAllStringSubmatch(string(out), -1) {
+		n, _ := strconv.Atoi(m[1])
+		got[n] = true
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("go build failed on lines %v, want exactly the lines marked refused, %v:\n%s", slices.Sorted(maps.Keys(got)), slices.Sorted(maps.Keys(want)), out)
 	}
 }
 
@@ -115,7 +200,7 @@ func addHit(st *redis.Store, key string, rule driver.Rule) (driver.Hit, error) {
 		err error
 	}
 	ch := make(chan answer, 1)
-	if err := st.AddHit(key, rule, 1, func(h driver.Hit, err error) { ch <- answer{h, err} }); err != nil {
+	if err := st.AddHit(key, rule, 1, driver.Lease{}, func(h driver.Hit, err error) { ch <- answer{h, err} }); err != nil {
 		return driver.Hit{}, err
 	}
 	a := <-ch

@@ -37,7 +37,7 @@ func TestFailingOwnersLeaveNothingBehind(t *testing.T) {
 			name: "one failing owner",
 			batch: []commit.Op{
 				owner("good-1", insert("good-1a"), insert("good-1b")),
-				{Counter: &driver.Counter{Key: "k", Count: 2}},
+				{Counter: &driver.Counter{Key: "k", State: driver.State{Count: 2}}},
 				owner("bad-1", insert("bad-1a"), insert("taken")),
 				{Exec: &commit.Statement{Query: `INSERT INTO ledger (id) VALUES ('exec-1')`}},
 				owner("good-2", insert("good-2a")),
@@ -53,7 +53,7 @@ func TestFailingOwnersLeaveNothingBehind(t *testing.T) {
 				owner("bad-1", insert("bad-1a"), insert("taken")),
 				owner("bad-2", insert("bad-2a"), insert("bad-2a")),
 				{Exec: &commit.Statement{Query: `INSERT INTO ledger (id) VALUES ('exec-bad'); INSERT INTO ledger (id) VALUES ('taken')`}},
-				{Counter: &driver.Counter{Key: "k", Count: 2}},
+				{Counter: &driver.Counter{Key: "k", State: driver.State{Count: 2}}},
 				owner("good-2", insert("good-2a")),
 			},
 			failing: []int{1, 2, 3},
@@ -75,7 +75,7 @@ func TestFailingOwnersLeaveNothingBehind(t *testing.T) {
 					r.Digest, r.Status, r.Body, r.Created, r.Expires = []byte{1}, 201, []byte("ok"), now, now.Add(time.Hour)
 				}
 				if c := o.Counter; c != nil {
-					c.WindowStart, c.Window = now, time.Hour
+					c.Start, c.Window = now, time.Hour
 				}
 			}
 			if err := s.writeBatch(tt.batch); err != nil {

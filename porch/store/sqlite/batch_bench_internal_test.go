@@ -89,7 +89,7 @@ func BenchmarkWriteCounters(b *testing.B) {
 				start := s.Now()
 				for i := range batch {
 					counters[i] = driver.Counter{Key: "rate:default:ip:198.18." + strconv.Itoa(n/256%256) + "." + strconv.Itoa(n%256),
-						WindowStart: start, Window: time.Hour, Count: 1}
+						State: driver.State{Start: start, Count: 1}, Window: time.Hour}
 					n++
 					batch[i] = commit.Op{Counter: &counters[i]}
 				}

@@ -58,7 +58,7 @@ func TestOwnerPastBudgetFailsAlone(t *testing.T) {
 				return &driver.Response{Key: key, Digest: []byte{1}, Status: 201, Body: []byte("ok"), Created: now, Expires: now.Add(time.Hour)}
 			}
 			batch := []commit.Op{
-				{Counter: &driver.Counter{Key: "k", WindowStart: now, Window: time.Hour, Count: 3}},
+				{Counter: &driver.Counter{Key: "k", State: driver.State{Start: now, Count: 3}, Window: time.Hour}},
 				{Response: response("good"), Owner: []commit.Statement{{Query: `INSERT INTO ledger (id) VALUES ('good-owner')`}}},
 				{Exec: &commit.Statement{Query: `INSERT INTO ledger (id) VALUES ('victim-1')`}},
 				{Response: response("slow"), Owner: []commit.Statement{{Query: slowInsert(table)}}},
@@ -146,7 +146,7 @@ func TestBatchBoundsOwnersTime(t *testing.T) {
 	}
 	s.opt.ExecBudget = 40 * time.Millisecond
 	now := s.Now()
-	batch := []commit.Op{{Counter: &driver.Counter{Key: "k", WindowStart: now, Window: time.Hour, Count: 1}}}
+	batch := []commit.Op{{Counter: &driver.Counter{Key: "k", State: driver.State{Start: now, Count: 1}, Window: time.Hour}}}
 	for i := range 10 {
 		r := &driver.Response{Key: fmt.Sprint("slow-", i), Digest: []byte{1}, Status: 201, Body: []byte("ok"), Created: now, Expires: now.Add(time.Hour)}
 		batch = append(batch, commit.Op{Response: r, Owner: []commit.Statement{{Query: slowInsert("bulk")}}})

@@ -20,7 +20,7 @@ func TestCheckpointerKeepsTheWALInCheck(t *testing.T) {
 	}
 	for i := range 3 * checkpointEvery {
 		done := make(chan error, 1)
-		c := driver.Counter{Key: "k" + strconv.Itoa(i), WindowStart: s.Now(), Window: time.Hour, Count: 1}
+		c := driver.Counter{Key: "k" + strconv.Itoa(i), State: driver.State{Start: s.Now(), Count: 1}, Window: time.Hour}
 		if err := s.SaveCounter(c, func(err error) { done <- err }); err != nil {
 			t.Fatal(err)
 		}

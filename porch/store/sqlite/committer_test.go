@@ -28,7 +28,7 @@ func TestGroupCommit(t *testing.T) {
 		queued.Go(func() {
 			for i := range perWriter {
 				n := w*perWriter + i
-				c := driver.Counter{Key: fmt.Sprintf("k%d", n), WindowStart: s.Now(), Window: time.Hour, Count: int64(n + 1)}
+				c := driver.Counter{Key: fmt.Sprintf("k%d", n), State: driver.State{Start: s.Now(), Count: int64(n + 1)}, Window: time.Hour}
 				all.Add(1)
 				err := s.SaveCounter(c, func(err error) {
 					if err != nil {
@@ -83,7 +83,7 @@ func TestGroupCommitUnderRealConcurrency(t *testing.T) {
 	for w := range writers {
 		wg.Go(func() {
 			for i := range perWriter {
-				c := driver.Counter{Key: fmt.Sprintf("w%d-%d", w, i), WindowStart: s.Now(), Window: time.Hour, Count: 1}
+				c := driver.Counter{Key: fmt.Sprintf("w%d-%d", w, i), State: driver.State{Start: s.Now(), Count: 1}, Window: time.Hour}
 				done := make(chan error, 1)
 				if err := s.SaveCounter(c, func(err error) { done <- err }); err != nil {
 					t.Errorf("queue %s: %v", c.Key, err)
@@ -123,7 +123,7 @@ func TestDoneRunsAfterCommit(t *testing.T) {
 		err   error
 	}
 	got := make(chan seen, 1)
-	c := driver.Counter{Key: "visible", WindowStart: s.Now(), Window: time.Minute, Count: 3}
+	c := driver.Counter{Key: "visible", State: driver.State{Start: s.Now(), Count: 3}, Window: time.Minute}
 	err = s.SaveCounter(c, func(err error) {
 		if err != nil {
 			got <- seen{err: err}
@@ -153,7 +153,7 @@ func TestFailedCommitIsReported(t *testing.T) {
 	execSQL(t, s.DB(), `CREATE TRIGGER boom BEFORE INSERT ON porch_rate_journal
 		BEGIN SELECT RAISE(ABORT, 'boom'); END`)
 
-	err := saveCounter(t, s, driver.Counter{Key: "k", WindowStart: s.Now(), Window: time.Minute, Count: 1})
+	err := saveCounter(t, s, driver.Counter{Key: "k", State: driver.State{Start: s.Now(), Count: 1}, Window: time.Minute})
 	if err == nil {
 		t.Fatal("got done(nil) for a write the database refused, want the error")
 	}
@@ -174,7 +174,7 @@ func TestFailedBatchFailsEveryWrite(t *testing.T) {
 
 	errs := make(chan error, 2)
 	for _, key := range []string{"good", "bad"} {
-		c := driver.Counter{Key: key, WindowStart: s.Now(), Window: time.Minute, Count: 1}
+		c := driver.Counter{Key: key, State: driver.State{Start: s.Now(), Count: 1}, Window: time.Minute}
 		if err := s.SaveCounter(c, func(err error) { errs <- err }); err != nil {
 			t.Fatal(err)
 		}
@@ -203,7 +203,7 @@ func TestCounterWritesAppend(t *testing.T) {
 
 	start := s.Now()
 	for n := int64(1); n <= 3; n++ { // one commit each: no collapsing
-		mustSaveCounter(t, s, driver.Counter{Key: "k", WindowStart: start, Window: time.Minute, Count: n})
+		mustSaveCounter(t, s, driver.Counter{Key: "k", State: driver.State{Start: start, Count: n}, Window: time.Minute})
 	}
 
 	if got, _, _ := counterRow(t, s.DB(), "k"); got != 3 {
@@ -230,10 +230,10 @@ func TestBatchCollapsesWritesOfOneKey(t *testing.T) {
 	start := s.Now()
 	errs := make(chan error, 4)
 	for _, c := range []driver.Counter{
-		{Key: "k", WindowStart: start, Window: time.Minute, Count: 1},
-		{Key: "other", WindowStart: start, Window: time.Minute, Count: 7},
-		{Key: "k", WindowStart: start, Window: time.Minute, Count: 2},
-		{Key: "k", WindowStart: start, Window: time.Minute, Count: 3},
+		{Key: "k", State: driver.State{Start: start, Count: 1}, Window: time.Minute},
+		{Key: "other", State: driver.State{Start: start, Count: 7}, Window: time.Minute},
+		{Key: "k", State: driver.State{Start: start, Count: 2}, Window: time.Minute},
+		{Key: "k", State: driver.State{Start: start, Count: 3}, Window: time.Minute},
 	} {
 		if err := s.SaveCounter(c, func(err error) { errs <- err }); err != nil {
 			t.Fatal(err)
@@ -296,7 +296,7 @@ func TestCommitPrunesBoundedly(t *testing.T) {
 				t.Fatalf("before pruning: got %d expired rows, want %d", got, expired)
 			}
 			for i, want := range tt.wantLeft {
-				mustSaveCounter(t, s, driver.Counter{Key: fmt.Sprintf("live-%d", i), WindowStart: s.Now(), Window: time.Minute, Count: 1})
+				mustSaveCounter(t, s, driver.Counter{Key: fmt.Sprintf("live-%d", i), State: driver.State{Start: s.Now(), Count: 1}, Window: time.Minute})
 				if got := countRows(t, s.DB(), expiredRows); got != want {
 					t.Errorf("after commit %d: got %d expired rows, want %d", i+1, got, want)
 				}
@@ -313,12 +313,12 @@ func TestCloseFlushesQueuedWrites(t *testing.T) {
 	s := openSQLite(t, path, sqlite.Options{Options: store.Options{Clock: fakeClock()}})
 	const n = 100
 	for i := range n {
-		if err := s.SaveCounter(driver.Counter{Key: fmt.Sprintf("k%d", i), WindowStart: s.Now(), Window: time.Hour, Count: 1}, nil); err != nil {
+		if err := s.SaveCounter(driver.Counter{Key: fmt.Sprintf("k%d", i), State: driver.State{Start: s.Now(), Count: 1}, Window: time.Hour}, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
 	closeStore(t, s)
-	err := s.SaveCounter(driver.Counter{Key: "late", WindowStart: wall0, Window: time.Hour, Count: 1}, func(error) {
+	err := s.SaveCounter(driver.Counter{Key: "late", State: driver.State{Start: wall0, Count: 1}, Window: time.Hour}, func(error) {
 		t.Error("done ran for a write refused after Close")
 	})
 	if !errors.Is(err, store.ErrClosed) {

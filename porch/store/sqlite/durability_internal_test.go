@@ -45,7 +45,7 @@ func TestDurabilityPerBatch(t *testing.T) {
 	}
 	now := s.Now()
 	counter := func() commit.Op {
-		return commit.Op{Counter: &driver.Counter{Key: "k", WindowStart: now, Window: time.Minute, Count: 1, Expires: now.Add(time.Minute)}}
+		return commit.Op{Counter: &driver.Counter{Key: "k", State: driver.State{Start: now, Count: 1}, Window: time.Minute, Expires: now.Add(time.Minute)}}
 	}
 	response := func(key string) *driver.Response {
 		return &driver.Response{Key: key, Digest: []byte{1}, Status: 201, Body: []byte("ok"), Created: now, Expires: now.Add(time.Hour)}

@@ -26,7 +26,7 @@ func ExampleOpen() {
 		panic(err)
 	}
 	done := make(chan error, 1)
-	c := driver.Counter{Key: "rate:default:ip:192.0.2.1", WindowStart: s.Now(), Window: time.Minute, Count: 3}
+	c := driver.Counter{Key: "rate:default:ip:192.0.2.1", State: driver.State{Start: s.Now(), Count: 3}, Window: time.Minute}
 	if err := s.SaveCounter(c, func(err error) { done <- err }); err != nil {
 		panic(err)
 	}

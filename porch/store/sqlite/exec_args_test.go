@@ -61,7 +61,7 @@ func TestExecArgumentValuesRunOnTheCaller(t *testing.T) {
 		go func() { execDone <- s.Exec(ctx, `INSERT INTO ledger (id, v) VALUES ('slow', ?)`, b) }()
 		<-b.entered
 		counter := make(chan error, 1)
-		c := porchdriver.Counter{Key: "k", WindowStart: s.Now(), Window: time.Hour, Count: 1}
+		c := porchdriver.Counter{Key: "k", State: porchdriver.State{Start: s.Now(), Count: 1}, Window: time.Hour}
 		if err := s.SaveCounter(c, func(err error) { counter <- err }); err != nil {
 			t.Fatal(err)
 		}

@@ -124,7 +124,7 @@ func startCounterLoad(t *testing.T, s *sqlite.Store) (stop func() time.Duration)
 					return
 				default:
 				}
-				c := driver.Counter{Key: fmt.Sprintf("load-%d-%d", g, i), WindowStart: s.Now(), Window: time.Hour, Count: 1}
+				c := driver.Counter{Key: fmt.Sprintf("load-%d-%d", g, i), State: driver.State{Start: s.Now(), Count: 1}, Window: time.Hour}
 				start := time.Now()
 				if err := saveCounter(t, s, c); err != nil {
 					t.Errorf("counter write: %v", err)

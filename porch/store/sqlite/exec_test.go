@@ -34,7 +34,7 @@ func TestExecJoinsGroupCommit(t *testing.T) {
 	// A duplicate key fails alone, in a batch with a counter write.
 	counter := make(chan error, 1)
 	dup := make(chan error, 1)
-	c := driver.Counter{Key: "k", WindowStart: s.Now(), Window: time.Hour, Count: 1}
+	c := driver.Counter{Key: "k", State: driver.State{Start: s.Now(), Count: 1}, Window: time.Hour}
 	go func() { dup <- s.Exec(ctx, `INSERT INTO orders (id) VALUES ($1)`, "a") }()
 	if err := s.SaveCounter(c, func(err error) { counter <- err }); err != nil {
 		t.Fatal(err)

@@ -112,7 +112,7 @@ func TestEveryKindOfOwnerFailureFailsAlone(t *testing.T) {
 				now := s.Now()
 				middle := []commit.Op{
 					good("g1"),
-					{Counter: &driver.Counter{Key: "c", WindowStart: now, Window: time.Hour, Count: 7}},
+					{Counter: &driver.Counter{Key: "c", State: driver.State{Start: now, Count: 7}, Window: time.Hour}},
 					{Exec: &commit.Statement{Query: `INSERT INTO ledger VALUES ('e1')`}},
 					{Response: failureResp(s, "p1")},
 					{Response: failureResp(s, "p2")},
@@ -192,7 +192,7 @@ func TestBatchWhereEveryoneFails(t *testing.T) {
 	for range 10 {
 		batch = append(batch, commit.Op{Exec: &commit.Statement{Query: `INSERT OR ROLLBACK INTO ledger VALUES ('taken')`}})
 	}
-	batch = append(batch, commit.Op{Counter: &driver.Counter{Key: "c", WindowStart: now, Window: time.Hour, Count: 3}})
+	batch = append(batch, commit.Op{Counter: &driver.Counter{Key: "c", State: driver.State{Start: now, Count: 3}, Window: time.Hour}})
 	if err := writeDeferred(s, batch); err != nil {
 		t.Fatalf("the batch failed as a whole: %v", err)
 	}

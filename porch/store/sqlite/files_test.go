@@ -42,7 +42,7 @@ func TestWritesFailOnceTheFilesAreGone(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			path := dbPath(t)
 			s := openSQLite(t, path, sqlite.Options{Options: store.Options{Clock: fakeClock()}})
-			c := driver.Counter{Key: "k", WindowStart: wall0, Window: time.Minute, Count: 1}
+			c := driver.Counter{Key: "k", State: driver.State{Start: wall0, Count: 1}, Window: time.Minute}
 			if err := saveCounter(t, s, c); err != nil {
 				t.Fatalf("write before: %v", err)
 			}
@@ -115,7 +115,7 @@ func TestWatchedFilesFollowSQLitesName(t *testing.T) {
 			t.Fatal(err)
 		}
 		s := openSQLite(t, link, sqlite.Options{Options: store.Options{Clock: fakeClock()}})
-		if err := saveCounter(t, s, driver.Counter{Key: "k", WindowStart: wall0, Window: time.Minute, Count: 1}); err != nil {
+		if err := saveCounter(t, s, driver.Counter{Key: "k", State: driver.State{Start: wall0, Count: 1}, Window: time.Minute}); err != nil {
 			t.Fatalf("write through a symlink: %v", err)
 		}
 	})
@@ -123,7 +123,7 @@ func TestWatchedFilesFollowSQLitesName(t *testing.T) {
 		t.Chdir(t.TempDir())
 		s := openSQLite(t, "rel.db", sqlite.Options{Options: store.Options{Clock: fakeClock()}})
 		t.Chdir(t.TempDir())
-		if err := saveCounter(t, s, driver.Counter{Key: "k", WindowStart: wall0, Window: time.Minute, Count: 1}); err != nil {
+		if err := saveCounter(t, s, driver.Counter{Key: "k", State: driver.State{Start: wall0, Count: 1}, Window: time.Minute}); err != nil {
 			t.Fatalf("write after chdir: %v", err)
 		}
 	})

@@ -66,7 +66,7 @@ func mustSaveCounter(t *testing.T, s *sqlite.Store, c driver.Counter) {
 func holdCommitter(t *testing.T, s *sqlite.Store) (release func()) {
 	t.Helper()
 	held, unblock := make(chan error, 1), make(chan struct{})
-	c := driver.Counter{Key: "hold", WindowStart: s.Now(), Window: time.Hour, Count: 1}
+	c := driver.Counter{Key: "hold", State: driver.State{Start: s.Now(), Count: 1}, Window: time.Hour}
 	if err := s.SaveCounter(c, func(err error) { held <- err; <-unblock }); err != nil {
 		t.Fatalf("queue hold write: %v", err)
 	}

@@ -221,7 +221,7 @@ func (s *Store) appendCounters(batch []commit.Op, i, j int) error {
 		if batch[k].Dropped || s.seen[c.Key] != k {
 			continue // a newer write of this key is in the batch
 		}
-		s.jr.append(journalRow{key: c.Key, start: c.WindowStart.UnixMilli(), window: c.Window.Milliseconds(),
+		s.jr.append(journalRow{key: c.Key, start: c.Start.UnixMilli(), window: c.Window.Milliseconds(),
 			count: c.Count, prev: c.Prev, expires: c.End().UnixMilli()})
 		s.jr.added++
 	}

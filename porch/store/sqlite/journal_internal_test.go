@@ -126,12 +126,12 @@ func countOf(t *testing.T, db *sql.DB, query string) int {
 func TestJournalRecoveryAfterCrash(t *testing.T) {
 	writes := func(start time.Time) []driver.Counter {
 		return []driver.Counter{
-			{Key: "a", WindowStart: start, Window: time.Hour, Count: 1},
-			{Key: "b", WindowStart: start, Window: time.Minute, Count: 1},
-			{Key: "a", WindowStart: start, Window: time.Hour, Count: 3},
-			{Key: "c", WindowStart: start.Add(-59 * time.Second), Window: time.Minute, Count: 9}, // closes in 1 s
-			{Key: "b", WindowStart: start, Window: time.Minute, Count: 7},
-			{Key: "a", WindowStart: start, Window: time.Hour, Count: 7},
+			{Key: "a", State: driver.State{Start: start, Count: 1}, Window: time.Hour},
+			{Key: "b", State: driver.State{Start: start, Count: 1}, Window: time.Minute},
+			{Key: "a", State: driver.State{Start: start, Count: 3}, Window: time.Hour},
+			{Key: "c", State: driver.State{Start: start.Add(-59 * time.Second), Count: 9}, Window: time.Minute}, // closes in 1 s
+			{Key: "b", State: driver.State{Start: start, Count: 7}, Window: time.Minute},
+			{Key: "a", State: driver.State{Start: start, Count: 7}, Window: time.Hour},
 		}
 	}
 	want := map[string]int64{"a": 7, "b": 7}
@@ -170,16 +170,16 @@ func TestJournalCleanKeepsNewestLive(t *testing.T) {
 	s := openJournalStore(t, path, clock, 5)
 	start := s.Now()
 	save(t, s,
-		driver.Counter{Key: "a", WindowStart: start, Window: time.Hour, Count: 1},
-		driver.Counter{Key: "a", WindowStart: start, Window: time.Hour, Count: 2},
-		driver.Counter{Key: "b", WindowStart: start, Window: time.Minute, Count: 1},
-		driver.Counter{Key: "c", WindowStart: start, Window: time.Hour, Count: 1},
+		driver.Counter{Key: "a", State: driver.State{Start: start, Count: 1}, Window: time.Hour},
+		driver.Counter{Key: "a", State: driver.State{Start: start, Count: 2}, Window: time.Hour},
+		driver.Counter{Key: "b", State: driver.State{Start: start, Count: 1}, Window: time.Minute},
+		driver.Counter{Key: "c", State: driver.State{Start: start, Count: 1}, Window: time.Hour},
 	)
 	if got, want := journalRows(t, s), []string{"a=1", "a=2", "b=1", "c=1"}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("journal before cleaning: got %v, want %v", got, want)
 	}
 	clock.Advance(2 * time.Minute) // b's window has closed
-	save(t, s, driver.Counter{Key: "d", WindowStart: s.Now(), Window: time.Hour, Count: 1})
+	save(t, s, driver.Counter{Key: "d", State: driver.State{Start: s.Now(), Count: 1}, Window: time.Hour})
 
 	if got, want := journalRows(t, s), []string{"a=2", "c=1", "d=1"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("journal after cleaning: got %v, want %v", got, want)
@@ -205,10 +205,10 @@ func TestJournalBoundedGrowth(t *testing.T) {
 		advance time.Duration
 	}{
 		{"fresh keys, short windows", func(s *Store, round, i int) driver.Counter {
-			return driver.Counter{Key: fmt.Sprintf("k%d-%d", round, i), WindowStart: s.Now(), Window: 5 * time.Second, Count: 1}
+			return driver.Counter{Key: fmt.Sprintf("k%d-%d", round, i), State: driver.State{Start: s.Now(), Count: 1}, Window: 5 * time.Second}
 		}, time.Second},
 		{"hot keys", func(s *Store, round, i int) driver.Counter {
-			return driver.Counter{Key: fmt.Sprintf("hot%d", i%3), WindowStart: journalWall, Window: time.Hour, Count: int64(round*perRound + i + 1)}
+			return driver.Counter{Key: fmt.Sprintf("hot%d", i%3), State: driver.State{Start: journalWall, Count: int64(round*perRound + i + 1)}, Window: time.Hour}
 		}, 0},
 	}
 	for _, tt := range tests {
@@ -244,9 +244,9 @@ func TestJournalCloseFoldsExactly(t *testing.T) {
 	start := s.Now()
 	var cs []driver.Counter
 	for n := int64(1); n <= 20; n++ {
-		cs = append(cs, driver.Counter{Key: fmt.Sprintf("k%d", n%5), WindowStart: start, Window: time.Hour, Count: n})
+		cs = append(cs, driver.Counter{Key: fmt.Sprintf("k%d", n%5), State: driver.State{Start: start, Count: n}, Window: time.Hour})
 	}
-	cs = append(cs, driver.Counter{Key: "gone", WindowStart: start.Add(-time.Hour), Window: time.Minute, Count: 3})
+	cs = append(cs, driver.Counter{Key: "gone", State: driver.State{Start: start.Add(-time.Hour), Count: 3}, Window: time.Minute})
 	save(t, s, cs...)
 	if err := s.Close(context.Background()); err != nil {
 		t.Fatal(err)
@@ -291,7 +291,7 @@ func TestJournalFailedBatchKeepsBookkeeping(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "porch.db")
 	s := openJournalStore(t, path, porchtest.NewFakeClock(journalWall), 3)
 	start := s.Now()
-	save(t, s, driver.Counter{Key: "a", WindowStart: start, Window: time.Hour, Count: 1})
+	save(t, s, driver.Counter{Key: "a", State: driver.State{Start: start, Count: 1}, Window: time.Hour})
 	if _, err := s.db.Exec(`CREATE TRIGGER boom BEFORE INSERT ON porch_rate_journal
 		WHEN NEW.key = 'bad' BEGIN SELECT RAISE(ABORT, 'boom'); END`); err != nil {
 		t.Fatal(err)
@@ -299,7 +299,7 @@ func TestJournalFailedBatchKeepsBookkeeping(t *testing.T) {
 	// Park the committer in a write's callback, so that a=2 and the bad
 	// write are drained into one batch, after a's append.
 	parked, unpark := make(chan struct{}), make(chan struct{})
-	if err := s.SaveCounter(driver.Counter{Key: "hold", WindowStart: start, Window: time.Hour, Count: 1}, func(error) {
+	if err := s.SaveCounter(driver.Counter{Key: "hold", State: driver.State{Start: start, Count: 1}, Window: time.Hour}, func(error) {
 		close(parked)
 		<-unpark
 	}); err != nil {
@@ -308,7 +308,7 @@ func TestJournalFailedBatchKeepsBookkeeping(t *testing.T) {
 	<-parked
 	done := make(chan error, 2)
 	for _, key := range []string{"a", "bad"} {
-		if err := s.SaveCounter(driver.Counter{Key: key, WindowStart: start, Window: time.Hour, Count: 2}, func(err error) { done <- err }); err != nil {
+		if err := s.SaveCounter(driver.Counter{Key: key, State: driver.State{Start: start, Count: 2}, Window: time.Hour}, func(err error) { done <- err }); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -322,7 +322,7 @@ func TestJournalFailedBatchKeepsBookkeeping(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 6 { // enough to clean the head, a's row included
-		save(t, s, driver.Counter{Key: fmt.Sprintf("k%d", i), WindowStart: start, Window: time.Hour, Count: 1})
+		save(t, s, driver.Counter{Key: fmt.Sprintf("k%d", i), State: driver.State{Start: start, Count: 1}, Window: time.Hour})
 	}
 	crash(t, s)
 	s = openJournalStore(t, path, porchtest.NewFakeClock(journalWall), 3)
@@ -343,12 +343,12 @@ func TestJournalSweepsAnExpiredBurst(t *testing.T) {
 	defer s.Close(context.Background())
 	cs := make([]driver.Counter, burst)
 	for i := range cs {
-		cs[i] = driver.Counter{Key: fmt.Sprintf("once%d", i), WindowStart: s.Now(), Window: time.Minute, Count: 1}
+		cs[i] = driver.Counter{Key: fmt.Sprintf("once%d", i), State: driver.State{Start: s.Now(), Count: 1}, Window: time.Minute}
 	}
 	saveBatch(t, s, cs...)
 	clock.Advance(2 * time.Minute) // every burst window has closed
 	for i := range trickle {
-		save(t, s, driver.Counter{Key: "steady", WindowStart: s.Now(), Window: time.Hour, Count: int64(i + 1)})
+		save(t, s, driver.Counter{Key: "steady", State: driver.State{Start: s.Now(), Count: int64(i + 1)}, Window: time.Hour})
 	}
 	if rows := tableCount(t, s, `SELECT count(*) FROM porch_rate_journal`); rows > burst/10 {
 		t.Errorf("after %d commits of one write: %d journal rows left of a burst of %d expired ones, want at most %d", trickle, rows, burst, burst/10)

@@ -44,7 +44,7 @@ func TestResponsesPruneWaitsForTheNextExpiry(t *testing.T) {
 		t.Fatalf("after three saves: got responsesDue %d, want %d", s.responsesDue, want)
 	}
 	clock.Advance(2 * time.Minute)
-	save(t, s, driver.Counter{Key: "c", WindowStart: s.Now(), Window: time.Minute, Count: 1}) // a commit: the prune runs
+	save(t, s, driver.Counter{Key: "c", State: driver.State{Start: s.Now(), Count: 1}, Window: time.Minute}) // a commit: the prune runs
 	if n := tableCount(t, s, `SELECT count(*) FROM porch_idem_responses`); n != 0 {
 		t.Fatalf("after the prune: %d responses left, want 0", n)
 	}

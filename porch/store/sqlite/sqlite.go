@@ -257,7 +257,7 @@ func (s *Store) LoadCounters(ctx context.Context, now time.Time, fn func(driver.
 		if err := rows.Scan(&c.Key, &start, &window, &c.Count, &c.Prev, &expires); err != nil {
 			return fmt.Errorf("sqlite: load counters: %w", err)
 		}
-		c.WindowStart = time.UnixMilli(start)
+		c.Start = time.UnixMilli(start)
 		c.Window = time.Duration(window) * time.Millisecond
 		c.Expires = time.UnixMilli(expires)
 		fn(c)

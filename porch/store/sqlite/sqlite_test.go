@@ -20,7 +20,7 @@ import (
 func TestReopen(t *testing.T) {
 	path := dbPath(t)
 	s := openSQLite(t, path, sqlite.Options{Options: store.Options{Clock: fakeClock()}})
-	mustSaveCounter(t, s, driver.Counter{Key: "k", WindowStart: s.Now(), Window: time.Hour, Count: 9})
+	mustSaveCounter(t, s, driver.Counter{Key: "k", State: driver.State{Start: s.Now(), Count: 9}, Window: time.Hour})
 	closeStore(t, s)
 
 	// A second open must find the schema current and the row intact.
@@ -28,7 +28,7 @@ func TestReopen(t *testing.T) {
 	if got, _, ok := counterRow(t, s.DB(), "k"); !ok || got != 9 {
 		t.Errorf("after reopen: got count %d (row %v), want 9", got, ok)
 	}
-	mustSaveCounter(t, s, driver.Counter{Key: "k", WindowStart: s.Now(), Window: time.Hour, Count: 10})
+	mustSaveCounter(t, s, driver.Counter{Key: "k", State: driver.State{Start: s.Now(), Count: 10}, Window: time.Hour})
 	closeStore(t, s)
 	s = openSQLite(t, path, sqlite.Options{Options: store.Options{Clock: fakeClock()}})
 	if got, _, _ := counterRow(t, s.DB(), "k"); got != 10 {
@@ -52,9 +52,9 @@ func TestLoadCounters(t *testing.T) {
 	s := openSQLite(t, dbPath(t), sqlite.Options{Options: store.Options{Clock: clock, PruneRows: -1}})
 	start := s.Now()
 	for _, c := range []driver.Counter{
-		{Key: "closed", WindowStart: start.Add(-2 * time.Minute), Window: time.Minute, Count: 4},
-		{Key: "closes-now", WindowStart: start.Add(-time.Minute), Window: time.Minute, Count: 5},
-		{Key: "open", WindowStart: start.Add(-30 * time.Second), Window: time.Minute, Count: 6},
+		{Key: "closed", State: driver.State{Start: start.Add(-2 * time.Minute), Count: 4}, Window: time.Minute},
+		{Key: "closes-now", State: driver.State{Start: start.Add(-time.Minute), Count: 5}, Window: time.Minute},
+		{Key: "open", State: driver.State{Start: start.Add(-30 * time.Second), Count: 6}, Window: time.Minute},
 	} {
 		mustSaveCounter(t, s, c)
 	}
@@ -63,15 +63,15 @@ func TestLoadCounters(t *testing.T) {
 	if err := s.LoadCounters(context.Background(), start, func(c driver.Counter) { got = append(got, c) }); err != nil {
 		t.Fatal(err)
 	}
-	want := []driver.Counter{{Key: "open", WindowStart: start.Add(-30 * time.Second), Window: time.Minute, Count: 6}}
-	if len(got) != 1 || got[0].Key != want[0].Key || !got[0].WindowStart.Equal(want[0].WindowStart) ||
+	want := []driver.Counter{{Key: "open", State: driver.State{Start: start.Add(-30 * time.Second), Count: 6}, Window: time.Minute}}
+	if len(got) != 1 || got[0].Key != want[0].Key || !got[0].Start.Equal(want[0].Start) ||
 		got[0].Window != want[0].Window || got[0].Count != want[0].Count {
 		t.Errorf("got %+v, want %+v", got, want)
 	}
 }
 
 func TestCounterEnd(t *testing.T) {
-	c := driver.Counter{WindowStart: wall0, Window: time.Minute}
+	c := driver.Counter{State: driver.State{Start: wall0}, Window: time.Minute}
 	if got, want := c.End(), wall0.Add(time.Minute); !got.Equal(want) {
 		t.Errorf("got End %v, want %v", got, want)
 	}
@@ -209,7 +209,7 @@ func TestReservation(t *testing.T) {
 
 	// The expired row was pruned on that access (the prune is queued, so
 	// wait for a later write to commit behind it).
-	mustSaveCounter(t, s, driver.Counter{Key: "barrier", WindowStart: s.Now(), Window: time.Minute, Count: 1})
+	mustSaveCounter(t, s, driver.Counter{Key: "barrier", State: driver.State{Start: s.Now(), Count: 1}, Window: time.Minute})
 	if _, ok, _ := s.LoadResponse(ctx, "idem:k"); ok {
 		t.Error("got the expired row still stored, want it pruned on access")
 	}
@@ -280,7 +280,7 @@ func TestTimelineSurvivesReopen(t *testing.T) {
 					t.Fatal(err)
 				}
 			} else {
-				mustSaveCounter(t, s, driver.Counter{Key: "k", WindowStart: at, Window: time.Minute, Count: 1})
+				mustSaveCounter(t, s, driver.Counter{Key: "k", State: driver.State{Start: at, Count: 1}, Window: time.Minute})
 			}
 			closeStore(t, s)
 
@@ -317,7 +317,7 @@ func TestOpenSQLiteAnyPath(t *testing.T) {
 			if err != nil {
 				t.Fatalf("open %q: %v", path, err)
 			}
-			mustSaveCounter(t, s, driver.Counter{Key: "k", WindowStart: s.Now(), Window: time.Hour, Count: 1})
+			mustSaveCounter(t, s, driver.Counter{Key: "k", State: driver.State{Start: s.Now(), Count: 1}, Window: time.Hour})
 			closeStore(t, s)
 			entries, err := os.ReadDir(dir)
 			if err != nil {

@@ -384,7 +384,7 @@ func testNewestWins(t *testing.T, h Harness, alg algorithm.Algorithm) {
 				continue
 			case !ok:
 				t.Errorf("%s: %s not loaded, want count %d", where, want.Key, want.Count)
-			case got.Count != want.Count || !sameMS(got.WindowStart, want.WindowStart) || got.Prev != want.Prev:
+			case got.Count != want.Count || !sameMS(got.Start, want.Start) || got.Prev != want.Prev:
 				t.Errorf("%s: %s loaded as %+v, want its newest row %+v", where, want.Key, got, want)
 			}
 			live++

@@ -97,11 +97,7 @@ func (s *memStore) ClaimPolicy(_ context.Context, p driver.Policy) (func(), erro
 	return func() { once.Do(func() { defer s.lock()(); c.count-- }) }, nil
 }
 
-func (s *memStore) AddHit(key string, rule driver.Rule, n int64, done func(driver.Hit, error)) error {
-	return s.AddLeased(key, rule, n, driver.Lease{}, done)
-}
-
-func (s *memStore) AddLeased(key string, rule driver.Rule, n int64, lease driver.Lease, done func(driver.Hit, error)) error {
+func (s *memStore) AddHit(key string, rule driver.Rule, n int64, lease driver.Lease, done func(driver.Hit, error)) error {
 	if err := s.check(); err != nil {
 		return err
 	}

@@ -227,7 +227,7 @@ func wait0(call func(done func(error)) error) error {
 
 func (n *node) addHit(key string, r driver.Rule, w int64) (driver.Hit, error) {
 	s := n.st.(driver.SharedCounters)
-	return wait(func(done func(driver.Hit, error)) error { return s.AddHit(key, r, w, done) })
+	return wait(func(done func(driver.Hit, error)) error { return s.AddHit(key, r, w, driver.Lease{}, done) })
 }
 
 // hit is addHit that fails t on error.

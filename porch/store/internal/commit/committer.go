@@ -78,7 +78,7 @@ type Hit struct {
 	Rule driver.Rule // the limiter's algorithm and policy
 	N    int64       // the request's weight, at least 1
 	// Held, Settled, Adopted and LeaseStart (Unix ms) are the hit's
-	// lease (see driver.SharedCounters.AddLeased); zero without one.
+	// lease (see driver.SharedCounters.AddHit); zero without one.
 	Held, Settled, Adopted, LeaseStart int64
 	Done                               func(driver.Hit, error)
 	// Result is the hit's outcome (see driver.SharedCounters.AddHit).
