@@ -1,4 +1,4 @@
-package rate
+package count
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 )
 
 // This file gives a limiter's leases back to the shared store: an idle
-// lease's hits each leaseIdle (the sweeper), and every lease at Close, so
+// lease's hits each LeaseIdle (the sweeper), and every lease at Close, so
 // that the store's counts are exact again.
 
 // returned is the callback for hits given back to the store: during close,
@@ -27,11 +27,11 @@ func (c *leases) returned() func(error) {
 	}
 }
 
-// sweeper runs sweep on every shard each leaseIdle, until close or until
+// sweeper runs sweep on every shard each LeaseIdle, until close or until
 // the pool has closed under it (a limiter never closed).
 func (c *leases) sweeper() {
 	defer close(c.swept)
-	t := time.NewTicker(leaseIdle)
+	t := time.NewTicker(LeaseIdle)
 	defer t.Stop()
 	for {
 		select {
@@ -49,7 +49,7 @@ func (c *leases) sweeper() {
 	}
 }
 
-// sweep runs on shard's actor. A key idle since leaseIdle before now gives
+// sweep runs on shard's actor. A key idle since LeaseIdle before now gives
 // its lease's hits back to the store, and settles its answered ones, and
 // is forgotten, and so is a key whose trip for a lease seems lost; a lease
 // past its until gives its hits back, while the store still counts them
@@ -62,7 +62,7 @@ func (c *leases) sweep(shard int, now time.Time) {
 		if (e.tokens > 0 || e.adopted > 0) && !now.Before(e.until) {
 			c.giveAllToStore(shard, key, e)
 		}
-		if e.asking || now.Sub(e.used) < leaseIdle {
+		if e.asking || now.Sub(e.used) < LeaseIdle {
 			continue
 		}
 		delete(s.m, key)
@@ -98,11 +98,11 @@ func (c *leases) giveToStore(shard int, key string, ls driver.Lease, done func(e
 	}
 }
 
-// close gives every lease back (see giveAllBack), and then closes next;
+// Close gives every lease back (see giveAllBack), and then closes next;
 // it returns the first error.
-func (c *leases) close(ctx context.Context) error {
+func (c *leases) Close(ctx context.Context) error {
 	err := c.giveAllBack(ctx)
-	if nerr := c.next.close(ctx); err == nil {
+	if nerr := c.next.Close(ctx); err == nil {
 		err = nerr
 	}
 	return err

@@ -1,4 +1,4 @@
-package rate
+package count
 
 import (
 	"context"
@@ -7,34 +7,36 @@ import (
 	"time"
 
 	"github.com/writeonce/porch-go/porch/internal/actor"
+	"github.com/writeonce/porch-go/porch/internal/algorithm"
 	"github.com/writeonce/porch-go/porch/store/driver"
 )
 
-// leaseIdle is how long a key may go without a hit on this process before
+// LeaseIdle is how long a key may go without a hit on this process before
 // the hits its lease still holds are given back to the shared store (see
-// Options.Lease); the sweeper that gives them back runs this often.
-const leaseIdle = 100 * time.Millisecond
+// rate.Options.Lease); the sweeper that gives them back runs this often.
+const LeaseIdle = 100 * time.Millisecond
 
-// leases is a limiter's count-ahead on a shared store (Options.Lease), in
+// leases is a limiter's count-ahead on a shared store (rate.Options.Lease), in
 // front of the counting that asks the store: per actor, the busy keys
 // whose store trips asked for more than their request needed, and how
 // many of those counted hits this process has not yet answered. A hit
 // that finds one answers from memory, without a round trip; the store
 // already counted it, durably, before the lease was handed out, so no
 // answer runs ahead of its write. Any other hit goes on to next, asking
-// its trip to count the key's next lease beside it (call.lease), and
+// its trip to count the key's next lease beside it (ask.lease), and
 // hears how it landed. The store also holds the lease's hits
 // (driver.Lease) until they are settled or given back, so that a reset on
 // any instance, which this one hears nothing of, keeps them counted: an
 // answer from memory after it is counted in its window too. Each shard's
 // map is touched only by its actor.
 type leases struct {
-	next   counting
+	next   onStore
 	st     driver.SharedCounters // for giving a lease's hits back
 	pool   *actor.Pool
-	rule   rule
+	rule   algorithm.Rule
 	lost   func(error) // logs hits the store could not take back
-	most   int64       // Options.Lease, at most the limit
+	most   int64       // the lease size asked for, at most the limit
+	trips  sync.Pool   // of *leaseTrip
 	shards []leaseShard
 
 	// inflight counts the trips for a lease whose answer has not been
@@ -101,99 +103,123 @@ type lease struct {
 	// key has one trip in flight rather than one per request, and no hit
 	// is refused by the store for room this process is about to hold.
 	asking  bool
-	waiting []*call
+	waiting []ask
 	// gen names this lease's life: a reset gives the key a new one, and
 	// an answer to a trip sent under another is not its to keep.
 	gen uint64
 }
 
-var _ counting = (*leases)(nil)
+var _ onStore = (*leases)(nil)
 
 // leaseTrip is what leases keep of a hit they passed on, until its trip
-// lands: the lease's generation, and when the trip was sent (local).
+// lands: the hit, the lease its trip asked for, the lease's generation,
+// and when the trip was sent (local). Records are reused through
+// leases.trips.
 type leaseTrip struct {
+	c    *leases
+	q    ask // as the leases were handed it
+	ls   driver.Lease
 	gen  uint64
 	sent time.Time
 }
 
 // newLeases makes leases of up to most hits each on st, in front of next.
-func newLeases(cf countingConfig, st driver.SharedCounters, next counting, most int64) *leases {
-	c := &leases{next: next, st: st, pool: cf.pool, rule: cf.rule, lost: cf.lost, most: min(most, cf.most),
-		shards:  make([]leaseShard, cf.pool.Size()),
+func newLeases(cf Config, st driver.SharedCounters, next onStore, most int64) *leases {
+	c := &leases{next: next, st: st, pool: cf.Pool, rule: cf.Rule, lost: cf.Lost, most: min(most, cf.Most),
+		shards:  make([]leaseShard, cf.Pool.Size()),
 		arrived: make(chan struct{}, 1), stop: make(chan struct{}), swept: make(chan struct{})}
 	for i := range c.shards {
 		c.shards[i].m = make(map[string]*lease)
 	}
+	c.trips.New = func() any { return &leaseTrip{c: c} }
 	return c
 }
 
-// open starts the sweeper; New calls it once the limiter's policy is
-// claimed, so that a refused New leaves no goroutine behind.
-func (c *leases) open(ctx context.Context) error {
+// Open starts the sweeper; the limiter opens its counter once its policy
+// is claimed, so that a refused New leaves no goroutine behind.
+func (c *leases) Open(ctx context.Context) error {
 	c.started.Store(true)
 	go c.sweeper()
-	return c.next.open(ctx)
+	return c.next.Open(ctx)
 }
 
-// hit answers call from its key's lease if that holds enough; else it
-// waits for the key's trip for a lease in flight, or goes on to next,
-// asking its trip to count a lease beside it.
-func (c *leases) hit(shard int, call *call) {
+func (c *leases) Hit(shard int, key string, n int64, to Replier) {
+	c.hit(shard, ask{key: key, n: n, to: to})
+}
+
+// hit answers q from its key's lease if that holds enough; else it waits
+// for the key's trip for a lease in flight, or goes on to next, asking
+// its trip to count a lease beside it.
+func (c *leases) hit(shard int, q ask) {
 	c.apply(shard)
 	now := time.Now()
-	if v, start, ok := c.take(shard, call.key, call.n, now); ok {
-		call.start = start
-		call.reply.Send(v, nil)
+	if v, start, ok := c.take(shard, q.key, q.n, now); ok {
+		q.to.Reply(v, start, nil)
 		return
 	}
-	if c.wait(shard, call) {
+	if c.wait(shard, q) {
 		return
 	}
-	ls, gen := c.ask(shard, call.key, call.n, now)
-	call.lease, call.leased = ls, leaseTrip{gen: gen, sent: time.Now()}
-	call.above = append(call.above, c)
-	c.next.hit(shard, call)
+	ls, gen := c.askFor(shard, q.key, q.n, now)
+	r := c.trips.Get().(*leaseTrip)
+	r.q, r.ls, r.gen, r.sent = q, ls, gen, time.Now()
+	c.next.hit(shard, ask{key: q.key, n: q.n, lease: ls, to: r, up: r})
 }
 
-// landed hands what call's trip came back with to its key's lease (see
-// answered). A trip whose lease did not fit, where the call alone might,
+// landed hands what the trip came back with to its key's lease (see
+// answered). A trip whose lease did not fit, where the hit alone might,
 // from the store or from the hits it now holds for the lease, is taken
 // back: decided again, without a lease, before the key's waiting hits.
-func (c *leases) landed(shard int, call *call) bool {
-	t, ls, key, n := &call.trip, call.lease, call.key, call.n
-	gen, sent := call.leased.gen, call.leased.sent
+func (r *leaseTrip) landed(shard int, t trip) {
+	c, q, ls, gen, sent := r.c, r.q, r.ls, r.gen, r.sent
+	r.release()
 	switch {
 	case !t.queued:
-		c.unask(shard, key, ls) // runs on the actor: no trip is in flight
-		return true
+		c.unask(shard, q.key, ls) // runs on the actor: no trip is in flight
+		q.land(shard, t)
+		return
 	case t.err != nil:
-		c.answered(shard, key, ls, gen, sent, nil, Verdict{}, nil)
-		return true
+		c.answered(shard, q.key, ls, gen, sent, nil, Verdict{}, nil)
+		q.land(shard, t)
+		return
 	}
 	h := t.h
-	if !h.Allowed && ls.Held > 0 && (t.room >= n || ls.Adopted >= n && h.State.Start.Equal(ls.Start)) {
-		c.answered(shard, key, ls, gen, sent, &h, Verdict{}, call)
-		return false
+	if !h.Allowed && ls.Held > 0 && (t.room >= q.n || ls.Adopted >= q.n && h.State.Start.Equal(ls.Start)) {
+		c.answered(shard, q.key, ls, gen, sent, &h, Verdict{}, &q)
+		return
 	}
 	if !h.Allowed && ls.Adopted > 0 {
 		// The hits adopted stay held, and go back to the store once the
 		// lease ends: the count the store refused on comes down then.
 		t.fleeting = true
 	}
-	c.answered(shard, key, ls, gen, sent, &h, t.v, nil)
-	return true
+	c.answered(shard, q.key, ls, gen, sent, &h, t.v, nil)
+	q.land(shard, t)
 }
 
-// peek adds to what next answers the hits key's lease holds at now:
+// Reply passes on the answer to a hit that the counting behind gave
+// without a trip.
+func (r *leaseTrip) Reply(v Verdict, start time.Time, err error) {
+	q := r.q
+	r.release()
+	q.to.Reply(v, start, err)
+}
+
+func (r *leaseTrip) release() {
+	r.q, r.ls = ask{}, driver.Lease{}
+	r.c.trips.Put(r)
+}
+
+// Peek adds to what next answers the hits key's lease holds at now:
 // counted, and still to answer.
-func (c *leases) peek(shard int, key string, answer func(Verdict, error)) {
+func (c *leases) Peek(shard int, key string, answer func(Verdict, error)) {
 	c.apply(shard)
 	held := c.held(shard, key, time.Now())
 	if held == 0 {
-		c.next.peek(shard, key, answer)
+		c.next.Peek(shard, key, answer)
 		return
 	}
-	c.next.peek(shard, key, func(v Verdict, err error) {
+	c.next.Peek(shard, key, func(v Verdict, err error) {
 		if err == nil {
 			v.Remaining = min(v.Remaining+held, v.Limit)
 			if v.Remaining >= 1 {
@@ -204,31 +230,31 @@ func (c *leases) peek(shard int, key string, answer func(Verdict, error)) {
 	})
 }
 
-// reset gives key's lease back before next resets it (see drop); the hits
+// Reset gives key's lease back before next resets it (see drop); the hits
 // that waited for a lease are decided after the reset, in the new epoch.
-func (c *leases) reset(shard int, key string, answer func(error)) {
+func (c *leases) Reset(shard int, key string, answer func(error)) {
 	c.apply(shard)
 	waited := c.drop(shard, key)
-	c.next.reset(shard, key, answer)
+	c.next.Reset(shard, key, answer)
 	for _, w := range waited {
 		c.hit(shard, w)
 	}
 }
 
-// takeBack gives n back into key's lease if it can (see giveBack): counted
+// TakeBack gives n back into key's lease if it can (see giveBack): counted
 // still, and answered again from it; else next takes them back.
-func (c *leases) takeBack(shard int, key string, start time.Time, n int64) {
+func (c *leases) TakeBack(shard int, key string, start time.Time, n int64) {
 	c.apply(shard)
 	if c.giveBack(shard, key, start, n, time.Now()) {
 		return
 	}
-	c.next.takeBack(shard, key, start, n)
+	c.next.TakeBack(shard, key, start, n)
 }
 
 // cutoff is how long before its epoch's end a lease stops answering: the
 // algorithm's own margin (see algorithm.Rule.LeaseCutoff), for leases
-// given back once idle for leaseIdle.
-func (c *leases) cutoff() time.Duration { return c.rule.LeaseCutoff(leaseIdle) }
+// given back once idle for LeaseIdle.
+func (c *leases) cutoff() time.Duration { return c.rule.LeaseCutoff(LeaseIdle) }
 
 // apply runs on shard's actor before anything reads the shard's leases:
 // the store's answers handed in since, in the order they came.
@@ -287,27 +313,27 @@ func (c *leases) take(shard int, key string, n int64, now time.Time) (Verdict, t
 }
 
 // wait runs on shard's actor for a hit the key's lease could not answer:
-// if a trip for a lease is in flight, c waits for it and wait reports true.
-func (c *leases) wait(shard int, cl *call) bool {
-	e := c.shards[shard].m[cl.key]
+// if a trip for a lease is in flight, q waits for it and wait reports true.
+func (c *leases) wait(shard int, q ask) bool {
+	e := c.shards[shard].m[q.key]
 	if e == nil || !e.asking {
 		return false
 	}
-	e.waiting = append(e.waiting, cl)
+	e.waiting = append(e.waiting, q)
 	return true
 }
 
-// ask runs on shard's actor before a hit of weight n to key goes to the
+// askFor runs on shard's actor before a hit of weight n to key goes to the
 // store: how many hits more the trip should count, to hold as the key's
 // lease (in the lease it returns, Held), and the lease's generation to
 // hand back with the answer. A key's first trip asks for none; it is only
-// remembered, so that its next trip, if it comes before leaseIdle, asks
+// remembered, so that its next trip, if it comes before LeaseIdle, asks
 // for some. Tokens too few for n, or past their until, are given back
 // first, ordered before the trip, so that the store has room for all of
 // n: a weighted request is never refused for hits this process holds
 // itself; so are adopted hits then. Otherwise the trip settles the
 // answered tokens and asks the store to hold the adopted hits.
-func (c *leases) ask(shard int, key string, n int64, now time.Time) (driver.Lease, uint64) {
+func (c *leases) askFor(shard int, key string, n int64, now time.Time) (driver.Lease, uint64) {
 	s := &c.shards[shard]
 	if c.closing.Load() {
 		return driver.Lease{}, 0
@@ -348,7 +374,7 @@ func (c *leases) ask(shard int, key string, n int64, now time.Time) (driver.Leas
 	return ls, e.gen
 }
 
-// unask runs on shard's actor when a trip from ask (ls) could not be
+// unask runs on shard's actor when a trip from askFor (ls) could not be
 // queued: no trip is in flight, no hit waits for one, and the answered
 // hits it was to settle are still to settle.
 func (c *leases) unask(shard int, key string, ls driver.Lease) {
@@ -370,9 +396,9 @@ func (c *leases) unask(shard int, key string, ls driver.Lease) {
 // actor. If the trip was allowed, the extra hits are the key's lease until
 // its epoch ends; sent is before the store decided, so sent plus what the
 // epoch had left then is no later than its end. retry, if not nil, is the
-// trip's own call, refused only because the lease did not fit: it is
+// trip's own hit, refused only because the lease did not fit: it is
 // decided again, first of the key's waiting hits, without a lease.
-func (c *leases) answered(shard int, key string, ls driver.Lease, gen uint64, sent time.Time, h *driver.Hit, v Verdict, retry *call) {
+func (c *leases) answered(shard int, key string, ls driver.Lease, gen uint64, sent time.Time, h *driver.Hit, v Verdict, retry *ask) {
 	extra := ls.Held
 	var end time.Time
 	var room int64
@@ -401,7 +427,7 @@ func (c *leases) answered(shard int, key string, ls driver.Lease, gen uint64, se
 				c.giveToStore(shard, key, driver.Lease{Held: extra, Start: start}, c.returned())
 			}
 			if retry != nil {
-				c.hit(shard, retry)
+				c.hit(shard, *retry)
 			}
 			return
 		}
@@ -412,7 +438,7 @@ func (c *leases) answered(shard int, key string, ls driver.Lease, gen uint64, se
 		case h == nil:
 			return
 		case retry != nil:
-			e.waiting = append([]*call{retry}, e.waiting...)
+			e.waiting = append([]ask{*retry}, e.waiting...)
 			e.room, e.size = room, 0 // near the limit: ask the store for every hit
 			return
 		}
@@ -524,7 +550,7 @@ func (c *leases) held(shard int, key string, now time.Time) int64 {
 // given back to the store when it arrives. It returns the hits that
 // waited for that lease: the caller decides them once the reset is
 // queued, so that they count after it.
-func (c *leases) drop(shard int, key string) []*call {
+func (c *leases) drop(shard int, key string) []ask {
 	s := &c.shards[shard]
 	e := s.m[key]
 	if e == nil {

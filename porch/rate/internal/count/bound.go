@@ -1,9 +1,9 @@
-package rate
+package count
 
-import "sync"
-
-// DefaultWriteAhead is Options.WriteAhead's default.
-const DefaultWriteAhead = 256
+import (
+	"sync"
+	"time"
+)
 
 // boundWrite is one queued write of a key's counter. Hits whose count it
 // covers answer when it settles; until then they wait on it. The actor
@@ -15,26 +15,50 @@ type boundWrite struct {
 	err     error
 	// first is the first waiter, kept apart from the rest: most writes
 	// have one (the hit that queued it), which then costs no slice.
-	first   func(error)
-	waiters []func(error)
+	first   waiter
+	waiters []waiter
 }
 
-// wait calls fn with the write's outcome: now if it has settled, else when it
-// does.
-func (b *boundWrite) wait(fn func(error)) {
+// waiter is a hit's answer held until the write that covers its count
+// settles: the verdict for to, and the epoch it was counted in.
+type waiter struct {
+	to    Replier
+	v     Verdict
+	start time.Time
+}
+
+// answer tells w's hit how the write settled. A failed write answers no
+// verdict at all: the request must not be served, and a caller that reads
+// Allowed before the error must not find true.
+func (w waiter) answer(err error) {
+	if err != nil {
+		w.to.Reply(Verdict{}, time.Time{}, err)
+		return
+	}
+	w.to.Reply(w.v, w.start, nil)
+}
+
+// replyFunc is a Replier that hears only the error: a reset's answer.
+type replyFunc func(error)
+
+func (f replyFunc) Reply(_ Verdict, _ time.Time, err error) { f(err) }
+
+// wait answers w with the write's outcome: now if it has settled, else
+// when it does.
+func (b *boundWrite) wait(w waiter) {
 	b.mu.Lock()
 	if !b.settled {
-		if b.first == nil {
-			b.first = fn
+		if b.first.to == nil {
+			b.first = w
 		} else {
-			b.waiters = append(b.waiters, fn)
+			b.waiters = append(b.waiters, w)
 		}
 		b.mu.Unlock()
 		return
 	}
 	err := b.err
 	b.mu.Unlock()
-	fn(err)
+	w.answer(err)
 }
 
 // state reports whether the write has committed, or has failed.
@@ -50,13 +74,13 @@ func (b *boundWrite) settle(err error) {
 	b.mu.Lock()
 	b.settled, b.err = true, err
 	first, waiters := b.first, b.waiters
-	b.first, b.waiters = nil, nil
+	b.first, b.waiters = waiter{}, nil
 	b.mu.Unlock()
-	if first != nil {
-		first(err)
+	if first.to != nil {
+		first.answer(err)
 	}
-	for _, fn := range waiters {
-		fn(err)
+	for _, w := range waiters {
+		w.answer(err)
 	}
 }
 
