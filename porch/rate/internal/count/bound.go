@@ -15,27 +15,34 @@ type boundWrite struct {
 	err     error
 	// first is the first waiter, kept apart from the rest: most writes
 	// have one (the hit that queued it), which then costs no slice.
-	first   waiter
-	waiters []waiter
+	first   *waiter
+	waiters []*waiter
 }
 
 // waiter is a hit's answer held until the write that covers its count
-// settles: the verdict for to, and the epoch it was counted in.
+// settles: the verdict for to, and the epoch it was counted in. Waiters
+// are reused through pool (local.waiters), so that a hit that waits for a
+// write allocates nothing.
 type waiter struct {
 	to    Replier
 	v     Verdict
 	start time.Time
+	pool  *sync.Pool // where w goes back once it has answered
 }
 
-// answer tells w's hit how the write settled. A failed write answers no
-// verdict at all: the request must not be served, and a caller that reads
-// Allowed before the error must not find true.
-func (w waiter) answer(err error) {
+// answer tells w's hit how the write settled, and gives w back to its
+// pool. A failed write answers no verdict at all: the request must not be
+// served, and a caller that reads Allowed before the error must not find
+// true.
+func (w *waiter) answer(err error) {
+	to, v, start := w.to, w.v, w.start
+	*w = waiter{pool: w.pool}
+	w.pool.Put(w)
 	if err != nil {
-		w.to.Reply(Verdict{}, time.Time{}, err)
+		to.Reply(Verdict{}, time.Time{}, err)
 		return
 	}
-	w.to.Reply(w.v, w.start, nil)
+	to.Reply(v, start, nil)
 }
 
 // replyFunc is a Replier that hears only the error: a reset's answer.
@@ -45,10 +52,10 @@ func (f replyFunc) Reply(_ Verdict, _ time.Time, err error) { f(err) }
 
 // wait answers w with the write's outcome: now if it has settled, else
 // when it does.
-func (b *boundWrite) wait(w waiter) {
+func (b *boundWrite) wait(w *waiter) {
 	b.mu.Lock()
 	if !b.settled {
-		if b.first.to == nil {
+		if b.first == nil {
 			b.first = w
 		} else {
 			b.waiters = append(b.waiters, w)
@@ -74,9 +81,9 @@ func (b *boundWrite) settle(err error) {
 	b.mu.Lock()
 	b.settled, b.err = true, err
 	first, waiters := b.first, b.waiters
-	b.first, b.waiters = waiter{}, nil
+	b.first, b.waiters = nil, nil
 	b.mu.Unlock()
-	if first.to != nil {
+	if first != nil {
 		first.answer(err)
 	}
 	for _, w := range waiters {
@@ -87,10 +94,10 @@ func (b *boundWrite) settle(err error) {
 // nextBound is the count to persist when a hit's count passes what is
 // already written: count plus a margin that doubles with the hits seen, up
 // to ahead, never past limit. seen is count, plus, where epochs carry
-// over, the key's streak of earlier epochs (see local.carry). The first hit of a window
-// is written exactly, and a client that sends a handful of requests costs a
-// handful of writes; a hot key, whose next bound is queued while half the
-// margin is left, costs about one write per ahead/2 hits.
+// over, the key's streak of earlier epochs (see local.carry). The first hit
+// of a window is written exactly, and a client that sends a handful of
+// requests costs a handful of writes; a hot key, whose next bound is queued
+// while half the margin is left, costs about one write per ahead/2 hits.
 func nextBound(count, seen, ahead, limit int64) int64 {
 	return min(count+min(seen-1, ahead), limit)
 }

@@ -8,18 +8,19 @@
 //   - NewLocal (local.go), for a store that is its counters' only writer
 //     (SQLite): each key's state lives in its actor's memory (view.go),
 //     decided there, and written ahead to the store (bound.go);
-//   - NewShared (shared.go), for a store several processes write
+//   - NewShared (layers.go), for a store several processes write
 //     (PostgreSQL, Redis): every hit is decided by the store, in one
-//     atomic step, and the actor only orders this process's hits.
+//     atomic step (shared.go), and the actor only orders this process's
+//     hits.
 //
 // In front of the shared store's counting, NewShared may put layers that
 // wrap the one behind them, as a bufio.Reader wraps an io.Reader: leases
-// (lease.go, lease_giveback.go), which answer a busy key's hits from hits
-// the store counted ahead, and in front of those the refusal cache
-// (refusal.go), which answers a refused key without a trip. Each does its
-// one job, keeps what it needs of a hit in a record of its own until the
-// hit's trip lands, and passes the rest on; the store's counting knows
-// neither.
+// (lease.go, lease_trip.go, lease_giveback.go), which answer a busy key's
+// hits from hits the store counted ahead, and in front of those the
+// refusal cache (refusal.go), which answers a refused key without a trip.
+// Each does its one job, keeps what it needs of a hit in a record of its
+// own until the hit's trip lands, and passes the rest on; the store's
+// counting knows neither.
 //
 // Either way the algorithm is the limiter's rule, which all apply, and
 // every method of a Counter runs on the key's actor (shard), so that one
@@ -114,22 +115,4 @@ func (cf *Config) peeked(s driver.State, now, wall time.Time) Verdict {
 		v.RetryAt = wall.Add(cf.Rule.RetryIn(s, now, 1))
 	}
 	return v
-}
-
-// NewShared is the Counter on a shared store: the store's own, behind
-// leases of up to lease hits (none if lease is 0), behind the refusal
-// cache whose refusals live at most refusalFor (none if it is not
-// positive). The cache is in front, so that a refused key is answered
-// before a lease or the store is asked; the lease's hits go back to the
-// store through the store's own counting, under the cache, which hears of
-// every Reset and TakeBack first.
-func NewShared(cf Config, st driver.SharedCounters, lease int64, refusalFor time.Duration) Counter {
-	var c onStore = newShared(cf, st)
-	if lease > 0 {
-		c = newLeases(cf, st, c, lease)
-	}
-	if refusalFor > 0 {
-		c = newRefusals(cf, c, refusalFor)
-	}
-	return c
 }

@@ -24,6 +24,9 @@ type local struct {
 	prefix string  // the limiter's counter keys', to load its own rows only
 	ahead  int64   // how far a stored count may run ahead; 0 writes every hit
 	views  []*view // indexed by pool shard; views[i] is touched only by actor i
+	// waiters are the answers of hits that wait for a write (see
+	// boundWrite), reused.
+	waiters sync.Pool
 }
 
 var _ Counter = (*local)(nil)
@@ -37,6 +40,7 @@ func NewLocal(cf Config, st driver.ExclusiveCounters, prefix string, ahead int64
 	for i := range c.views {
 		c.views[i] = newView(i)
 	}
+	c.waiters.New = func() any { return &waiter{pool: &c.waiters} }
 	return c
 }
 
@@ -75,14 +79,22 @@ func (c *local) Hit(shard int, key string, n int64, to Replier) {
 	case w.count <= w.durable:
 		to.Reply(verdict, w.start, nil) // the common case: no write, no wait
 		if c.hot(w, most) {
-			c.writeAhead(key, &w, most, waiter{})
+			c.writeAhead(key, &w, most, nil)
 		}
 	case w.pending != nil && w.count <= w.pendingAt:
-		w.pending.wait(waiter{to: to, v: verdict, start: w.start})
+		w.pending.wait(c.waiter(to, verdict, w.start))
 	default:
-		c.writeAhead(key, &w, most, waiter{to: to, v: verdict, start: w.start})
+		c.writeAhead(key, &w, most, c.waiter(to, verdict, w.start))
 	}
 	v.counts[key] = w
+}
+
+// waiter is the answer v, for the hit counted in the epoch started at
+// start, that to hears once the write it waits for settles.
+func (c *local) waiter(to Replier, v Verdict, start time.Time) *waiter {
+	w := c.waiters.Get().(*waiter)
+	w.to, w.v, w.start = to, v, start
+	return w
 }
 
 // advance brings key's tally to now under the limiter's rule: a state the
@@ -109,6 +121,7 @@ func (c *local) advance(v *view, key string, now time.Time) (tally, driver.State
 // had written: after a crash the store loads the old epoch's newest row
 // as the key's state, which covers as many of the new epoch's counts as
 // the rule says.
+//
 // The committed bound carries into w.durable, the queued one into
 // w.pending and w.pendingAt (its waiters answer when it settles; if it
 // fails, the committed one is the store's newest again). Every later write
@@ -178,7 +191,7 @@ func (c *local) Reset(shard int, key string, answer func(error)) {
 	w = v.open(key, driver.State{Start: start})
 	c.armForget(v, now)
 	bw := new(boundWrite)
-	bw.wait(waiter{to: replyFunc(answer)})
+	bw.wait(c.waiter(replyFunc(answer), Verdict{}, time.Time{}))
 	w.pending = bw // pendingAt 0: the new epoch's count, written
 	v.counts[key] = w
 	if err := c.st.SaveCounter(c.counter(key, w, 0), bw.settle); err != nil {
@@ -233,8 +246,8 @@ func (c *local) Open(ctx context.Context) error {
 }
 
 // Close writes the exact count of every live state that was written ahead
-// (see rate.Options.WriteAhead), so that a clean shutdown leaves exact counts in
-// the store. It returns the first write error, or ctx.Err().
+// (see rate.Options.WriteAhead), so that a clean shutdown leaves exact
+// counts in the store. It returns the first write error, or ctx.Err().
 func (c *local) Close(ctx context.Context) error {
 	var (
 		wg    sync.WaitGroup
@@ -292,7 +305,8 @@ func (c *local) Close(ctx context.Context) error {
 // hot reports whether a hit answered from the committed bound should queue
 // the next bound now, before any hit has to wait for it: only for a key that
 // has already had ahead/2 hits in this epoch (or in its streak of epochs,
-// for an algorithm whose epochs carry over) and has less than half its margin left. A queued write no request waits on is not bounded by the
+// for an algorithm whose epochs carry over) and has less than half its
+// margin left. A queued write no request waits on is not bounded by the
 // number of connections, so doing this for every key would let a crowd of
 // cool keys pile writes up in the committer's queue, and every first hit
 // would wait behind them.
@@ -303,10 +317,10 @@ func (c *local) hot(w tally, most int64) bool {
 }
 
 // writeAhead queues the write of key's next bound, at most most, and
-// records it as pending; h, if it names a hit, waits for it.
-func (c *local) writeAhead(key string, w *tally, most int64, h waiter) {
+// records it as pending; h, if not nil, waits for it.
+func (c *local) writeAhead(key string, w *tally, most int64, h *waiter) {
 	bw := new(boundWrite)
-	if h.to != nil {
+	if h != nil {
 		bw.wait(h)
 	}
 	// The margin grows with the hits seen, this epoch's and, where epochs
@@ -332,7 +346,7 @@ func (c *local) armForget(v *view, now time.Time) {
 	if v.timer == nil {
 		// Made stopped and started by Reset once v.timer is set: a timer
 		// started by AfterFunc could fire, and its job read v.timer on the
-		// actor, before the assignment (New arms it off the actor).
+		// actor, before the assignment (Open arms it off the actor).
 		t := time.AfterFunc(time.Hour, func() { c.forgetTick(v) })
 		t.Stop()
 		v.timer = t

@@ -47,9 +47,9 @@ type onStore interface {
 type ask struct {
 	key string
 	n   int64
-	// lease is what the trip is to count ahead, settle or adopt beside
-	// the hit: asked for by leases, zero otherwise.
-	lease driver.Lease
+	// beside is the lease the trip is to count ahead, settle or adopt
+	// beside the hit: asked for by leases, zero otherwise.
+	beside driver.Lease
 	// to hears the answer: the client, or the record of the layer in
 	// front (which passes it on). up, when a layer passed the hit on, is
 	// that same record, which hears how the trip landed before the answer
@@ -108,13 +108,13 @@ func (c *shared) Hit(shard int, key string, n int64, to Replier) {
 	c.hit(shard, ask{key: key, n: n, to: to})
 }
 
-// hit asks the store to count q: its weight, and the hits q.lease asks to
+// hit asks the store to count q: its weight, and the hits q.beside asks to
 // count ahead beside it.
 func (c *shared) hit(shard int, q ask) {
 	t := c.trips.Get().(*storeTrip)
 	t.shard, t.q = shard, q
 	var err error
-	if ls := q.lease; ls == (driver.Lease{}) {
+	if ls := q.beside; ls == (driver.Lease{}) {
 		err = c.st.AddHit(q.key, c.Rule, q.n, t.done)
 	} else {
 		err = c.st.AddLeased(q.key, c.Rule, q.n+ls.Held, ls, t.done)
@@ -136,7 +136,7 @@ func (t *storeTrip) landed(h driver.Hit, err error) {
 		tr.room = c.Rule.Room(h.State, h.Now)
 		held := int64(0) // the lease's hits: counted, and still to answer
 		if h.Allowed {
-			held = q.lease.Held
+			held = q.beside.Held
 		}
 		tr.v = c.verdict(h.State, h.Now, c.st.Wall(), h.Allowed, q.n, tr.room+held)
 	}
