@@ -22,8 +22,8 @@ func Successes(status int) bool { return status < 400 }
 // a client is not charged for the server's failures.
 func UnlessServerError(status int) bool { return status < 500 }
 
-// hit is what a mount counted for one request: enough to give it back.
-type hit struct {
+// countedHit is what a mount counted for one request: enough to give it back.
+type countedHit struct {
 	key   string
 	start time.Time // the epoch it was counted in (see takeBack)
 	n     int64
@@ -33,7 +33,7 @@ type hit struct {
 // Options.CountStatus does not count the final status. A verdict that
 // refused counted nothing (a dry run serves it anyway), so nothing is given
 // back for it.
-func (l *Limiter) settle(h hit, v Verdict, status int) {
+func (l *Limiter) settle(h countedHit, v Verdict, status int) {
 	if l.opt.CountStatus == nil || !v.Allowed || h.key == "" || l.opt.CountStatus(status) {
 		return
 	}

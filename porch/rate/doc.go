@@ -93,11 +93,10 @@
 // it. Do not use chi's middleware.RealIP with this limiter: it rewrites
 // r.RemoteAddr from X-Forwarded-For, X-Real-IP or True-Client-IP before the
 // limiter runs, so with TrustProxy off a client that forges a new header on
-// every request gets a new counter every time (five rotated forged values
-// all got 200 while the real client was at 429). The limiter cannot recover
-// the real peer once it is overwritten; it logs a warning once when it sees
-// a RemoteAddr without a port, which net/http never produces and RealIP
-// always does. Behind a proxy you control, use
+// every request gets a new counter every time, and is never refused. The
+// limiter cannot recover the real peer once it is overwritten; it logs a
+// warning once when it sees a RemoteAddr without a port, which net/http
+// never produces and RealIP always does. Behind a proxy you control, use
 // middleware.ClientIPFromXFFTrustedProxies and TrustProxy instead.
 //
 // Outside a handler, count by principal (an API key, a user id) with

@@ -3,6 +3,8 @@ package rate
 import (
 	"context"
 	"net/http"
+
+	"github.com/writeonce/porch-go/porch/rate/internal/count"
 )
 
 // CounterKey exposes, to the black-box tests only, the counter key r is
@@ -29,4 +31,4 @@ const (
 )
 
 // LeaseIdle is how long a key idles before its lease is given back.
-const LeaseIdle = leaseIdle
+const LeaseIdle = count.LeaseIdle

@@ -6,9 +6,10 @@ import (
 	"time"
 )
 
-// setHeaders writes the X-RateLimit-* triple and the IETF draft-10 RateLimit
-// and RateLimit-Policy fields, and Retry-After on a refusal. X-RateLimit-Reset is a Unix timestamp on the
-// wall clock, because a client has no access to this process's timeline.
+// setHeaders writes the X-RateLimit-* triple and the IETF draft-10
+// RateLimit and RateLimit-Policy fields, and Retry-After on a refusal.
+// X-RateLimit-Reset is a Unix timestamp on the wall clock, because a client
+// has no access to this process's timeline.
 func (l *Limiter) setHeaders(h http.Header, v Verdict) {
 	refused := !v.Allowed && !v.DryRun
 	until := v.ResetAt

@@ -1,22 +1,10 @@
 package rate
 
 import (
-	"time"
-
 	"errors"
-	"fmt"
 	"net/http"
 
 	"github.com/writeonce/porch-go/porch"
-	"github.com/writeonce/porch-go/porch/internal/fail"
-	"github.com/writeonce/porch-go/porch/internal/problemtype"
-)
-
-// Problem types this package answers with. Options.ProblemBase moves them
-// under another URI.
-const (
-	problemLimited     = "https://porch.dev/problems/rate-limited"
-	problemUnavailable = "https://porch.dev/problems/rate-unavailable"
 )
 
 // Before counts the request. A refusal short-circuits with 429; a failure
@@ -97,67 +85,11 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 		}
 		l.setHeaders(w.Header(), v)
 		uri := requestURI(r)
-		r = handOn(r, &counted{Context: r.Context(), l: l, v: v, h: hit{key: key}, uri: uri}, uri) // the give-back is serveSettling's
+		r = handOn(r, &counted{Context: r.Context(), l: l, v: v, h: countedHit{key: key}, uri: uri}, uri) // the give-back is serveSettling's
 		if l.opt.CountStatus == nil || !v.Allowed {
 			next.ServeHTTP(w, r)
 			return
 		}
 		serveSettling(next, w, r, func(status int) { l.settle(h, v, status) })
 	})
-}
-
-// refusal is the 429 for v, or what Options.LimitResponse renders in its
-// place: Retry-After is the time until this key's window closes, not the
-// whole window.
-func (l *Limiter) refusal(r *http.Request, v Verdict) *porch.Response {
-	var res *porch.Response
-	if l.opt.LimitResponse != nil {
-		res = l.opt.LimitResponse(r, v)
-	}
-	if res != nil {
-		res = own(res)
-	} else {
-		res = porch.Problem{
-			Type:   problemtype.Under(l.opt.ProblemBase, problemLimited),
-			Title:  "Too Many Requests",
-			Status: http.StatusTooManyRequests,
-			Detail: fmt.Sprintf("limit of %d requests per %s reached", v.Limit, l.window),
-		}.Response()
-	}
-	if res.Status == 0 {
-		res.Status = http.StatusTooManyRequests
-	}
-	if res.Header == nil {
-		res.Header = make(http.Header)
-	}
-	l.setHeaders(res.Header, v) // Retry-After included
-	return res
-}
-
-// unavailable is the fail-closed answer, or what Options.ErrorResponse
-// renders in its place: the request was not counted, so it must not be
-// served.
-func (l *Limiter) unavailable(r *http.Request, err error) *porch.Response {
-	def := porch.Unavailable(problemtype.Under(l.opt.ProblemBase, problemUnavailable), fail.Detail(l.errs, r, "count this request", err), time.Second)
-	if l.opt.ErrorResponse == nil {
-		return def
-	}
-	res := l.opt.ErrorResponse(r, err)
-	if res == nil {
-		return def
-	}
-	res = own(res)
-	if res.Status == 0 {
-		res.Status = http.StatusServiceUnavailable
-	}
-	if res.Header.Get("Retry-After") == "" {
-		res.SetHeader("Retry-After", def.Header.Get("Retry-After"))
-	}
-	return res
-}
-
-// own copies what an Options callback returned before the limiter adds its
-// headers: a callback may hand every request one shared response.
-func own(res *porch.Response) *porch.Response {
-	return &porch.Response{Status: res.Status, Header: res.Header.Clone(), Body: res.Body}
 }

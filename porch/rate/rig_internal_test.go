@@ -12,6 +12,8 @@ import (
 	"github.com/writeonce/porch-go/porch/store/sqlite"
 )
 
+var t0 = time.Date(2026, 8, 29, 12, 0, 0, 0, time.UTC)
+
 // internalRig is a limiter for the white-box tests: on a SQLite store in the
 // test's temporary directory, timed by a fake clock that starts at t0.
 type internalRig struct {

@@ -150,15 +150,15 @@ type decision struct {
 
 type setKey struct{ s *Set }
 
-// count counts r against every limiter of the set, and decides. Its err is
+// countAll counts r against every limiter of the set, and decides. Its err is
 // porch.ErrSkip when no limiter counts r. It returns the members, for
 // withCounts.
-func (s *Set) count(r *http.Request) (decision, []member) {
+func (s *Set) countAll(r *http.Request) (decision, []member) {
 	ms, d, ok := s.resolve(r)
 	if !ok {
 		return d, nil
 	}
-	s.post(ms)
+	s.postAll(ms)
 	ctx := r.Context()
 	for i := range ms {
 		m := &ms[i]
@@ -175,11 +175,11 @@ func (s *Set) count(r *http.Request) (decision, []member) {
 			}
 		}
 	}
-	d = decide(ms)
+	d = decideAll(ms)
 	if d.err != nil || !d.v.Allowed {
 		giveBack(ms)
 	}
-	observe(ctx, ms, d)
+	observeAll(ctx, ms, d)
 	return d, ms
 }
 
@@ -200,7 +200,7 @@ func withCounts(ctx context.Context, ms []member, uri string) context.Context {
 	recs := make([]counted, 0, n)
 	for i := range ms {
 		if m := &ms[i]; m.counted() {
-			recs = append(recs, counted{Context: ctx, l: m.l, v: m.v, h: hit{key: m.key}, uri: uri}) // the set gives back
+			recs = append(recs, counted{Context: ctx, l: m.l, v: m.v, h: countedHit{key: m.key}, uri: uri}) // the set gives back
 			ctx = &recs[len(recs)-1]
 		}
 	}
@@ -242,10 +242,10 @@ func (s *Set) resolve(r *http.Request) (ms []member, d decision, ok bool) {
 	return ms, decision{}, true
 }
 
-// post hands every member's hit to its actor, so that they count at once.
+// postAll hands every member's hit to its actor, so that they count at once.
 // After an enforcing limiter fails to take its hit, the rest are not sent:
 // the request will be a 503.
-func (s *Set) post(ms []member) {
+func (s *Set) postAll(ms []member) {
 	for i := range ms {
 		m := &ms[i]
 		if m.prior {
@@ -261,10 +261,10 @@ func (s *Set) post(ms []member) {
 	}
 }
 
-// decide picks the answer from the members' verdicts: the first enforcing
+// decideAll picks the answer from the members' verdicts: the first enforcing
 // failure; else the enforcing refusal whose window closes last; else the
 // verdict with the least remaining, enforcing limiters first.
-func decide(ms []member) decision {
+func decideAll(ms []member) decision {
 	var d decision
 	var refused, best *member
 	for i := range ms {
@@ -342,10 +342,10 @@ func giveBack(ms []member) {
 	}
 }
 
-// observe tells each member's Options.Observer of its part: a limiter that
+// observeAll tells each member's Options.Observer of its part: a limiter that
 // refused or failed, and every limiter of a request served. A hit given
 // back is not observed as allowed: the request was not.
-func observe(ctx context.Context, ms []member, d decision) {
+func observeAll(ctx context.Context, ms []member, d decision) {
 	served := d.err == nil && d.v.Allowed
 	for i := range ms {
 		m := &ms[i]

@@ -12,7 +12,7 @@ import (
 // short-circuits with the refusing limiter's 429; a failure with its 503,
 // 500 or 413. It implements porch.Middleware.
 func (s *Set) Before(r *http.Request) (*http.Request, *porch.Response) {
-	d, ms := s.count(r)
+	d, ms := s.countAll(r)
 	if errors.Is(d.err, porch.ErrSkip) {
 		return s.passOn(r), nil
 	}
@@ -65,7 +65,7 @@ func (s *Set) After(r *http.Request, res *porch.Response, _ porch.Completion) {
 // not buffer the response: headers are set before next runs.
 func (s *Set) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		d, ms := s.count(r)
+		d, ms := s.countAll(r)
 		switch {
 		case errors.Is(d.err, porch.ErrSkip):
 			next.ServeHTTP(w, r)
@@ -106,22 +106,13 @@ func (s *Set) setHeaders(h http.Header, d decision) {
 	}
 }
 
-// refusedByOther reports whether res is a 429 with Retry-After that a
-// middleware, a limiter or the handler other than the one about to report
-// made, for a request that one allowed: its headers then belong to the
-// refusal, and another policy's beside them would contradict its
-// Retry-After.
-func refusedByOther(res *porch.Response, allowed bool) bool {
-	return allowed && res.Status == http.StatusTooManyRequests && res.Header.Get("Retry-After") != ""
-}
-
 // settleMembers gives back, for a request the set served with the final
 // status, the hit of each member whose Options.CountStatus does not count
 // it. A member that counted the request further out settles it there.
 func settleMembers(ms []member, status int) {
 	for i := range ms {
 		if m := &ms[i]; m.given() {
-			m.l.settle(hit{key: m.key, start: m.start, n: m.n}, m.v, status)
+			m.l.settle(countedHit{key: m.key, start: m.start, n: m.n}, m.v, status)
 		}
 	}
 }

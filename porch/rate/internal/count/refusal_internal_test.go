@@ -1,4 +1,4 @@
-package rate
+package count
 
 import (
 	"context"
@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/clock"
 	"github.com/writeonce/porch-go/porch/internal/actor"
 	"github.com/writeonce/porch-go/porch/internal/algorithm"
@@ -58,22 +57,17 @@ func (s *refusingStore) PeekHit(string, driver.Rule, func(driver.Hit, error)) er
 func (s *refusingStore) ResetHit(string, func(error)) error                         { return nil }
 func (s *refusingStore) TakeBack(string, time.Time, int64, func(error)) error       { return nil }
 
-// refusingLimiter is a limiter of one request an hour on a refusingStore,
-// its refusals cached for life, counted by actors actors.
-func refusingLimiter(t *testing.T, actors int, life time.Duration) (*Limiter, *refusingStore) {
+// refusingLimiter is the counter of a limiter of one request an hour on a
+// refusingStore, its refusals cached for life, counted by actors actors.
+func refusingLimiter(t *testing.T, actors int, life time.Duration) (*engine, *refusingStore) {
 	t.Helper()
-	pool := porch.NewPool(porch.PoolOptions{Size: actors})
-	t.Cleanup(func() { pool.Close(context.Background()) })
+	pool := newPool(t, actors)
 	st := &refusingStore{}
-	l, err := New(pool, st, 1, time.Hour, Options{RefusalCacheFor: life})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l, st
+	return open(t, pool, NewShared(testConfig(t, pool, 1, time.Hour), st, 0, life)), st
 }
 
 // mustRefuse counts one hit to key and fails t unless it is refused.
-func mustRefuse(t *testing.T, l *Limiter, key string) {
+func mustRefuse(t *testing.T, l *engine, key string) {
 	t.Helper()
 	v, err := l.allow(context.Background(), key, 1)
 	if err != nil || v.Allowed {
@@ -83,7 +77,7 @@ func mustRefuse(t *testing.T, l *Limiter, key string) {
 
 // drainActors waits until every job queued on l's actors so far has run:
 // the refusals the store's answers queued are remembered by then.
-func drainActors(t *testing.T, l *Limiter) {
+func drainActors(t *testing.T, l *engine) {
 	t.Helper()
 	for shard := range l.pool.Size() {
 		onActor(t, l.pool, shard, func() {})
@@ -91,9 +85,9 @@ func drainActors(t *testing.T, l *Limiter) {
 }
 
 // refusalsHeld is how many refusals l's cache holds, read on each actor.
-func refusalsHeld(t *testing.T, l *Limiter) int {
+func refusalsHeld(t *testing.T, l *engine) int {
 	t.Helper()
-	c := l.counting.(*refusals)
+	c := l.c.(*refusals)
 	held := 0
 	for shard := range l.pool.Size() {
 		onActor(t, l.pool, shard, func() { held += len(c.shards[shard].m) })
@@ -102,21 +96,21 @@ func refusalsHeld(t *testing.T, l *Limiter) int {
 }
 
 // setRefusalClock times l's refusal cache by c. Call it before l counts.
-func setRefusalClock(l *Limiter, c clock.Clock) { l.counting.(*refusals).clock = c }
+func setRefusalClock(l *engine, c clock.Clock) { l.c.(*refusals).clock = c }
 
 // sweepRefusals runs, on each of l's actors, the sweep its timer sends.
-func sweepRefusals(t *testing.T, l *Limiter) {
+func sweepRefusals(t *testing.T, l *engine) {
 	t.Helper()
-	c := l.counting.(*refusals)
+	c := l.c.(*refusals)
 	for shard := range l.pool.Size() {
 		onActor(t, l.pool, shard, func() { c.sweep(shard) })
 	}
 }
 
 // refusalTimersArmed counts the actors of l with a sweep on its way.
-func refusalTimersArmed(t *testing.T, l *Limiter) int {
+func refusalTimersArmed(t *testing.T, l *engine) int {
 	t.Helper()
-	c := l.counting.(*refusals)
+	c := l.c.(*refusals)
 	armed := 0
 	for shard := range l.pool.Size() {
 		onActor(t, l.pool, shard, func() {

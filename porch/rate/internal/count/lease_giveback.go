@@ -1,4 +1,4 @@
-package rate
+package count
 
 import (
 	"context"
@@ -6,32 +6,18 @@ import (
 	"sync"
 	"time"
 
-	"github.com/writeonce/porch-go/porch"
-	"github.com/writeonce/porch-go/porch/store/driver"
+	"github.com/writeonce/porch-go/porch/internal/actor"
 )
 
 // This file gives a limiter's leases back to the shared store: an idle
-// lease's hits each leaseIdle (the sweeper), and every lease at Close, so
-// that the store's counts are exact again.
+// lease's hits each LeaseIdle (the sweeper, which Open starts), and every
+// lease at Close, so that the store's counts are exact again.
 
-// returned is the callback for hits given back to the store: during close,
-// counted, so that close waits for them.
-func (c *leases) returned() func(error) {
-	if !c.closing.Load() {
-		return c.lost
-	}
-	c.returns.Add(1)
-	return func(err error) {
-		c.lost(err)
-		c.returns.Done()
-	}
-}
-
-// sweeper runs sweep on every shard each leaseIdle, until close or until
+// sweeper runs sweep on every shard each LeaseIdle, until close or until
 // the pool has closed under it (a limiter never closed).
 func (c *leases) sweeper() {
 	defer close(c.swept)
-	t := time.NewTicker(leaseIdle)
+	t := time.NewTicker(LeaseIdle)
 	defer t.Stop()
 	for {
 		select {
@@ -41,7 +27,7 @@ func (c *leases) sweeper() {
 			for shard := range c.shards {
 				// A full mailbox skips a round: the next one comes.
 				err := c.pool.SendShard(shard, false, func(i int) { c.sweep(i, time.Now()) })
-				if errors.Is(err, porch.ErrClosed) {
+				if errors.Is(err, actor.ErrClosed) {
 					return
 				}
 			}
@@ -49,7 +35,7 @@ func (c *leases) sweeper() {
 	}
 }
 
-// sweep runs on shard's actor. A key idle since leaseIdle before now gives
+// sweep runs on shard's actor. A key idle since LeaseIdle before now gives
 // its lease's hits back to the store, and settles its answered ones, and
 // is forgotten, and so is a key whose trip for a lease seems lost; a lease
 // past its until gives its hits back, while the store still counts them
@@ -62,7 +48,7 @@ func (c *leases) sweep(shard int, now time.Time) {
 		if (e.tokens > 0 || e.adopted > 0) && !now.Before(e.until) {
 			c.giveAllToStore(shard, key, e)
 		}
-		if e.asking || now.Sub(e.used) < leaseIdle {
+		if e.asking || now.Sub(e.used) < LeaseIdle {
 			continue
 		}
 		delete(s.m, key)
@@ -71,38 +57,11 @@ func (c *leases) sweep(shard int, now time.Time) {
 	}
 }
 
-// giveAllToStore ends what e holds of key in the store: its tokens go
-// back and its answered hits are settled (one give-back, if it holds
-// either), and its adopted hits, which the store does not hold, are taken
-// back as any counted hit is, unless a trip in flight asked the store to
-// hold them (see adopt). Each write's outcome goes to returned's callback.
-func (c *leases) giveAllToStore(shard int, key string, e *lease) {
-	if e.tokens > 0 || e.answered > 0 {
-		c.giveToStore(shard, key, driver.Lease{Held: e.tokens, Settled: e.answered, Start: e.start}, c.returned())
-	}
-	if e.adopted > 0 && !e.asking {
-		done := c.returned()
-		if err := c.st.TakeBack(key, e.start, e.adopted, done); err != nil {
-			done(err)
-		}
-		e.adopted = 0
-	}
-	e.tokens, e.answered = 0, 0
-}
-
-// giveToStore ends a lease's hold on key's hits in the store (see
-// driver.SharedCounters.GiveBack), done getting the outcome.
-func (c *leases) giveToStore(shard int, key string, ls driver.Lease, done func(error)) {
-	if err := c.st.GiveBack(key, ls, done); err != nil {
-		done(err)
-	}
-}
-
-// close gives every lease back (see giveAllBack), and then closes next;
+// Close gives every lease back (see giveAllBack), and then closes next;
 // it returns the first error.
-func (c *leases) close(ctx context.Context) error {
+func (c *leases) Close(ctx context.Context) error {
 	err := c.giveAllBack(ctx)
-	if nerr := c.next.close(ctx); err == nil {
+	if nerr := c.next.Close(ctx); err == nil {
 		err = nerr
 	}
 	return err
@@ -156,7 +115,7 @@ func (c *leases) giveAllBack(ctx context.Context) error {
 			})
 			if err != nil {
 				wg.Done()
-				if errors.Is(err, porch.ErrClosed) {
+				if errors.Is(err, actor.ErrClosed) {
 					wg.Wait()
 					return false // closed before the limiter: nothing left to run on
 				}
@@ -182,4 +141,12 @@ func (c *leases) giveAllBack(ctx context.Context) error {
 		return ctx.Err()
 	}
 	return first
+}
+
+// Open starts the sweeper; the limiter opens its counter once its policy
+// is claimed, so that a refused New leaves no goroutine behind.
+func (c *leases) Open(ctx context.Context) error {
+	c.started.Store(true)
+	go c.sweeper()
+	return c.next.Open(ctx)
 }

@@ -1,4 +1,4 @@
-package rate
+package count
 
 import (
 	"slices"
@@ -81,8 +81,8 @@ func (v *view) open(key string, s driver.State) tally {
 }
 
 // forget lets go of up to max keys whose states ended by now (length
-// after their start: the rule's life), so memory
-// follows the live keys rather than every key ever seen.
+// after their start: the rule's life), so that memory follows the live
+// keys rather than every key ever seen.
 func (v *view) forget(now time.Time, length time.Duration, max int) {
 	for ; max > 0 && v.head < len(v.expiry); max-- {
 		o := v.expiry[v.head]

@@ -1,4 +1,4 @@
-package rate
+package count
 
 import (
 	"context"
@@ -10,11 +10,8 @@ import (
 
 	"github.com/writeonce/porch-go/porch/clock"
 	"github.com/writeonce/porch-go/porch/internal/actor"
+	"github.com/writeonce/porch-go/porch/internal/algorithm"
 )
-
-// defaultRefusalCacheFor is how long, at most, a limiter on a shared store
-// answers a refused key from memory when Options.RefusalCacheFor is zero.
-const defaultRefusalCacheFor = time.Second
 
 // refusalBudget is about how much memory one limiter's refusal cache may
 // hold: 4 MiB, 16,384 refusals of refusalBytes, split evenly between the
@@ -40,8 +37,8 @@ const minRefusalsPerActor = 16
 const minRefusalSweep = 100 * time.Millisecond
 
 // refusals is the refusal cache of a limiter on a shared store (see
-// Options.RefusalCacheFor), in front of the counting that asks the store:
-// per actor, the digests of the keys the store refused and until when, on
+// rate.Options.RefusalCacheFor), in front of the counting that asks the
+// store: per actor, the digests of the keys the store refused and until when, on
 // this process's monotonic clock, they are sure to stay refused. A hit it
 // finds refused is answered at once; any other goes on to next, and its
 // trip's refusal, if the store refuses it, is remembered. A reset or a
@@ -50,23 +47,24 @@ const minRefusalSweep = 100 * time.Millisecond
 // path takes no lock.
 //
 // An actor whose shard holds refusals has a sweep armed on a timer, every
-// RefusalCacheFor (at least minRefusalSweep), that lets the expired ones
-// go: a burst of refusals followed by silence is given back within one
-// RefusalCacheFor of expiring, with no request to prompt it. close lets
-// everything go and disarms the sweeps.
+// life (at least minRefusalSweep), that lets the expired ones go: a burst
+// of refusals followed by silence is given back within one life of
+// expiring, with no request to prompt it. Close lets everything go and
+// disarms the sweeps.
 type refusals struct {
-	next   counting
+	next   onStore
 	pool   *actor.Pool
-	rule   rule          // for when a refused request would fit
-	life   time.Duration // Options.RefusalCacheFor, resolved
-	most   int           // refusals one shard holds at most: its share of refusalBudget
+	rule   algorithm.Rule // for when a refused request would fit
+	life   time.Duration  // how long a refusal lives at most
+	trips  sync.Pool      // of *refusalTrip
+	most   int            // refusals one shard holds at most: its share of refusalBudget
 	seeds  [2]maphash.Seed
 	clock  clock.Clock // for its monotonic reading; clock.System but in tests
 	closed atomic.Bool // close has begun: nothing more is remembered
 	shards []refusalShard
 }
 
-var _ counting = (*refusals)(nil)
+var _ onStore = (*refusals)(nil)
 
 type refusalShard struct {
 	// m is nil while the shard holds nothing, so that a swept shard keeps
@@ -91,9 +89,9 @@ type refusalShard struct {
 // for 16,384), and on purpose only for someone who knows the seeds, which
 // are random for each limiter and never leave the process. Even then the
 // cost is bounded: one key answered with the other's refusal for at most
-// RefusalCacheFor. maphash, not SHA-256, because every hit to a shared
-// store hashes its key on its actor: both sums of a 40-byte key take about
-// 20 ns, SHA-256 about 300 ns, and a 2 KB key 0.6 µs against 5 µs.
+// the cache's life. maphash, not SHA-256, because every hit to a shared
+// store hashes its key on its actor: two maphash sums cost an order of
+// magnitude less than one SHA-256 digest, whatever the key's length.
 type digest struct{ a, b uint64 }
 
 // refusal is one remembered refusal: requests of the key of weight n or
@@ -105,67 +103,88 @@ type refusal struct {
 }
 
 // refusalTrip is what the cache keeps of a hit it passed on, until the
-// hit's trip lands: when it was sent, and the shard's generation then.
+// hit's trip lands: the hit, its key's digest, when it was sent, and the
+// shard's generation then. Records are reused through refusals.trips.
 type refusalTrip struct {
+	c    *refusals
+	q    ask // as the cache was handed it
 	d    digest
 	sent time.Duration // on the cache's clock
 	gen  uint64
 }
 
-func newRefusals(cf countingConfig, next counting, life time.Duration) *refusals {
-	pool := cf.pool
-	return &refusals{
+func newRefusals(cf Config, next onStore, life time.Duration) *refusals {
+	pool := cf.Pool
+	c := &refusals{
 		next:   next,
 		pool:   pool,
-		rule:   cf.rule,
+		rule:   cf.Rule,
 		life:   life,
 		most:   max(refusalBudget/refusalBytes/pool.Size(), minRefusalsPerActor),
 		seeds:  [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()},
 		clock:  clock.System{},
 		shards: make([]refusalShard, pool.Size()),
 	}
+	c.trips.New = func() any { return &refusalTrip{c: c} }
+	return c
 }
 
-// hit answers call from its key's refusal, if the cache holds one for its
-// weight; otherwise it passes call on, to hear of its trip (landed).
-func (c *refusals) hit(shard int, call *call) {
-	d, now := c.digest(call.key), c.now()
-	if v, ok := c.lookup(shard, d, call.n, now); ok {
-		call.reply.Send(v, nil) // refused: no start to give back from
+func (c *refusals) Hit(shard int, key string, n int64, to Replier) {
+	c.hit(shard, ask{key: key, n: n, to: to})
+}
+
+// hit answers q from its key's refusal, if the cache holds one for its
+// weight; otherwise it passes q on, to hear of its trip (landed).
+func (c *refusals) hit(shard int, q ask) {
+	d, now := c.digest(q.key), c.now()
+	if v, ok := c.lookup(shard, d, q.n, now); ok {
+		q.to.Reply(v, time.Time{}, nil) // refused: no start to give back from
 		return
 	}
-	call.refused = refusalTrip{d: d, sent: now, gen: c.gen(shard)}
-	call.above = append(call.above, c)
-	c.next.hit(shard, call)
+	r := c.trips.Get().(*refusalTrip)
+	r.q, r.d, r.sent, r.gen = q, d, now, c.gen(shard)
+	c.next.hit(shard, ask{key: q.key, n: q.n, to: r, up: r})
 }
 
-// landed remembers the refusal call's trip came back with, queued on the
-// actor before the verdict is sent, so that the client's next request
-// finds it.
-func (c *refusals) landed(shard int, call *call) bool {
-	if t := &call.trip; t.err == nil && !t.h.Allowed && !t.fleeting {
-		r := call.refused
-		c.remember(shard, r.d, call.n, r.sent, r.gen, c.rule.RetryIn(t.h.State, t.h.Now, call.n), t.v)
+// landed remembers the refusal t came back with, queued on the actor
+// before the verdict is sent, so that the client's next request finds it.
+func (r *refusalTrip) landed(shard int, t trip) {
+	c, q := r.c, r.q
+	if t.err == nil && !t.h.Allowed && !t.fleeting {
+		c.remember(shard, r.d, q.n, r.sent, r.gen, c.rule.RetryIn(t.h.State, t.h.Now, q.n), t.v)
 	}
-	return true
+	r.release()
+	q.land(shard, t)
 }
 
-// peek asks next: a peek is what the store holds, never a cached refusal.
-func (c *refusals) peek(shard int, key string, answer func(Verdict, error)) {
-	c.next.peek(shard, key, answer)
+// Reply passes on the answer to a hit a layer behind gave without a trip.
+func (r *refusalTrip) Reply(v Verdict, start time.Time, err error) {
+	q := r.q
+	r.release()
+	q.to.Reply(v, start, err)
 }
 
-func (c *refusals) reset(shard int, key string, answer func(error)) {
+func (r *refusalTrip) release() {
+	r.q = ask{}
+	r.c.trips.Put(r)
+}
+
+// Peek asks next: a peek is what the store holds, never a cached refusal.
+func (c *refusals) Peek(shard int, key string, answer func(Verdict, error)) {
+	c.next.Peek(shard, key, answer)
+}
+
+func (c *refusals) Reset(shard int, key string, answer func(error)) {
 	c.forget(shard, key)
-	c.next.reset(shard, key, answer)
+	c.next.Reset(shard, key, answer)
 }
 
-func (c *refusals) takeBack(shard int, key string, start time.Time, n int64) {
+func (c *refusals) TakeBack(shard int, key string, start time.Time, n int64) {
 	c.forget(shard, key)
-	c.next.takeBack(shard, key, start, n)
+	c.next.TakeBack(shard, key, start, n)
 }
 
-func (c *refusals) open(ctx context.Context) error { return c.next.open(ctx) }
+func (c *refusals) Open(ctx context.Context) error { return c.next.Open(ctx) }
 
 // digest is key's name in the cache.
 func (c *refusals) digest(key string) digest {
@@ -306,10 +325,10 @@ func (c *refusals) sweep(shard int) {
 	}
 }
 
-// close closes next, which may still be giving hits back, and then lets
+// Close closes next, which may still be giving hits back, and then lets
 // the refusals go; it returns next's error, else its own.
-func (c *refusals) close(ctx context.Context) error {
-	err := c.next.close(ctx)
+func (c *refusals) Close(ctx context.Context) error {
+	err := c.next.Close(ctx)
 	if cerr := c.drop(ctx); err == nil {
 		err = cerr
 	}

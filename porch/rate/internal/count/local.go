@@ -1,4 +1,4 @@
-package rate
+package count
 
 import (
 	"context"
@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/internal/actor"
 	"github.com/writeonce/porch-go/porch/store/driver"
 )
@@ -17,44 +16,53 @@ import (
 // counters' only writer (SQLite). Each actor keeps a view of its keys'
 // states and decides alone; the store's rows exist to rebuild the views
 // after a restart, so a hit's verdict waits only until a committed write
-// covers its count (see bound.go). New loads the views; Close leaves exact
+// covers its count (see bound.go). Open loads the views; Close leaves exact
 // counts behind.
 type local struct {
-	countingConfig
+	Config
 	st     driver.ExclusiveCounters
 	prefix string  // the limiter's counter keys', to load its own rows only
-	ahead  int64   // Options.WriteAhead, resolved
+	ahead  int64   // how far a stored count may run ahead; 0 writes every hit
 	views  []*view // indexed by pool shard; views[i] is touched only by actor i
+	// waiters are the answers of hits that wait for a write (see
+	// boundWrite), reused.
+	waiters sync.Pool
 }
 
-func newLocal(cf countingConfig, st driver.ExclusiveCounters, prefix string, ahead int64) *local {
-	c := &local{countingConfig: cf, st: st, prefix: prefix, ahead: ahead, views: make([]*view, cf.pool.Size())}
+var _ Counter = (*local)(nil)
+
+// NewLocal is the Counter on a store that is its counters' only writer:
+// the counts of the keys under prefix, kept in the actors' memory, with
+// their stored counts allowed to run up to ahead hits ahead (0: every hit
+// written exactly; see rate.Options.WriteAhead).
+func NewLocal(cf Config, st driver.ExclusiveCounters, prefix string, ahead int64) Counter {
+	c := &local{Config: cf, st: st, prefix: prefix, ahead: ahead, views: make([]*view, cf.Pool.Size())}
 	for i := range c.views {
 		c.views[i] = newView(i)
 	}
+	c.waiters.New = func() any { return &waiter{pool: &c.waiters} }
 	return c
 }
 
-// hit runs on key's actor. The verdict is sent once the store holds a
+// Hit runs on key's actor. The verdict is sent once the store holds a
 // count at least this hit's: at once when a committed write already covers
 // it, after the queued write that covers it commits, or after a new write
 // (see nextBound) commits. A hot key (see hot) queues its next write while
 // half its margin is left, so its hits seldom wait for a commit at all.
-func (c *local) hit(shard int, call *call) {
-	v, key, n := c.views[shard], call.key, call.n
+func (c *local) Hit(shard int, key string, n int64, to Replier) {
+	v := c.views[shard]
 	now := c.st.Now()
-	v.forget(now, c.rule.Life(), forgetPerHit)
+	v.forget(now, c.Rule.Life(), forgetPerHit)
 	w, s := c.advance(v, key, now)
-	call.start = w.start
-	if room := c.rule.Room(s, now); n > room {
+	if room := c.Rule.Room(s, now); n > room {
 		// Nothing changes, so nothing is written; a refusal never lets a
 		// request through, so it need not wait for earlier writes.
-		call.reply.Send(c.verdict(s, now, c.st.Wall(), false, n, room), nil)
+		to.Reply(c.verdict(s, now, c.st.Wall(), false, n, room), w.start, nil)
 		return
 	}
 	w.count += n
 	s.Count = w.count
-	room := c.rule.Room(s, now)
+	room := c.Rule.Room(s, now)
 	verdict := c.verdict(s, now, c.st.Wall(), true, n, room)
 	// The highest count the store may hold for this epoch: what the state
 	// could still admit now. Writing further ahead would refuse, after a
@@ -69,28 +77,24 @@ func (c *local) hit(shard int, call *call) {
 	}
 	switch {
 	case w.count <= w.durable:
-		call.reply.Send(verdict, nil) // the common case: no write, no wait
+		to.Reply(verdict, w.start, nil) // the common case: no write, no wait
 		if c.hot(w, most) {
 			c.writeAhead(key, &w, most, nil)
 		}
 	case w.pending != nil && w.count <= w.pendingAt:
-		call.verdict = verdict
-		w.pending.wait(call.answer)
+		w.pending.wait(c.waiter(to, verdict, w.start))
 	default:
-		call.verdict = verdict
-		c.writeAhead(key, &w, most, call.answer)
+		c.writeAhead(key, &w, most, c.waiter(to, verdict, w.start))
 	}
 	v.counts[key] = w
 }
 
-// sendVerdict answers a hit whose write settled with err. A failed write
-// answers no verdict at all: the request must not be served, and a caller
-// that reads Allowed before the error must not find true.
-func sendVerdict(reply actor.Reply[Verdict], v Verdict, err error) {
-	if err != nil {
-		v = Verdict{}
-	}
-	reply.Send(v, err)
+// waiter is the answer v, for the hit counted in the epoch started at
+// start, that to hears once the write it waits for settles.
+func (c *local) waiter(to Replier, v Verdict, start time.Time) *waiter {
+	w := c.waiters.Get().(*waiter)
+	w.to, w.v, w.start = to, v, start
+	return w
 }
 
 // advance brings key's tally to now under the limiter's rule: a state the
@@ -99,11 +103,11 @@ func sendVerdict(reply actor.Reply[Verdict], v Verdict, err error) {
 // state.
 func (c *local) advance(v *view, key string, now time.Time) (tally, driver.State) {
 	w, ok := v.counts[key]
-	s := c.rule.Advance(w.state(), now)
+	s := c.Rule.Advance(w.state(), now)
 	if !ok || !s.Start.Equal(w.start) {
 		old := w
 		w = v.open(key, s)
-		if _, carries := c.rule.Carried(old.start, 0, w.start); ok && carries {
+		if _, carries := c.Rule.Carried(old.start, 0, w.start); ok && carries {
 			c.carry(old, &w)
 			v.counts[key] = w
 		}
@@ -117,6 +121,7 @@ func (c *local) advance(v *view, key string, now time.Time) (tally, driver.State
 // had written: after a crash the store loads the old epoch's newest row
 // as the key's state, which covers as many of the new epoch's counts as
 // the rule says.
+//
 // The committed bound carries into w.durable, the queued one into
 // w.pending and w.pendingAt (its waiters answer when it settles; if it
 // fails, the committed one is the store's newest again). Every later write
@@ -137,7 +142,7 @@ func (c *local) carry(old tally, w *tally) {
 		}
 	}
 	covered := func(bound int64) int64 {
-		n, _ := c.rule.Carried(old.start, bound, w.start)
+		n, _ := c.Rule.Carried(old.start, bound, w.start)
 		return n
 	}
 	w.durable = covered(old.durable)
@@ -146,15 +151,15 @@ func (c *local) carry(old tally, w *tally) {
 	}
 }
 
-// peek runs on key's actor: the key's state as its next hit would find it.
-func (c *local) peek(shard int, key string, answer func(Verdict, error)) {
+// Peek runs on key's actor: the key's state as its next hit would find it.
+func (c *local) Peek(shard int, key string, answer func(Verdict, error)) {
 	now := c.st.Now()
 	w := c.views[shard].counts[key]
-	s := c.rule.Advance(w.state(), now)
+	s := c.Rule.Advance(w.state(), now)
 	answer(c.peeked(s, now, c.st.Wall()), nil)
 }
 
-// reset runs on key's actor. It opens a new, empty epoch in place of the
+// Reset runs on key's actor. It opens a new, empty epoch in place of the
 // key's live one and writes it through as the key's newest row; answer
 // waits for that write.
 //
@@ -165,11 +170,11 @@ func (c *local) peek(shard int, key string, answer func(Verdict, error)) {
 // old count back. The new tally forgets that bound: hits after the reset
 // wait for writes of their own, queued after the reset's, never for a
 // bound of the old epoch.
-func (c *local) reset(shard int, key string, answer func(error)) {
+func (c *local) Reset(shard int, key string, answer func(error)) {
 	v := c.views[shard]
 	now := c.st.Now()
 	w, ok := v.counts[key]
-	if !ok || !now.Before(c.rule.Expires(w.state())) {
+	if !ok || !now.Before(c.Rule.Expires(w.state())) {
 		answer(nil) // nothing held back, here or in the store
 		return
 	}
@@ -186,7 +191,7 @@ func (c *local) reset(shard int, key string, answer func(error)) {
 	w = v.open(key, driver.State{Start: start})
 	c.armForget(v, now)
 	bw := new(boundWrite)
-	bw.wait(answer)
+	bw.wait(c.waiter(replyFunc(answer), Verdict{}, time.Time{}))
 	w.pending = bw // pendingAt 0: the new epoch's count, written
 	v.counts[key] = w
 	if err := c.st.SaveCounter(c.counter(key, w, 0), bw.settle); err != nil {
@@ -194,12 +199,12 @@ func (c *local) reset(shard int, key string, answer func(error)) {
 	}
 }
 
-// takeBack runs on key's actor: it lowers key's count by n if key's epoch
+// TakeBack runs on key's actor: it lowers key's count by n if key's epoch
 // is still the one that started at start. One that has ended since took
 // its hits with it. Only the in-memory count goes down; the stored one,
 // already at or above it, is left to the next write, as a write-ahead
 // bound is: a crash before then over-counts by n, the safe side.
-func (c *local) takeBack(shard int, key string, start time.Time, n int64) {
+func (c *local) TakeBack(shard int, key string, start time.Time, n int64) {
 	v := c.views[shard]
 	w, ok := v.counts[key]
 	if !ok || !w.start.Equal(start) {
@@ -212,20 +217,20 @@ func (c *local) takeBack(shard int, key string, start time.Time, n int64) {
 // counter is the row that makes count durable for key's tally w, in the
 // algorithm's form (see algorithm.Rule.Row).
 func (c *local) counter(key string, w tally, count int64) driver.Counter {
-	return c.rule.Row(key, w.state(), count)
+	return c.Rule.Row(key, w.state(), count)
 }
 
-// open fills the views with the states still live in the store. It runs
+// Open fills the views with the states still live in the store. It runs
 // before any actor can see the views; handing a job to an actor through
 // its mailbox publishes them.
-func (c *local) open(ctx context.Context) error {
+func (c *local) Open(ctx context.Context) error {
 	now := c.st.Now()
 	err := c.st.LoadCounters(ctx, now, func(sc driver.Counter) {
 		if !strings.HasPrefix(sc.Key, c.prefix) {
 			return // another limiter's row
 		}
-		s := c.rule.Resume(sc, now)
-		v := c.views[c.pool.Shard(sc.Key)]
+		s := c.Rule.Resume(sc, now)
+		v := c.views[c.Pool.Shard(sc.Key)]
 		v.counts[sc.Key] = tally{start: s.Start, count: s.Count, prev: s.Prev, durable: s.Count}
 		v.expiry = append(v.expiry, opened{key: sc.Key, start: s.Start})
 	})
@@ -240,10 +245,10 @@ func (c *local) open(ctx context.Context) error {
 	return nil
 }
 
-// close writes the exact count of every live state that was written ahead
-// (see Options.WriteAhead), so that a clean shutdown leaves exact counts in
-// the store. It returns the first write error, or ctx.Err().
-func (c *local) close(ctx context.Context) error {
+// Close writes the exact count of every live state that was written ahead
+// (see rate.Options.WriteAhead), so that a clean shutdown leaves exact
+// counts in the store. It returns the first write error, or ctx.Err().
+func (c *local) Close(ctx context.Context) error {
 	var (
 		wg    sync.WaitGroup
 		mu    sync.Mutex // protects first
@@ -260,7 +265,7 @@ func (c *local) close(ctx context.Context) error {
 	}
 	for shard := range c.views {
 		wg.Add(1)
-		err := c.pool.SendShard(shard, true, func(i int) {
+		err := c.Pool.SendShard(shard, true, func(i int) {
 			defer wg.Done()
 			v := c.views[i]
 			if t := v.timer; t != nil {
@@ -268,7 +273,7 @@ func (c *local) close(ctx context.Context) error {
 			}
 			now := c.st.Now()
 			for key, w := range v.counts {
-				if w.written() <= w.count || !now.Before(c.rule.Expires(w.state())) {
+				if w.written() <= w.count || !now.Before(c.Rule.Expires(w.state())) {
 					continue
 				}
 				wg.Add(1)
@@ -300,7 +305,8 @@ func (c *local) close(ctx context.Context) error {
 // hot reports whether a hit answered from the committed bound should queue
 // the next bound now, before any hit has to wait for it: only for a key that
 // has already had ahead/2 hits in this epoch (or in its streak of epochs,
-// for an algorithm whose epochs carry over) and has less than half its margin left. A queued write no request waits on is not bounded by the
+// for an algorithm whose epochs carry over) and has less than half its
+// margin left. A queued write no request waits on is not bounded by the
 // number of connections, so doing this for every key would let a crowd of
 // cool keys pile writes up in the committer's queue, and every first hit
 // would wait behind them.
@@ -311,11 +317,11 @@ func (c *local) hot(w tally, most int64) bool {
 }
 
 // writeAhead queues the write of key's next bound, at most most, and
-// records it as pending; answer, if not nil, waits for it.
-func (c *local) writeAhead(key string, w *tally, most int64, answer func(error)) {
+// records it as pending; h, if not nil, waits for it.
+func (c *local) writeAhead(key string, w *tally, most int64, h *waiter) {
 	bw := new(boundWrite)
-	if answer != nil {
-		bw.wait(answer)
+	if h != nil {
+		bw.wait(h)
 	}
 	// The margin grows with the hits seen, this epoch's and, where epochs
 	// carry over, its streak's; the bound stays above what the tally already has
@@ -331,7 +337,7 @@ func (c *local) writeAhead(key string, w *tally, most int64, answer func(error))
 // a few ended states each; the timer is for an actor that gets no more
 // hits, whose keys would otherwise stay in memory for good.
 func (c *local) armForget(v *view, now time.Time) {
-	end, ok := v.oldest(c.rule.Life())
+	end, ok := v.oldest(c.Rule.Life())
 	if v.armed || !ok {
 		return
 	}
@@ -340,7 +346,7 @@ func (c *local) armForget(v *view, now time.Time) {
 	if v.timer == nil {
 		// Made stopped and started by Reset once v.timer is set: a timer
 		// started by AfterFunc could fire, and its job read v.timer on the
-		// actor, before the assignment (New arms it off the actor).
+		// actor, before the assignment (Open arms it off the actor).
 		t := time.AfterFunc(time.Hour, func() { c.forgetTick(v) })
 		t.Stop()
 		v.timer = t
@@ -352,13 +358,13 @@ func (c *local) armForget(v *view, now time.Time) {
 // again in a second while the mailbox is full (hits are forgetting
 // meanwhile). After Close the pool refuses, and the ticking stops.
 func (c *local) forgetTick(v *view) {
-	err := c.pool.SendShard(v.shard, false, func(int) {
+	err := c.Pool.SendShard(v.shard, false, func(int) {
 		now := c.st.Now()
-		v.forget(now, c.rule.Life(), forgetPerTick)
+		v.forget(now, c.Rule.Life(), forgetPerTick)
 		v.armed = false
 		c.armForget(v, now)
 	})
-	if errors.Is(err, porch.ErrSaturated) {
+	if errors.Is(err, actor.ErrSaturated) {
 		time.AfterFunc(time.Second, func() { c.forgetTick(v) })
 	}
 }

@@ -1,4 +1,4 @@
-package rate
+package count
 
 import (
 	"context"
@@ -11,8 +11,6 @@ import (
 	"github.com/writeonce/porch-go/porch/internal/actor"
 	"github.com/writeonce/porch-go/porch/store/driver"
 )
-
-var t0 = time.Date(2026, 8, 29, 12, 0, 0, 0, time.UTC)
 
 func keys(v *view) []string {
 	var ks []string
@@ -89,11 +87,11 @@ func TestViewMemoryFollowsLiveKeys(t *testing.T) {
 	}
 }
 
-// TestLimiterForgetsClosedWindows checks the view through the limiter: after
-// the windows close, hits on any key let the old keys go.
+// TestLimiterForgetsClosedWindows checks the view through the counter:
+// after the windows close, hits on any key let the old keys go.
 func TestLimiterForgetsClosedWindows(t *testing.T) {
-	rg := newInternalRig(t, 1, 5, time.Minute)
-	l := rg.l
+	rg := newLocalRig(t, 1, 5, time.Minute)
+	l := rg.engine
 	ctx := context.Background()
 	for i := range 10 {
 		if _, err := l.allow(ctx, fmt.Sprintf("old-%d", i), 1); err != nil {
@@ -108,7 +106,7 @@ func TestLimiterForgetsClosedWindows(t *testing.T) {
 	}
 	// Read the view on its actor, the only goroutine that may touch it.
 	reply := actor.NewReply[[]string]()
-	if err := actor.Of(rg.pool).Send("new", func(shard int) { reply.Send(keys(l.counting.(*local).views[shard]), nil) }); err != nil {
+	if err := rg.pool.Send("new", func(shard int) { reply.Send(keys(l.c.(*local).views[shard]), nil) }); err != nil {
 		t.Fatal(err)
 	}
 	got, err := reply.Wait(ctx)
@@ -126,8 +124,8 @@ func TestIdleActorForgets(t *testing.T) {
 	// A window of 20ms: the timer's wait is computed on the fake clock, so
 	// it fires after 20ms of real time and finds the fake clock not yet
 	// moved, re-arms, and fires again until the test advances it.
-	rg := newInternalRig(t, 2, 5, 20*time.Millisecond)
-	l := rg.l
+	rg := newLocalRig(t, 2, 5, 20*time.Millisecond)
+	l := rg.engine
 	t.Cleanup(func() { l.Close(context.Background()) })
 	ctx := context.Background()
 	for i := range 50 {
@@ -139,9 +137,9 @@ func TestIdleActorForgets(t *testing.T) {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		left := 0
-		for shard, v := range l.counting.(*local).views {
+		for shard, v := range l.c.(*local).views {
 			reply := actor.NewReply[int]()
-			if err := actor.Of(rg.pool).SendShard(shard, false, func(int) { reply.Send(len(v.counts), nil) }); err != nil {
+			if err := rg.pool.SendShard(shard, false, func(int) { reply.Send(len(v.counts), nil) }); err != nil {
 				t.Fatal(err)
 			}
 			n, err := reply.Wait(ctx)
