@@ -11,6 +11,10 @@
 //	httprate        go-chi/httprate, in memory
 //	naive           a SQLite limiter that reads, increments and commits once
 //	                per request (synchronous=FULL), serialized by a mutex
+//	naive-postgres  the limiter a chi user writes by hand on PostgreSQL (see
+//	                naivepg.go): one autocommit upsert per request on a pgx
+//	                pool of 64, answered after its commit (synchronous_commit
+//	                off with -durability process-crash), in a fresh schema
 //	floor-sqlite    the durability floor (see floor.go): one writer upserts
 //	                each queued key's count in one transaction, commits
 //	                (synchronous=FULL; NORMAL with -durability process-crash)
@@ -87,13 +91,13 @@ func parseFlags(args []string) (config, error) {
 	var c config
 	var algorithm, durability string
 	fs := flag.NewFlagSet("benchserver", flag.ContinueOnError)
-	fs.StringVar(&c.mode, "mode", "none", "limiter: none, httprate, naive, floor-sqlite, porch-sqlite, porch-postgres or porch-idem")
+	fs.StringVar(&c.mode, "mode", "none", "limiter: none, httprate, naive, naive-postgres, floor-sqlite, porch-sqlite, porch-postgres or porch-idem")
 	fs.StringVar(&c.addr, "addr", "127.0.0.1:0", "listen address (port 0 picks a free port)")
 	fs.BoolVar(&c.trustProxy, "trust-proxy", false, "key clients on X-Forwarded-For as set by one trusted proxy hop")
 	fs.IntVar(&c.limit, "limit", 1_000_000_000, "requests allowed per client per window")
 	fs.DurationVar(&c.window, "window", time.Hour, "rate-limit window")
 	fs.StringVar(&c.db, "db", "", "SQLite file for naive and porch modes (if empty, one in a temporary directory removed at exit)")
-	fs.StringVar(&c.postgres, "postgres", envOr("PORCH_TEST_POSTGRES", defaultPostgres), "PostgreSQL DSN for porch-postgres")
+	fs.StringVar(&c.postgres, "postgres", envOr("PORCH_TEST_POSTGRES", defaultPostgres), "PostgreSQL DSN for porch-postgres and naive-postgres")
 	fs.StringVar(&c.redis, "redis", envOr("PORCH_TEST_REDIS", "127.0.0.1:6379"), "Redis host:port for porch-redis, ulule-redis and redis-rate")
 	fs.StringVar(&c.redisAOF, "redis-aof", "", "Redis host:port with appendonly yes and appendfsync always, for porch-redis-aof")
 	fs.IntVar(&c.pool, "pool", 0, "porch actor pool size (0: 16)")
@@ -104,7 +108,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&algorithm, "algorithm", "fixed", "porch-sqlite/porch-postgres: the limiter's algorithm, fixed, sliding or gcra")
 	fs.IntVar(&c.burst, "burst", 0, "with -algorithm gcra: requests allowed at once (0: the limit)")
 	fs.IntVar(&c.lease, "lease", 0, "porch-postgres/porch-redis: rate.Options.Lease, the hits of a busy key counted ahead (0: none)")
-	fs.StringVar(&durability, "durability", "power-loss", "porch-sqlite/porch-postgres: store.Options.Durability, power-loss or process-crash (floor-sqlite: synchronous=FULL or NORMAL)")
+	fs.StringVar(&durability, "durability", "power-loss", "porch-sqlite/porch-postgres: store.Options.Durability, power-loss or process-crash (floor-sqlite: synchronous=FULL or NORMAL; naive-postgres: synchronous_commit on or off)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}

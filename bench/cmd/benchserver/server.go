@@ -26,7 +26,7 @@ import (
 	"github.com/writeonce/porch-go/porch/store/sqlite"
 )
 
-var modes = []string{"none", "httprate", "naive", "floor-sqlite", "porch-sqlite", "porch-postgres", "porch-idem"}
+var modes = []string{"none", "httprate", "naive", "naive-postgres", "floor-sqlite", "porch-sqlite", "porch-postgres", "porch-idem"}
 
 func validMode(m string) bool { return slices.Contains(modes, m) }
 
@@ -99,6 +99,12 @@ func newLimiter(ctx context.Context, cfg config, app *porch.App, clk clock.Clock
 			return nil, nil, err
 		}
 		app.OnShutdown(n.Close)
+		return n.Handler, n, nil
+	case "naive-postgres":
+		n, err := openNaivePG(ctx, cfg.postgres, int64(cfg.limit), cfg.durability, app)
+		if err != nil {
+			return nil, nil, err
+		}
 		return n.Handler, n, nil
 	case "floor-sqlite":
 		f, err := openFloor(cfg.db, int64(cfg.limit), cfg.durability, defaultPool*cfg.mailbox)
