@@ -36,7 +36,7 @@ type config struct {
 	duration    time.Duration
 	warmup      time.Duration
 	reps        int
-	conns       int
+	conns       []int // wrk connections; each count runs every selected row
 	threads     int
 	keyspace    int
 	replayKeys  int
@@ -51,14 +51,14 @@ type config struct {
 
 func parseFlags(args []string) (config, error) {
 	var c config
-	var only, memKeys string
+	var only, memKeys, conns string
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.StringVar(&c.server, "server", "", "benchserver binary (if empty, built from this module into a temporary directory)")
 	fs.DurationVar(&c.duration, "duration", 5*time.Second, "length of each measured wrk run")
 	fs.DurationVar(&c.warmup, "warmup", time.Second, "length of the unmeasured wrk run before each row")
 	fs.IntVar(&c.reps, "reps", 3, "measured runs per row; the table shows their median")
-	fs.IntVar(&c.conns, "c", 64, "wrk connections")
-	fs.IntVar(&c.threads, "t", 2, "wrk threads")
+	fs.StringVar(&conns, "c", "64", "wrk connections, or a comma-separated list of counts (e.g. 1,2,16,64), each running every selected row and printing its own tables")
+	fs.IntVar(&c.threads, "t", 2, "wrk threads (at most the connections: -c 1 runs -t1)")
 	fs.IntVar(&c.keyspace, "keyspace", 131072, "distinct client addresses in many-keys rows (at most 131072)")
 	fs.IntVar(&c.replayKeys, "replay-keys", 16, "size of the fixed key set replays cycle through")
 	fs.StringVar(&only, "rows", "", "comma-separated row ids or path.Match patterns to run (e.g. httprate/one,porch-sqlite/many, or 'httprate/*,porch-sqlite*/*' for the SQLite limiter's rows of every algorithm and their baseline); empty runs all; \"none\" runs no row")
@@ -79,6 +79,13 @@ func parseFlags(args []string) (config, error) {
 			}
 		}
 	}
+	for _, s := range strings.Split(conns, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 1 {
+			return c, fmt.Errorf("-c: %q is not a positive connection count", s)
+		}
+		c.conns = append(c.conns, n)
+	}
 	for _, s := range strings.Split(memKeys, ",") {
 		if s = strings.TrimSpace(s); s == "" {
 			continue
@@ -92,8 +99,8 @@ func parseFlags(args []string) (config, error) {
 	switch {
 	case c.duration < time.Second || c.warmup < 0:
 		return c, fmt.Errorf("-duration must be at least 1s and -warmup not negative")
-	case c.reps < 1 || c.conns < 1 || c.threads < 1 || c.threads > c.conns:
-		return c, fmt.Errorf("-reps, -c and -t must be positive, -t at most -c")
+	case c.reps < 1 || c.threads < 1:
+		return c, fmt.Errorf("-reps and -t must be positive")
 	case c.keyspace < 1 || c.keyspace > 131072:
 		return c, fmt.Errorf("-keyspace must be between 1 and 131072")
 	case c.replayKeys < 1:
@@ -137,21 +144,36 @@ func run(cfg config) error {
 	if err := writeScripts(dir); err != nil {
 		return err
 	}
-	h := &harness{cfg: cfg, dir: dir, results: map[string]rowResult{}, loadStart: loadAvg()}
+	h := &harness{cfg: cfg, dir: dir, byConns: map[int]map[string]rowResult{}, loadStart: loadAvg()}
 	defer h.stopAOF()
 	start := time.Now()
 	printPreamble(cfg)
 
-	for _, r := range rows(cfg.replayKeys) {
-		if !h.selected(r.id()) {
+	for _, c := range cfg.conns {
+		h.at(c)
+		for _, r := range rows(cfg.replayKeys) {
+			if !h.selected(r.id()) {
+				continue
+			}
+			fmt.Fprintf(os.Stderr, "bench: %s at %d connections (%s elapsed)\n", r.id(), c, time.Since(start).Round(time.Second))
+			h.results[r.id()] = h.measure(r)
+		}
+	}
+	for _, c := range cfg.conns {
+		h.at(c)
+		if len(h.results) == 0 {
 			continue
 		}
-		fmt.Fprintf(os.Stderr, "bench: %s (%s elapsed)\n", r.id(), time.Since(start).Round(time.Second))
-		h.results[r.id()] = h.measure(r)
-	}
-	if len(h.results) > 0 {
+		if len(cfg.conns) > 1 {
+			fmt.Printf("\n### %d connections (`wrk -t%d -c%d`)\n", c, h.threads(), c)
+		}
 		printTable(h)
 		printFloors(h)
+		printNaive(h)
+	}
+	printNaiveByConns(h)
+	h.at(h.mainConns())
+	if len(h.results) > 0 {
 		printExact(h)
 	}
 	var mem []memResult
@@ -184,8 +206,12 @@ func printPreamble(cfg config) {
 	}
 	fmt.Printf("Measured %s at commit %s on %d CPUs (%s), Go %s.\n",
 		time.Now().UTC().Format("2006-01-02 15:04 MST"), commit, runtime.NumCPU(), cpuModel(), runtime.Version())
-	fmt.Printf("Load: `wrk -t%d -c%d -d%s --latency` on loopback, %d measured runs per row after a %s warm-up; medians shown.\n",
-		cfg.threads, cfg.conns, cfg.duration, cfg.reps, cfg.warmup)
+	load := make([]string, len(cfg.conns))
+	for i, c := range cfg.conns {
+		load[i] = fmt.Sprintf("`wrk -t%d -c%d -d%s --latency`", min(cfg.threads, c), c, cfg.duration)
+	}
+	fmt.Printf("Load: %s on loopback, %d measured runs per row after a %s warm-up; medians shown.\n",
+		strings.Join(load, ", then "), cfg.reps, cfg.warmup)
 }
 
 func cpuModel() string {
@@ -205,13 +231,38 @@ func cpuModel() string {
 type harness struct {
 	cfg       config
 	dir       string
-	results   map[string]rowResult // by row id
-	loadStart string               // /proc/loadavg when the run began
+	conns     int                          // the wrk connections of the rows being run or printed (at)
+	results   map[string]rowResult         // by row id, at conns
+	byConns   map[int]map[string]rowResult // results by connection count
+	loadStart string                       // /proc/loadavg when the run began
 
 	aofOnce sync.Once // starts aof for the porch-redis-aof rows
 	aof     *exec.Cmd // redis-server with appendfsync always, or nil
 	aofAddr string
 	aofErr  error
+}
+
+// at makes c connections the count that rows are run at, and that the
+// tables print the results of.
+func (h *harness) at(c int) {
+	h.conns = c
+	if h.byConns[c] == nil {
+		h.byConns[c] = map[string]rowResult{}
+	}
+	h.results = h.byConns[c]
+}
+
+// threads is wrk's threads at the current count: -t, at most one a
+// connection.
+func (h *harness) threads() int { return min(h.cfg.threads, h.conns) }
+
+// mainConns is the count whose results the issue's targets, the
+// exactness bursts and -profile use: 64 if it ran, else the first.
+func (h *harness) mainConns() int {
+	if slices.Contains(h.cfg.conns, 64) {
+		return 64
+	}
+	return h.cfg.conns[0]
 }
 
 // loadAvg is the 1, 5 and 15 minute load averages.

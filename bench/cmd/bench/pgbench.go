@@ -83,7 +83,7 @@ func (h *harness) measurePgbench(r row) rowResult {
 		opts += " -c synchronous_commit=off"
 	}
 	run := func(d time.Duration, logDir string) (pgbenchResult, error) {
-		return runPgbench(dsn, opts, script, h.cfg.conns, d, logDir)
+		return runPgbench(dsn, opts, script, h.conns, d, logDir)
 	}
 	if h.cfg.warmup > 0 {
 		if _, err := run(h.cfg.warmup, ""); err != nil {

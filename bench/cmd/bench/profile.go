@@ -61,7 +61,7 @@ func (h *harness) profileRow(id string) error {
 		return fmt.Errorf("go tool pprof: %v\n%s", err, top)
 	}
 	fmt.Printf("\nCPU profile of %s under `wrk -t%d -c%d` (%s req/s while profiled), written to %s:\n\n```\n%s```\n",
-		id, h.cfg.threads, h.cfg.conns, thousands(w.rps), out, top)
+		id, h.threads(), h.conns, thousands(w.rps), out, top)
 	return nil
 }
 

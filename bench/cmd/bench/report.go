@@ -30,7 +30,7 @@ func printTable(h *harness) {
 			ratio = fmt.Sprintf("%.2f", res.rps/base.rps)
 		}
 		batch, perCommit := "—", "—"
-		if r.porch || r.mode == "naive" {
+		if r.porch || r.mode == "naive" || r.mode == "naive-postgres" {
 			batch, perCommit = fmt.Sprintf("%.1f", res.batch), fmt.Sprintf("%.1f", res.perCommit)
 			if res.perCommit == 0 {
 				perCommit = "no commits"
@@ -57,24 +57,106 @@ func printTable(h *harness) {
 // (one key) against pgbench's one-row upsert with the same
 // synchronous_commit and as many clients as wrk has connections.
 func printFloors(h *harness) {
+	lines := againstLines(h, func(r row) string { return r.floorTo })
+	if len(lines) == 0 {
+		return
+	}
+	printAgainst(lines)
+	fmt.Println("Against what durability costs, in the same run: porch on SQLite ÷ the durability floor at the same synchronous level;")
+	fmt.Println("porch on PostgreSQL, one key, ÷ pgbench's one-row upsert with the same synchronous_commit and as many clients as wrk")
+	fmt.Println("has connections (pgbench's tps as req/s; its CPU is the database's, not measured, so that ratio is blank).")
+}
+
+// printNaive prints porch's PostgreSQL rows against the limiter a user
+// writes by hand (naive-postgres) at the same durability and client keys.
+func printNaive(h *harness) {
+	lines := againstLines(h, func(r row) string { return r.naiveTo })
+	if len(lines) == 0 {
+		return
+	}
+	printAgainst(lines)
+	fmt.Println("Against what a chi user writes by hand, in the same run: porch on PostgreSQL ÷ one autocommit upsert a request on a")
+	fmt.Println("pgx pool of 64, answered after its commit, with the same synchronous_commit (off for SurvivesProcessCrash). Server")
+	fmt.Println("CPU is each server process's own; PostgreSQL's backends are not counted, for either.")
+}
+
+// printNaiveByConns prints, when the run had several connection counts,
+// porch's PostgreSQL rows against the hand-written limiter at each count.
+func printNaiveByConns(h *harness) {
+	if len(h.cfg.conns) < 2 {
+		return
+	}
 	var lines []string
 	for _, r := range rows(h.cfg.replayKeys) {
-		res, ok1 := h.results[r.id()]
-		base, ok2 := h.results[r.floorTo]
-		if r.floorTo == "" || !ok1 || !ok2 || res.err != nil || base.err != nil || base.rps == 0 {
+		if r.naiveTo == "" {
 			continue
 		}
-		floor := rows(h.cfg.replayKeys)[slices.IndexFunc(rows(h.cfg.replayKeys), func(f row) bool { return f.id() == r.floorTo })]
-		cpu := "—"
-		if res.cpuPerReq > 0 && base.cpuPerReq > 0 {
-			cpu = fmt.Sprintf("%.2f", float64(res.cpuPerReq)/float64(base.cpuPerReq))
+		cells := make([]string, len(h.cfg.conns))
+		found := false
+		for i, c := range h.cfg.conns {
+			res, ok1 := h.byConns[c][r.id()]
+			base, ok2 := h.byConns[c][r.naiveTo]
+			if !ok1 || !ok2 || res.err != nil || base.err != nil || base.rps == 0 {
+				cells[i] = "—"
+				continue
+			}
+			found = true
+			cells[i] = fmt.Sprintf("%.2f (%s / %s)", res.rps/base.rps, thousands(res.rps), thousands(base.rps))
+			if res.cpuPerReq > 0 && base.cpuPerReq > 0 {
+				cells[i] += fmt.Sprintf(", CPU %.2f", float64(res.cpuPerReq)/float64(base.cpuPerReq))
+			}
 		}
-		lines = append(lines, fmt.Sprintf("| %s | %s | %s | %.2f | %s | %.2f |", r.label, r.keys, floor.label,
-			res.rps/base.rps, cpu, float64(res.p99)/float64(base.p99)))
+		if found {
+			lines = append(lines, fmt.Sprintf("| %s | %s | %s |", r.label, r.keys, strings.Join(cells, " | ")))
+		}
 	}
 	if len(lines) == 0 {
 		return
 	}
+	head := make([]string, len(h.cfg.conns))
+	rule := make([]string, len(h.cfg.conns))
+	for i, c := range h.cfg.conns {
+		head[i], rule[i] = fmt.Sprintf("c=%d", c), "---:"
+	}
+	fmt.Println()
+	fmt.Println("### porch ÷ hand-written PostgreSQL, by connections")
+	fmt.Println()
+	fmt.Printf("| row | client keys | %s |\n", strings.Join(head, " | "))
+	fmt.Printf("| --- | --- | %s |\n", strings.Join(rule, " | "))
+	for _, l := range lines {
+		fmt.Println(l)
+	}
+	fmt.Println()
+	fmt.Println("Each cell: porch's req/s ÷ the hand-written limiter's at the same durability and client keys (porch / hand-written),")
+	fmt.Println("then porch's server CPU per request ÷ the hand-written server's; all in this run.")
+}
+
+// againstLines are the rows of an against-table: each row run that to
+// names another row run, divided by it.
+func againstLines(h *harness, to func(row) string) []string {
+	all := rows(h.cfg.replayKeys)
+	var lines []string
+	for _, r := range all {
+		id := to(r)
+		res, ok1 := h.results[r.id()]
+		base, ok2 := h.results[id]
+		if id == "" || !ok1 || !ok2 || res.err != nil || base.err != nil || base.rps == 0 {
+			continue
+		}
+		other := all[slices.IndexFunc(all, func(f row) bool { return f.id() == id })]
+		cpu := "—"
+		if res.cpuPerReq > 0 && base.cpuPerReq > 0 {
+			cpu = fmt.Sprintf("%.2f", float64(res.cpuPerReq)/float64(base.cpuPerReq))
+		}
+		lines = append(lines, fmt.Sprintf("| %s | %s | %s | %.2f | %s | %.2f |", r.label, r.keys, other.label,
+			res.rps/base.rps, cpu, float64(res.p99)/float64(base.p99)))
+	}
+	return lines
+}
+
+// printAgainst prints an against-table's header and lines; its caller
+// prints what it divides.
+func printAgainst(lines []string) {
 	fmt.Println()
 	fmt.Println("| row | client keys | against | req/s × it | server CPU/req × it | p99 × it |")
 	fmt.Println("| --- | --- | --- | ---: | ---: | ---: |")
@@ -82,9 +164,6 @@ func printFloors(h *harness) {
 		fmt.Println(l)
 	}
 	fmt.Println()
-	fmt.Println("Against what durability costs, in the same run: porch on SQLite ÷ the durability floor at the same synchronous level;")
-	fmt.Println("porch on PostgreSQL, one key, ÷ pgbench's one-row upsert with the same synchronous_commit and as many clients as wrk")
-	fmt.Println("has connections (pgbench's tps as req/s; its CPU is the database's, not measured, so that ratio is blank).")
 }
 
 // printMemory prints the memory table.

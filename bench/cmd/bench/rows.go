@@ -27,6 +27,10 @@ type row struct {
 	// for this one (the durability floor, pgbench), which printFloors
 	// divides by; "" for none.
 	floorTo string
+	// naiveTo is the id of the hand-written limiter's row at the same
+	// durability and client keys (naive-postgres), which printNaive
+	// divides by; "" for none.
+	naiveTo string
 }
 
 // id names the row for -rows and -profile: mode/keys, with the algorithm
@@ -70,6 +74,8 @@ func rows(replayKeys int) []row {
 		{"porch Limiter, PostgreSQL, sliding window", "porch-postgres", "sliding", true, 0, false},
 		{"porch Limiter, PostgreSQL, GCRA", "porch-postgres", "gcra", true, 0, false},
 		{"porch Limiter, PostgreSQL, Lease 64", "porch-postgres", "", true, 64, false},
+		{"hand-written PostgreSQL, upsert a request (pgx pool)", "naive-postgres", "", false, 0, false},
+		{"hand-written PostgreSQL, upsert a request, synchronous_commit=off", "naive-postgres", "", false, 0, true},
 	} {
 		one := row{label: m.label, mode: m.mode, alg: m.alg, lease: m.lease, crash: m.crash, keys: "one", porch: m.porch, baseTo: "httprate/one"}
 		many := row{label: m.label, mode: m.mode, alg: m.alg, lease: m.lease, crash: m.crash, keys: "many", porch: m.porch, baseTo: "httprate/many", script: "xff.lua"}
@@ -78,6 +84,7 @@ func rows(replayKeys int) []row {
 			one.floorTo, many.floorTo = floorRow(m.crash, "one"), floorRow(m.crash, "many")
 		case m.mode == "porch-postgres" && m.alg == "" && m.lease == 0:
 			one.floorTo = pgbenchRow(m.crash).id()
+			one.naiveTo, many.naiveTo = naivePGRow(m.crash, "one"), naivePGRow(m.crash, "many")
 		}
 		out = append(out, one, many)
 	}
@@ -94,6 +101,12 @@ func rows(replayKeys int) []row {
 // level (crash: store.SurvivesProcessCrash, the floor's synchronous=NORMAL).
 func floorRow(crash bool, keys string) string {
 	return row{mode: "floor-sqlite", crash: crash, keys: keys}.id()
+}
+
+// naivePGRow is the id of the hand-written PostgreSQL limiter's row at
+// porch's durability level (crash: synchronous_commit off).
+func naivePGRow(crash bool, keys string) string {
+	return row{mode: "naive-postgres", crash: crash, keys: keys}.id()
 }
 
 // pgbenchRow is pgbench's one-row upsert on one key, with
@@ -144,7 +157,7 @@ func (h *harness) serverArgs(r row, extra ...string) []string {
 
 // loadFor is the wrk load for r; tag makes fresh keys unique to one run.
 func (h *harness) loadFor(r row, d time.Duration, tag string) load {
-	l := load{threads: h.cfg.threads, conns: h.cfg.conns, duration: d}
+	l := load{threads: h.threads(), conns: h.conns, duration: d}
 	if r.script != "" {
 		l.script = filepath.Join(h.dir, r.script)
 	}
