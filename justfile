@@ -58,6 +58,10 @@ bench *args:
     command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk)
     cd bench && go run ./cmd/bench {{args}}
 
+# porch on PostgreSQL beside the handler a chi user writes by hand (one upsert a request), at 1, 2, 16 and 64 connections.
+bench-handwritten *args:
+    just bench -c 1,2,16,64 -mem-keys '' -rows 'httprate/*,porch-postgres/*,porch-postgres-crash/*,naive-postgres*/*' {{args}}
+
 # `go test ./...` already runs the seed corpora as plain tests; an input
 # that fails here is saved under the package's testdata/fuzz/, to check in
 # with its fix.
