@@ -43,10 +43,11 @@ charts from="docs/performance.md":
     go run ./internal/tools/perfchart -in {{from}} -out docs
 
 # `just bench`, its output kept in bench-out.txt, then its charts written over docs/perf-*.svg.
+[positional-arguments]
 bench-charts *args:
     #!/usr/bin/env bash
     set -euo pipefail
-    just bench {{args}} | tee bench-out.txt
+    just bench "$@" | tee bench-out.txt
     go run ./internal/tools/perfchart -in bench-out.txt -out docs
 
 # Installs Debian's wrk if it is missing; docs/performance.md explains the
@@ -54,13 +55,15 @@ bench-charts *args:
 # go test -run '^$' -bench . -benchmem ./porch/...
 
 # Every limiter under wrk on loopback, installing wrk if missing (args are its flags, e.g. -duration 10s).
+[positional-arguments]
 bench *args:
     command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk)
-    cd bench && go run ./cmd/bench {{args}}
+    cd bench && go run ./cmd/bench "$@"
 
 # porch on PostgreSQL beside the handler a chi user writes by hand (one upsert a request), at 1, 2, 16 and 64 connections.
+[positional-arguments]
 bench-handwritten *args:
-    just bench -c 1,2,16,64 -mem-keys '' -rows 'httprate/*,porch-postgres/*,porch-postgres-crash/*,naive-postgres*/*' {{args}}
+    just bench -c 1,2,16,64 -mem-keys '' -rows 'httprate/*,porch-postgres/*,porch-postgres-crash/*,naive-postgres*/*' "$@"
 
 # `go test ./...` already runs the seed corpora as plain tests; an input
 # that fails here is saved under the package's testdata/fuzz/, to check in
