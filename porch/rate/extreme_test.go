@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/writeonce/porch-go/internal/pgtest/pgstore"
+
 	"github.com/writeonce/porch-go/internal/pgtest"
 	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/rate"
@@ -129,13 +131,7 @@ func TestExtremeLimitsPostgres(t *testing.T) {
 // order.
 func openPostgres(t *testing.T, dsn string) (*postgres.Store, *porch.Pool) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	st, err := postgres.Open(ctx, dsn, postgres.Options{})
-	if err != nil {
-		t.Fatalf("open postgres: %v", err)
-	}
-	t.Cleanup(func() { st.Close(context.Background()) })
+	st := pgstore.Open(t, dsn, postgres.Options{})
 	pool := porch.NewPool(porch.PoolOptions{})
 	t.Cleanup(func() { pool.Close(context.Background()) })
 	return st, pool

@@ -3,7 +3,6 @@ package rate_test
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -14,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/writeonce/porch-go/internal/testkit"
 
 	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/internal/actor"
@@ -152,22 +153,11 @@ func (c *counted) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Write([]byte("ok"))
 }
 
-// wantProblem checks that rec is a problem+json answer of status and type.
+// wantProblem checks that res is a problem+json answer of status and
+// type, with a Retry-After of whole seconds.
 func wantProblem(t *testing.T, res *http.Response, body []byte, status int, typ string) {
 	t.Helper()
-	if res.StatusCode != status {
-		t.Fatalf("got status %d, want %d (body %s)", res.StatusCode, status, body)
-	}
-	if got := res.Header.Get("Content-Type"); got != porch.ProblemContentType {
-		t.Errorf("got Content-Type %q, want %q", got, porch.ProblemContentType)
-	}
-	var p porch.Problem
-	if err := json.Unmarshal(body, &p); err != nil {
-		t.Fatalf("decode problem %q: %v", body, err)
-	}
-	if p.Type != typ || p.Status != status {
-		t.Errorf("got problem type %q status %d, want %q %d", p.Type, p.Status, typ, status)
-	}
+	testkit.WantProblem(t, res.StatusCode, res.Header, body, status, typ)
 	ra, err := strconv.Atoi(res.Header.Get("Retry-After"))
 	if err != nil || ra < 1 {
 		t.Errorf("got Retry-After %q, want whole seconds >= 1", res.Header.Get("Retry-After"))

@@ -1,13 +1,13 @@
 package rate_test
 
 import (
-	"bytes"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/writeonce/porch-go/internal/testkit"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
@@ -165,10 +165,7 @@ func TestKeyPrincipal(t *testing.T) {
 // new counter each time (5 rotated values all got 200). The limiter cannot
 // recover the peer, but it says so, once, naming the middleware.
 func TestRealIPIsLogged(t *testing.T) {
-	var logs bytes.Buffer
-	old := slog.Default()
-	slog.SetDefault(slog.New(slog.NewTextHandler(&logs, nil)))
-	t.Cleanup(func() { slog.SetDefault(old) })
+	logs := testkit.CaptureDefaultLog(t)
 
 	rg := newRig(t, 1, time.Minute, rigOptions{})
 	h := middleware.RealIP(rg.lim.Handler(&counted{}))

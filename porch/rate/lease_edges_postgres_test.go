@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/writeonce/porch-go/internal/pgtest/pgstore"
+
 	"github.com/jackc/pgx/v5"
 
 	"github.com/writeonce/porch-go/internal/pgtest"
@@ -24,17 +26,9 @@ import (
 // leasePG opens a store on dsn, a pool of its own (opt), and a limiter.
 func leasePG(t *testing.T, dsn string, popt porch.PoolOptions, limit int, window time.Duration, opt rate.Options) (*postgres.Store, *porch.Pool, *rate.Limiter) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	st, err := postgres.Open(ctx, dsn, postgres.Options{})
-	if err != nil {
-		t.Fatalf("open postgres: %v", err)
-	}
+	st := pgstore.Open(t, dsn, postgres.Options{})
 	pool := porch.NewPool(popt)
-	t.Cleanup(func() {
-		pool.Close(context.Background())
-		st.Close(context.Background())
-	})
+	t.Cleanup(func() { pool.Close(context.Background()) }) // before the store's
 	lim, err := rate.New(pool, st, limit, window, opt)
 	if err != nil {
 		t.Fatalf("new limiter: %v", err)

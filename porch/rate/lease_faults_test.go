@@ -4,14 +4,14 @@ package rate_test
 // leave the count on the safe side.
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"net/http"
-	"runtime"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/writeonce/porch-go/internal/testkit"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -206,26 +206,29 @@ func TestLeaseWeightedShortWindowsNeverOverLimit(t *testing.T) {
 	}
 }
 
-// LOW: a leased limiter's sweeper outlives its pool when Close is skipped
-// (before leases, a shared limiter's Close only released its policy and
-// nothing ran in the background): it ticks every LeaseIdle forever,
-// SendShard failing with ErrClosed, and pins the limiter. It could exit on
-// ErrClosed.
+// A leased limiter's sweeper ends with its pool when Close is skipped: it
+// ticks every LeaseIdle, and its give-backs fail with ErrClosed once the
+// pool is gone, so it must exit then rather than pin the limiter forever.
 func TestLeaseSweeperEndsWithItsPool(t *testing.T) {
-	sweepers := func() int {
-		buf := make([]byte, 1<<22)
-		return bytes.Count(buf[:runtime.Stack(buf, true)], []byte("rate.(*leases).sweeper"))
-	}
-	before := sweepers()
+	const frame = "porch/rate/internal/count.(*leases).sweeper("
+	before := testkit.CountStacks(frame)
 	dsn := pgtest.DSN(t)
 	_, pool, lim := leasePG(t, dsn, porch.PoolOptions{}, 10, time.Minute, rate.Options{Name: "leak", Lease: 4})
 	mustAllow(t, lim, "ann")
-	pool.Close(context.Background())
-	time.Sleep(3 * rate.LeaseIdle)
-	if n := sweepers() - before; n > 0 {
-		t.Errorf("%d lease sweeper goroutine(s) still running after the pool closed", n)
+	if n := testkit.CountStacks(frame) - before; n != 1 {
+		t.Fatalf("%d lease sweeper goroutines run for one leased limiter, want 1: the test cannot see it", n)
 	}
-	closeLimiter(t, lim) // now it exits
+	pool.Close(context.Background())
+	// It exits at its next tick after the pool closed; wait for that,
+	// with room for a loaded machine.
+	deadline := time.Now().Add(20*rate.LeaseIdle + 10*time.Second)
+	for testkit.CountStacks(frame) > before {
+		if time.Now().After(deadline) {
+			t.Fatalf("the lease sweeper still runs %v after its pool closed", 20*rate.LeaseIdle+10*time.Second)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	closeLimiter(t, lim)
 }
 
 // rate.All of two leased limiters: the tighter one refuses, the looser

@@ -7,7 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
+
+	"github.com/writeonce/porch-go/internal/pgtest/pgstore"
 
 	"github.com/writeonce/porch-go/internal/pgtest"
 	"github.com/writeonce/porch-go/porch"
@@ -19,17 +20,9 @@ import (
 // store, and their set.
 func newPostgresSet(t *testing.T, burst, hourly int) (*postgres.Store, []*rate.Limiter, *rate.Set) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	st, err := postgres.Open(ctx, pgtest.DSN(t), postgres.Options{})
-	if err != nil {
-		t.Fatalf("open postgres: %v", err)
-	}
+	st := pgstore.Open(t, pgtest.DSN(t), postgres.Options{})
 	pool := porch.NewPool(porch.PoolOptions{})
-	t.Cleanup(func() {
-		pool.Close(context.Background())
-		st.Close(context.Background())
-	})
+	t.Cleanup(func() { pool.Close(context.Background()) }) // before the store's
 	var lims []*rate.Limiter
 	for _, p := range burstHourly(burst, hourly) {
 		l, err := rate.New(pool, st, p.limit, p.window, rate.Options{Name: p.name})
