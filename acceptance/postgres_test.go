@@ -19,12 +19,12 @@ import (
 // PORCH_REQUIRE_POSTGRES=1 turns into a failure), as two replicas behind a
 // load balancer would.
 
-// legDSN is a fresh schema's DSN with each instance's pool bounded to 8
-// connections. Several instances share one server, so its max_connections
-// (100 by default) must cover instances × (pool_max_conns + the committer's
-// 2): the default pool of postgres.DefaultConns (64) each would let the
-// gate's parallel legs, or two instances warming up, exhaust it ("too many
-// clients already"), as it would in a deployment sized without that sum.
+// legDSN is a fresh schema's DSN with each instance's application pool
+// bounded to 8 connections. Several instances share one server, so its
+// max_connections (100 by default) must cover instances × (pool_max_conns
+// + KeyConns + the committer's 3; see docs/deploying.md), else the gate's
+// parallel legs, or two instances warming up, exhaust it ("too many
+// clients already"), as they would a deployment sized without that sum.
 func legDSN(t *testing.T) string {
 	t.Helper()
 	return pgtest.WithParam(pgtest.DSN(t), "pool_max_conns", "8")

@@ -28,9 +28,10 @@ const slowExec = `INSERT INTO ledger (id) SELECT 'slow-' || count(*) FROM
 // On SQLite every write of the process goes through one committer, so an
 // owner's slow statement held up every limiter hit behind it: one that ran
 // 6.4 s made every unrelated request wait 6.4 s. With the exec budget the
-// statement is interrupted after sqlite.DefaultExecBudget, its request is
-// 500 …/idempotency-write-failed with nothing stored, and limiter hits on
-// other keys, started while it runs, wait at most about one budget.
+// statement is interrupted after the default sqlite.Options.ExecBudget
+// (50 ms), its request is 500 …/idempotency-write-failed with nothing
+// stored, and limiter hits on other keys, started while it runs, wait at
+// most about one budget.
 //
 // The latencies it logs are the figures in docs/design.md ("Exec budget"):
 // go test -run TestSlowExecDoesNotStallLimiter -v ./porch/idem/

@@ -28,12 +28,10 @@ import (
 	"github.com/writeonce/porch-go/porch/store"
 )
 
-// Histogram buckets. A commit is one fsync (SQLite) or one round trip
-// (PostgreSQL, Redis): tenths of a millisecond on a fast disk, seconds on a
-// failing one. A batch holds at most store.Options.MaxBatch (4096 by default) writes.
+// The histograms' buckets, as New documents them.
 var (
-	CommitSecondsBuckets = prometheus.ExponentialBuckets(0.0001, 2, 16) // 100µs to 3.3s
-	BatchSizeBuckets     = prometheus.ExponentialBuckets(1, 2, 13)      // 1 to 4096
+	commitSecondsBuckets = prometheus.ExponentialBuckets(0.0001, 2, 16) // 100µs to 3.3s
+	batchSizeBuckets     = prometheus.ExponentialBuckets(1, 2, 13)      // 1 to 4096
 )
 
 // Metrics is porch's metrics in one Prometheus registry. Pass it as the
@@ -76,6 +74,13 @@ var (
 // prometheus.DefaultRegisterer if reg is nil. Like
 // prometheus.MustRegister, it panics if reg already holds metrics of these
 // names: two Metrics cannot share a registry.
+//
+// The histograms' buckets are fixed, each bound twice the one before:
+// porch_store_commit_seconds from 100 µs to 3.3 s (16 bounds), as a
+// commit is one fsync (SQLite) or one round trip (PostgreSQL, Redis),
+// tenths of a millisecond on a fast disk and seconds on a failing one;
+// porch_store_batch_size from 1 to 4096 writes (13 bounds), as a batch
+// holds at most store.Options.MaxBatch (4096 by default).
 func New(reg prometheus.Registerer) *Metrics {
 	if reg == nil {
 		reg = prometheus.DefaultRegisterer
@@ -100,12 +105,12 @@ func New(reg prometheus.Registerer) *Metrics {
 		commitSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "porch_store_commit_seconds",
 			Help:    "Time to make one batch durable, committed or failed.",
-			Buckets: CommitSecondsBuckets,
+			Buckets: commitSecondsBuckets,
 		}),
 		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "porch_store_batch_size",
 			Help:    "Writes one transaction of a group committer carried, committed or failed.",
-			Buckets: BatchSizeBuckets,
+			Buckets: batchSizeBuckets,
 		}),
 		poolRejected: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "porch_pool_rejected_total",

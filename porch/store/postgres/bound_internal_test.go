@@ -301,17 +301,17 @@ func waitWithin(t *testing.T, d time.Duration, what string, cond func() bool) {
 	}
 }
 
-// The default bound: zero is DefaultTimeout, negative is refused, and a
+// The default bound: zero is defaultTimeout, negative is refused, and a
 // request's longest wait under it, two batches each cancelled and given
 // cancelGrace to answer, stays under the 10 s a request may wait.
 func TestTimeoutDefault(t *testing.T) {
-	if worst := 2 * (DefaultTimeout + cancelGrace); worst >= 10*time.Second {
-		t.Errorf("2 × (DefaultTimeout + cancelGrace) = %s, want under 10s", worst)
+	if worst := 2 * (defaultTimeout + cancelGrace); worst >= 10*time.Second {
+		t.Errorf("2 × (defaultTimeout + cancelGrace) = %s, want under 10s", worst)
 	}
 	dsn := pgtest.DSN(t)
 	p := openInternal(t, dsn, Options{})
-	if p.opt.Timeout != DefaultTimeout {
-		t.Errorf("Options.Timeout zero: got %s, want DefaultTimeout %s", p.opt.Timeout, DefaultTimeout)
+	if p.opt.Timeout != defaultTimeout {
+		t.Errorf("Options.Timeout zero: got %s, want defaultTimeout %s", p.opt.Timeout, defaultTimeout)
 	}
 	if p, err := Open(context.Background(), dsn, Options{Timeout: -time.Second}); err == nil {
 		p.Close(context.Background())

@@ -18,7 +18,7 @@ import (
 // BenchmarkReserveFreshKey is an idempotent request with a fresh key on
 // the shared store, without HTTP: Reserve (the owner's transaction and the
 // key's lock), Load (a miss), Save (the response, committed). 16 owners
-// run at once (8 per GOMAXPROCS on 2 cores), within DefaultKeyConns.
+// run at once (8 per GOMAXPROCS on 2 cores), within the default KeyConns (32).
 func BenchmarkReserveFreshKey(b *testing.B) {
 	ctx := context.Background()
 	p, err := postgres.Open(ctx, pgtest.DSN(b), postgres.Options{})

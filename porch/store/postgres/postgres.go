@@ -16,14 +16,14 @@ import (
 	"github.com/writeonce/porch-go/porch/store/internal/policy"
 )
 
-// DefaultConns is the size of the application's connection pool (Pool)
-// when the DSN sets no pool_max_conns. With DefaultKeyConns and the
+// defaultConns is the size of the application's connection pool (Pool)
+// when the DSN sets no pool_max_conns. With defaultKeyConns and the
 // committer's 3, one instance opens at most 45 connections, so two fit
 // PostgreSQL's default max_connections of 100.
-const DefaultConns = 10
+const defaultConns = 10
 
-// DefaultKeyConns is Options.KeyConns's default.
-const DefaultKeyConns = 32
+// defaultKeyConns is Options.KeyConns's default.
+const defaultKeyConns = 32
 
 // Options configure a Store. The zero value is ready to use.
 type Options struct {
@@ -35,7 +35,10 @@ type Options struct {
 	// KeyConns is how many idempotency keys one process may hold at once,
 	// one connection each for the owner's handler's whole run; a
 	// reservation beyond it fails with driver.ErrNoKeyConn and its request
-	// answers 503. If zero, DefaultKeyConns; Open refuses a negative one.
+	// answers 503. If zero, 32: with the application's pool (10 without
+	// pool_max_conns in the DSN) and the committer's 3, one instance opens
+	// at most 45 connections, so two fit PostgreSQL's default
+	// max_connections of 100. Open refuses a negative one.
 	KeyConns int
 	// Timeout bounds each wait in the store a request makes:
 	//   - each commit: a committer's batch of hits (with its take-backs
@@ -61,15 +64,15 @@ type Options struct {
 	// a 503 may mean "done": a count then errs high, and a stored
 	// response is replayed to the retry with the same key. A request
 	// waits at most about twice Timeout (the batch before its own, then
-	// its own). If zero, DefaultTimeout; Open refuses a negative one.
+	// its own). If zero, 3 s: a commit on a healthy server, its
+	// synchronous standby included, takes milliseconds, and a request
+	// waits at most about twice this (under 10 s) before it is answered
+	// 503. Open refuses a negative one.
 	Timeout time.Duration
 }
 
-// DefaultTimeout is Options.Timeout's default: a commit on a healthy
-// server, its synchronous standby included, takes milliseconds, and a
-// request waits at most about twice this (under 10 s) before it is
-// answered 503.
-const DefaultTimeout = 3 * time.Second
+// defaultTimeout is Options.Timeout's default.
+const defaultTimeout = 3 * time.Second
 
 // Store is the store for several instances behind one load balancer.
 // Counters are counted by the database, one atomic statement per batch of
@@ -112,13 +115,13 @@ func Open(ctx context.Context, dsn string, opt Options) (*Store, error) {
 	}
 	switch {
 	case opt.KeyConns == 0:
-		opt.KeyConns = DefaultKeyConns
+		opt.KeyConns = defaultKeyConns
 	case opt.KeyConns < 0:
 		return nil, fmt.Errorf("postgres: Options.KeyConns must not be negative, got %d", opt.KeyConns)
 	}
 	switch {
 	case opt.Timeout == 0:
-		opt.Timeout = DefaultTimeout
+		opt.Timeout = defaultTimeout
 	case opt.Timeout < 0:
 		return nil, fmt.Errorf("postgres: Options.Timeout must not be negative, got %s", opt.Timeout)
 	}
@@ -127,7 +130,7 @@ func Open(ctx context.Context, dsn string, opt Options) (*Store, error) {
 		return nil, fmt.Errorf("postgres: dsn: %w", err)
 	}
 	if !strings.Contains(dsn, "pool_max_conns") {
-		cfg.MaxConns = DefaultConns
+		cfg.MaxConns = defaultConns
 	}
 	// Three pools, so that no use can starve another: owners hold key
 	// connections for their handlers' whole run, the handlers query through
@@ -173,8 +176,8 @@ func Open(ctx context.Context, dsn string, opt Options) (*Store, error) {
 var readCommitted = pgx.TxOptions{IsoLevel: pgx.ReadCommitted}
 
 // Pool is the application's connection pool (pool_max_conns in the DSN, or
-// DefaultConns), for its own tables; porch holds keys and counts on
-// pools of its own. Porch's tables must not be written through it.
+// 10), for its own tables; porch holds keys and counts on pools of its
+// own. Porch's tables must not be written through it.
 func (p *Store) Pool() *pgxpool.Pool { return p.pool }
 
 // Wall reads the wall clock.

@@ -20,13 +20,11 @@ import (
 	"github.com/writeonce/porch-go/porch/store/internal/policy"
 )
 
-// DefaultTimeout is Options.Timeout's default: a round trip to a healthy
-// Redis takes well under a millisecond, and a hit waits at most this long
-// before its request is answered 503.
-const DefaultTimeout = 250 * time.Millisecond
+// defaultTimeout is Options.Timeout's default.
+const defaultTimeout = 250 * time.Millisecond
 
-// DefaultPrefix is Options.Prefix's default.
-const DefaultPrefix = "porch:"
+// defaultPrefix is Options.Prefix's default.
+const defaultPrefix = "porch:"
 
 // ErrNotDurable is returned by Open with Options.RequireDurable when the
 // server cannot make a count durable before its reply: neither
@@ -42,13 +40,15 @@ type Options struct {
 	// other than zero: Redis expires porch's keys itself, and there are no
 	// rows to prune.
 	store.Options
-	// Prefix starts every key porch writes. If empty, DefaultPrefix. It
-	// must not contain '{' or '}', which would move the keys' hash slot.
+	// Prefix starts every key porch writes. If empty, "porch:". It must
+	// not contain '{' or '}', which would move the keys' hash slot.
 	Prefix string
 	// Timeout bounds each round trip to Redis. A batch whose round trip
 	// errs or outlasts it fails closed: its hits get the error (their
 	// requests are answered 503), though Redis may still apply them, which
-	// only ever counts high. If zero, DefaultTimeout.
+	// only ever counts high. If zero (or negative), 250 ms: a round trip
+	// to a healthy Redis takes well under a millisecond, and a hit waits
+	// at most this long before its request is answered 503.
 	Timeout time.Duration
 	// RequireDurable makes Open refuse, with ErrNotDurable, a server that
 	// cannot make a count durable before it replies (see Open). Open
@@ -187,13 +187,13 @@ func Open(ctx context.Context, c goredis.UniversalClient, opt Options) (*Store, 
 		return nil, fmt.Errorf("redis: Options.Replicas must not be negative, got %d", opt.Replicas)
 	}
 	if opt.Prefix == "" {
-		opt.Prefix = DefaultPrefix
+		opt.Prefix = defaultPrefix
 	}
 	if strings.ContainsAny(opt.Prefix, "{}") {
 		return nil, fmt.Errorf("redis: Options.Prefix %q contains a brace, which would set the keys' hash slot", opt.Prefix)
 	}
 	if opt.Timeout <= 0 {
-		opt.Timeout = DefaultTimeout
+		opt.Timeout = defaultTimeout
 	}
 	opt.Options = commit.WithDefaults(opt.Options)
 	var b [8]byte

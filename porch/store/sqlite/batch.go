@@ -406,7 +406,7 @@ func (s *Store) execBudget() time.Duration {
 	if b := s.opt.ExecBudget; b != 0 {
 		return b
 	}
-	return DefaultExecBudget
+	return defaultExecBudget
 }
 
 // deferApp reports whether the batch's time for applications' statements

@@ -9,11 +9,8 @@ import (
 	"github.com/writeonce/porch-go/porch/store"
 )
 
-// DefaultExecBudget is Options.ExecBudget's default: long enough for an
-// owner's few row writes, which take well under a millisecond, even on a
-// slow disk, and short enough that a runaway statement costs every other
-// request in its batch no more than one slow commit.
-const DefaultExecBudget = 50 * time.Millisecond
+// defaultExecBudget is Options.ExecBudget's default.
+const defaultExecBudget = 50 * time.Millisecond
 
 // ErrExecBudget is wrapped in the error of a statement that ran past
 // Options.ExecBudget: an idempotency owner's (with store.ErrWriteFailed)
@@ -35,6 +32,9 @@ type Options struct {
 	// it finished in one step SQLite cannot interrupt, rolled back) and
 	// only its caller fails (store.ErrWriteFailed wrapping ErrExecBudget
 	// for an owner; the middleware answers 500); the rest of the batch
-	// commits. If zero, DefaultExecBudget; negative means no budget.
+	// commits. If zero, 50 ms: long enough for an owner's few row writes,
+	// which take well under a millisecond, even on a slow disk, and short
+	// enough that a runaway statement costs every other request in its
+	// batch no more than one slow commit. Negative means no budget.
 	ExecBudget time.Duration
 }
