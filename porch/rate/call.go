@@ -80,7 +80,7 @@ type call struct {
 	run   func(shard int) // the job, bound once to this call
 }
 
-// Reply is the engine's answer to the call's hit (see count.Replier): on
+// Reply is the engine's answer to the call's hit, the call being its Replier: on
 // an error, no verdict, so that a caller that reads Allowed before the
 // error cannot find true.
 func (c *call) Reply(v count.Verdict, start time.Time, err error) {
