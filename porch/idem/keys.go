@@ -107,9 +107,10 @@ type Options struct {
 	// so a client that re-encodes its JSON on a retry is not refused. An
 	// error is answered 400 (…/idempotency-body-invalid) before anything is
 	// reserved: a function that refuses a body that is not JSON and returns
-	// FingerprintJSON's result for the rest is the strict form. Changing it on a live route makes a retry of a request
-	// stored under the old one 422, unless both give its body the same
-	// fingerprint. It must not change body, which the handler reads next.
+	// FingerprintJSON's result for the rest is the strict form. Changing it
+	// on a live route makes a retry of a request stored under the old one
+	// 422, unless both give its body the same fingerprint. It must not
+	// change body, which the handler reads next.
 	// If nil, the body byte for byte; a 422 for a JSON body of at most
 	// 4 KiB that differs from the first only in how its JSON is written
 	// then says so, and names FingerprintJSON.
@@ -119,7 +120,8 @@ type Options struct {
 	// "https://api.example.com/problems/", a reused key is
 	// "https://api.example.com/problems/idempotency-key-reused". Clients
 	// switch on the type, so an API that documents its own problem types
-	// wants them under its own URI. If empty, the Problem… constants.
+	// wants them under its own URI. If empty, "https://porch.dev/problems/"
+	// (the package doc lists the types).
 	ProblemBase string
 	// Observer is told the outcome of every keyed request (see
 	// [Outcome]). If nil, nothing is observed.
