@@ -112,9 +112,12 @@ type Response struct {
 // offers only counters, so passing it to idem.New does not compile.
 //
 // Queued writes return at once and call done after their transaction has
-// committed, with its error if it failed. While the committer's queue is
-// full they block, so a slow disk backs up into the pool's mailboxes and
-// becomes 503s rather than unbounded memory. done may be nil.
+// committed, with its error if it failed. done runs exactly once when the
+// call returns nil, and never when it returns an error: the caller reuses
+// what done answers into, so a second call would answer another request.
+// While the committer's queue is full they block, so a slow disk backs up
+// into the pool's mailboxes and becomes 503s rather than unbounded memory.
+// done may be nil.
 type Store interface {
 	// Wall reads the wall clock, for values a client reads.
 	Wall() time.Time
