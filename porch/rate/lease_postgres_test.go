@@ -150,10 +150,13 @@ func TestLeaseGivenBackWhenIdle(t *testing.T) {
 			t.Fatalf("got %+v, %v; want allowed", v, err)
 		}
 	}
-	if got := stored(t, peek, limit, "ann"); got <= hits {
+	// Right after the hits the store holds the lease's count ahead, unless
+	// the read itself came later than LeaseIdle (a loaded machine), when
+	// the lease may be given back already.
+	idle := time.Now()
+	if got := stored(t, peek, limit, "ann"); got <= hits && time.Since(idle) < rate.LeaseIdle {
 		t.Fatalf("right after the hits the store holds %d: no lease was taken", got)
 	}
-	idle := time.Now()
 	for stored(t, peek, limit, "ann") != hits {
 		if waited := time.Since(idle); waited > 10*rate.LeaseIdle {
 			t.Fatalf("the lease was not given back %s after the key went idle (store holds %d, want %d)", waited, stored(t, peek, limit, "ann"), hits)
@@ -243,12 +246,14 @@ func TestLeaseOptionChecked(t *testing.T) {
 		{"with GCRA", rate.Options{Lease: 8, Algorithm: rate.GCRA}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			pool := porch.NewPool(porch.PoolOptions{})
+			t.Cleanup(func() { pool.Close(context.Background()) })
 			defer func() {
 				if recover() == nil {
 					t.Fatal("New did not panic")
 				}
 			}()
-			rate.New(porch.NewPool(porch.PoolOptions{}), st, 10, time.Minute, c.opt) //nolint:errcheck // it panics
+			rate.New(pool, st, 10, time.Minute, c.opt) //nolint:errcheck // it panics
 		})
 	}
 }

@@ -524,7 +524,12 @@ func testGCRAEmission(t *testing.T, h storeHarness) {
 	if v := stAllow(t, l, "p"); !v.Allowed {
 		t.Fatalf("an interval after the burst: refused (%+v), want one more allowed", v)
 	}
-	stRefused(t, l, "p", "a second request within the same interval")
+	// The next request is due an interval later still. A loaded machine
+	// may take that long to send it, so an allow counts against the
+	// limiter only when it came before the interval could have passed.
+	if v2 := stAllow(t, l, "p"); v2.Allowed && time.Now().Before(v.RetryAt.Add(interval-storeSkew)) {
+		t.Fatalf("a second request within the same interval: allowed (%+v), want refused", v2)
+	}
 }
 
 // Reset gives the full allowance back, durably enough that it counts
