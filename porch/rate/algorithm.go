@@ -12,8 +12,7 @@ import (
 // edges (see docs/algorithms.md).
 type Algorithm uint8
 
-// The algorithms, in the order of the table that holds them (each is
-// complete in its own file of porch/internal/algorithm).
+// The algorithms (docs/algorithms.md compares them).
 const (
 	// FixedWindow allows Limit per window that opens at a key's first
 	// request: simple and cheap, but a client may send Limit at the end

@@ -1,6 +1,5 @@
 // Package memory is a store kept in the process's memory: the rate
-// limiter's counters ([driver.ExclusiveCounters]) and idempotency keys
-// ([driver.KeyStore]) in plain Go maps. It needs no database, no file and no C
+// limiter's counters and idempotency keys in plain Go maps. It needs no database, no file and no C
 // compiler, so a program or a test can start on it in one line:
 //
 //	k := kit.Must(kit.Open(memory.Open()))
@@ -12,7 +11,7 @@
 //     has its whole limit again, and a retried request whose response was
 //     stored runs its handler a second time.
 //   - It runs no SQL. An idempotent handler's writes through
-//     idem.Exec (driver.Reservation.Exec) fail with [store.ErrWriteFailed],
+//     idem.Exec fail with [store.ErrWriteFailed],
 //     since there is no database to commit them with the response; the
 //     response is then not stored. Keep such handlers on SQLite or
 //     PostgreSQL.

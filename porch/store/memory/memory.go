@@ -25,6 +25,10 @@ type Options struct {
 // Store keeps counters and idempotency keys in the process's memory, and
 // nothing anywhere else (see the package doc for what that costs). Create
 // it with [Open]; it is safe for concurrent use.
+//
+// Pass it to rate.New, idem.New or kit; an application calls Close, Health and Stats. Its
+// other methods implement porch/store/driver for those packages and are
+// not for calling directly.
 type Store struct {
 	d        *data
 	clock    clock.Clock

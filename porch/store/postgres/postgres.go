@@ -81,6 +81,10 @@ const defaultTimeout = 3 * time.Second
 // which also carries the owner's writes and its response, so that losing
 // the connection rolls back all of it. Create it with [Open]; it is safe
 // for concurrent use.
+//
+// Pass it to rate.New, idem.New or kit; an application calls Close, Health, Stats and Pool. Its
+// other methods implement porch/store/driver for those packages and are
+// not for calling directly.
 type Store struct {
 	pool   *pgxpool.Pool // the application's queries
 	keys   *pgxpool.Pool // one connection per held idempotency key

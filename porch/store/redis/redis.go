@@ -77,9 +77,13 @@ type Options struct {
 // Store counts rate limits in Redis (a single server, Sentinel's primary,
 // or a Redis Cluster), shared by every instance that opens it: each hit is
 // decided by one Lua script on the server, atomically for its key, on the
-// server's clock. It implements driver.SharedCounters and not driver.KeyStore:
-// idempotency keys never live in Redis (see the package doc). Create it
-// with Open; it is safe for concurrent use.
+// server's clock. It holds counters, never idempotency keys (see the
+// package doc), so idem.New does not accept it. Create it with Open; it is
+// safe for concurrent use.
+//
+// Pass it to rate.New, idem.New or kit; an application calls Close, Health and Stats. Its
+// other methods implement porch/store/driver for those packages and are
+// not for calling directly.
 type Store struct {
 	c       goredis.UniversalClient
 	cluster bool

@@ -43,6 +43,10 @@ var ErrFileGone = errors.New("sqlite: the database file was deleted or replaced 
 // writer of porch's rows, which is what lets a limiter keep an exact
 // in-memory view of its own keys. Create it with [Open]; it is safe for
 // concurrent use.
+//
+// Pass it to rate.New, idem.New or kit; an application calls Close, Health, Stats, DB and Exec. Its
+// other methods implement porch/store/driver for those packages and are
+// not for calling directly.
 type Store struct {
 	db       *sql.DB
 	wconn    *sql.Conn // the committer's connection; the only writer of porch rows
