@@ -11,38 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/writeonce/porch-go/internal/pgtest"
-	"github.com/writeonce/porch-go/internal/redistest"
 	"github.com/writeonce/porch-go/porch/rate"
-	"github.com/writeonce/porch-go/porch/store/redis"
 )
-
-// layerOpeners open limiters of one policy, windows of an hour, on one
-// fresh shared store each: PostgreSQL and Redis.
-func layerOpeners() map[string]func(t *testing.T) func(limit int, opt rate.Options) *rate.Limiter {
-	return map[string]func(t *testing.T) func(int, rate.Options) *rate.Limiter{
-		"postgres": func(t *testing.T) func(int, rate.Options) *rate.Limiter {
-			dsn := pgtest.DSN(t)
-			return func(limit int, opt rate.Options) *rate.Limiter {
-				_, lim := openShared(t, dsn, limit, time.Hour, opt)
-				return lim
-			}
-		},
-		"redis": func(t *testing.T) func(int, rate.Options) *rate.Limiter {
-			c := redistest.Client(t)
-			prefix := redistest.Prefix(t, c)
-			return func(limit int, opt rate.Options) *rate.Limiter {
-				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-				defer cancel()
-				st, err := redis.Open(ctx, c, redis.Options{Prefix: prefix, Timeout: redistest.StoreTimeout})
-				if err != nil {
-					t.Fatalf("open redis: %v", err)
-				}
-				return limiterOn(t, st, limit, time.Hour, opt)
-			}
-		},
-	}
-}
 
 // Stress of the counting engine's layers together (refusal cache >
 // leases > store): two instances with leases, weighted requests over a few
@@ -55,7 +25,7 @@ func layerOpeners() map[string]func(t *testing.T) func(limit int, opt rate.Optio
 // back: a record reused while a hit still needed it, a held count lost or
 // doubled on a retry, adopt or redo, would show here.
 func TestLayersStayExactUnderTakeBacks(t *testing.T) {
-	for name, opener := range layerOpeners() {
+	for name, opener := range sharedOpeners(time.Hour) {
 		t.Run(name, func(t *testing.T) {
 			const limit, lease, keys, goroutines, perGoroutine = 300, 16, 4, 8, 80
 			open := opener(t)
@@ -141,7 +111,7 @@ func TestLayersStayExactUnderTakeBacks(t *testing.T) {
 // error; under -race a record reused while still referenced shows as a race
 // or as a request that never returns.
 func TestResetsRacingLeasedHits(t *testing.T) {
-	for name, opener := range layerOpeners() {
+	for name, opener := range sharedOpeners(time.Hour) {
 		t.Run(name, func(t *testing.T) {
 			const limit, lease, keys, perInstance = 40, 8, 3, 300
 			open := opener(t)

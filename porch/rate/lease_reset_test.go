@@ -44,14 +44,14 @@ func checkServedAfterReset(t *testing.T, served int64, limit, lease int) {
 	}
 }
 
-// sharedOpeners open limiters of one policy on one fresh shared store:
-// PostgreSQL and Redis.
-func sharedOpeners(t *testing.T) map[string]func(t *testing.T) func(limit int, opt rate.Options) *rate.Limiter {
+// sharedOpeners open limiters of one policy, windows of window, on one
+// fresh shared store each: PostgreSQL and Redis.
+func sharedOpeners(window time.Duration) map[string]func(t *testing.T) func(limit int, opt rate.Options) *rate.Limiter {
 	return map[string]func(t *testing.T) func(int, rate.Options) *rate.Limiter{
 		"postgres": func(t *testing.T) func(int, rate.Options) *rate.Limiter {
 			dsn := pgtest.DSN(t)
 			return func(limit int, opt rate.Options) *rate.Limiter {
-				_, lim := openShared(t, dsn, limit, time.Minute, opt)
+				_, lim := openShared(t, dsn, limit, window, opt)
 				return lim
 			}
 		},
@@ -65,7 +65,7 @@ func sharedOpeners(t *testing.T) map[string]func(t *testing.T) func(limit int, o
 				if err != nil {
 					t.Fatalf("open redis: %v", err)
 				}
-				return limiterOn(t, st, limit, time.Minute, opt)
+				return limiterOn(t, st, limit, window, opt)
 			}
 		},
 	}
@@ -76,7 +76,7 @@ func sharedOpeners(t *testing.T) map[string]func(t *testing.T) func(limit int, o
 // reset are counted in the new window until they are given back.
 func TestResetWhileAnotherInstanceLeasesKeepsLimit(t *testing.T) {
 	const limit = 400
-	for name, openStore := range sharedOpeners(t) {
+	for name, openStore := range sharedOpeners(time.Minute) {
 		for _, lease := range []int{128, 16, 0} {
 			t.Run(fmt.Sprintf("%s/lease=%d", name, lease), func(t *testing.T) {
 				open := openStore(t)
@@ -95,7 +95,7 @@ func TestResetWhileAnotherInstanceLeasesKeepsLimit(t *testing.T) {
 func TestLeaseGivenBackAfterAnotherInstanceResets(t *testing.T) {
 	const limit, lease = 400, 128
 	ctx := context.Background()
-	for name, openStore := range sharedOpeners(t) {
+	for name, openStore := range sharedOpeners(time.Minute) {
 		t.Run(name, func(t *testing.T) {
 			open := openStore(t)
 			opt := rate.Options{Name: "reset-giveback", Lease: lease}
