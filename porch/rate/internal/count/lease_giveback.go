@@ -81,19 +81,8 @@ func (c *leases) giveAllBack(ctx context.Context) error {
 			return ctx.Err()
 		}
 	}
-	var (
-		mu    sync.Mutex
-		first error
-	)
-	record := func(err error) {
-		if err != nil {
-			mu.Lock()
-			if first == nil {
-				first = err
-			}
-			mu.Unlock()
-		}
-	}
+	var first firstError
+	record := first.record
 	// giveAll gives back every lease not still asking, on every shard,
 	// and reports whether the pool is open to do it again.
 	giveAll := func() bool {
@@ -140,7 +129,7 @@ func (c *leases) giveAllBack(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	return first
+	return first.get()
 }
 
 // Open starts the sweeper; the limiter opens its counter once its policy

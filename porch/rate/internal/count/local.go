@@ -251,18 +251,9 @@ func (c *local) Open(ctx context.Context) error {
 func (c *local) Close(ctx context.Context) error {
 	var (
 		wg    sync.WaitGroup
-		mu    sync.Mutex // protects first
-		first error
+		first firstError
 	)
-	record := func(err error) {
-		if err != nil {
-			mu.Lock()
-			if first == nil {
-				first = err
-			}
-			mu.Unlock()
-		}
-	}
+	record := first.record
 	for shard := range c.views {
 		wg.Add(1)
 		err := c.Pool.SendShard(shard, true, func(i int) {
@@ -296,7 +287,7 @@ func (c *local) Close(ctx context.Context) error {
 	go func() { wg.Wait(); close(done) }()
 	select {
 	case <-done:
-		return first
+		return first.get()
 	case <-ctx.Done():
 		return ctx.Err()
 	}
