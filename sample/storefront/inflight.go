@@ -2,6 +2,8 @@ package main
 
 import (
 	"net/http"
+	"strconv"
+	"time"
 
 	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/inflight"
@@ -43,4 +45,43 @@ func (l *inflightLimiter) after(first porch.Middleware, rest ...porch.Middleware
 		ms = append(ms, l.Limiter)
 	}
 	return append(ms, rest...)
+}
+
+// spanHeader carries, with -report-handler-span, when the handler began
+// and when it wrote its status, in Unix nanoseconds ("start-end"): a
+// span inside the request's in-flight slot, which the acceptance gate's
+// chaos legs overlay per client to check that no more than
+// -inflight-limit ran at once.
+const spanHeader = "X-Handler-Span"
+
+// reportSpan wraps h to set spanHeader when -report-handler-span is on.
+func (s *shop) reportSpan(h http.HandlerFunc) http.HandlerFunc {
+	if !s.cfg.reportSpan {
+		return h
+	}
+	return func(w http.ResponseWriter, r *http.Request) {
+		h(&spanWriter{ResponseWriter: w, start: time.Now().UnixNano()}, r)
+	}
+}
+
+// spanWriter stamps spanHeader when the status is written.
+type spanWriter struct {
+	http.ResponseWriter
+	start int64
+	wrote bool
+}
+
+func (w *spanWriter) WriteHeader(status int) {
+	if !w.wrote {
+		w.wrote = true
+		w.Header().Set(spanHeader, strconv.FormatInt(w.start, 10)+"-"+strconv.FormatInt(time.Now().UnixNano(), 10))
+	}
+	w.ResponseWriter.WriteHeader(status)
+}
+
+func (w *spanWriter) Write(p []byte) (int, error) {
+	if !w.wrote {
+		w.WriteHeader(http.StatusOK)
+	}
+	return w.ResponseWriter.Write(p)
 }

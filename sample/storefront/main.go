@@ -106,6 +106,7 @@ type config struct {
 	rateBurst      int
 	rateLease      int           // rate.Options.Lease of the general limiter (see shop.go)
 	inflightLimit  int           // requests of one client in flight at once (inflight.go); 0: no limit
+	reportSpan     bool          // -report-handler-span: the gate's chaos legs read X-Handler-Span
 	loginLimit     int           // POST /login: failed attempts per user and address (login.go)
 	loginWindow    time.Duration // … per this window
 	trustProxy     bool
@@ -151,6 +152,7 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&c.rateBurst, "rate-burst", 0, "with -rate-algorithm gcra: requests allowed at once on top of the steady rate (0: -rate-limit)")
 	fs.IntVar(&c.rateLease, "rate-lease", 0, "with -postgres, -redis, -redis-sentinel or -redis-cluster, and -rate-algorithm fixed or sliding: hits a busy client's store trip may count ahead, answered later from memory (0: every hit is decided by the store); see rate.Options.Lease")
 	fs.IntVar(&c.inflightLimit, "inflight-limit", 0, "requests of one client in flight at once on every rate-limited route, counted across every instance sharing the limiter's store (-postgres or a Redis flag); 0: no limit")
+	fs.BoolVar(&c.reportSpan, "report-handler-span", false, "for the acceptance gate: GET /products and POST /checkout answer X-Handler-Span: when the handler began and wrote its status, in Unix ns")
 	fs.IntVar(&c.loginLimit, "login-limit", 5, "POST /login: failed attempts allowed per user and client address per -login-window (successes are not counted)")
 	fs.DurationVar(&c.loginWindow, "login-window", 15*time.Minute, "POST /login: the failed-attempts window (a fixed window)")
 	fs.IntVar(&c.rateWriteAhead, "rate-write-ahead", 0, "on SQLite (without -postgres or a Redis flag): how far a stored count may run ahead of the true one (0: 256; negative: write every hit exactly); see rate.Options.WriteAhead")

@@ -143,8 +143,8 @@ func newShop(cfg config, m *prom.Metrics) (*porch.App, error) {
 		// nor reserve its key. Then the in-flight limiter (see
 		// inflight.go), which a request it refuses never passes to
 		// idempotency either.
-		r.With(lim.Handler, conc.handler).Get("/products", s.products)
-		r.With(porch.Chain(conc.after(lim, keys)...)).Post("/checkout", s.checkout)
+		r.With(lim.Handler, conc.handler).Get("/products", s.reportSpan(s.products))
+		r.With(porch.Chain(conc.after(lim, keys)...)).Post("/checkout", s.reportSpan(s.checkout))
 		// The body first: the login limiter keys on its user.
 		r.With(readLogin, porch.Chain(conc.after(rate.All(lim, logins))...)).Post("/login", s.login)
 	})

@@ -66,13 +66,43 @@ func (s *Store) SlotsShared() bool { return true }
 
 // AcquireSlot takes one of limit slots of key for id, leased for lease on
 // the server's clock, in one script (see driver.SharedSlots), bounded by
-// Options.Timeout.
+// Options.Timeout. With Options.Replicas the script is followed by WAIT
+// on its connection, as a batch of hits is, and an acquire fewer replicas
+// acknowledged fails (its request is answered 503, and the slot given
+// back): a failover to a replica that had not received it would forget
+// the slot and admit one request more than the limit.
 func (s *Store) AcquireSlot(ctx context.Context, key, id string, limit int64, lease time.Duration) (ok bool, held int64, err error) {
 	var res []int64
+	k := s.counterKey(key)
 	err = s.roundTrip(ctx, func(ctx context.Context) error {
-		r, err := scriptAcquireSlot.Run(ctx, s.c, []string{s.counterKey(key)}, id, limit, lease.Milliseconds()).Int64Slice()
+		if s.opt.Replicas == 0 {
+			r, err := scriptAcquireSlot.Run(ctx, s.c, []string{k}, id, limit, lease.Milliseconds()).Int64Slice()
+			res = r
+			return err
+		}
+		var on goredis.Cmdable = s.c
+		if cc, ok := s.c.(*goredis.ClusterClient); ok {
+			node, err := cc.MasterForKey(ctx, k)
+			if err != nil {
+				cc.ReloadState(ctx)
+				return fmt.Errorf("the master of %s: %w", k, err)
+			}
+			on = node
+		}
+		pipe := on.Pipeline()
+		cmd := scriptAcquireSlot.Eval(ctx, pipe, []string{k}, id, limit, lease.Milliseconds())
+		waitMS := s.waitBudget(ctx)
+		wait := goredis.NewIntCmd(ctx, "wait", s.opt.Replicas, waitMS)
+		pipe.Process(ctx, wait)
+		if _, err := pipe.Exec(ctx); err != nil {
+			return err
+		}
+		r, err := cmd.Int64Slice()
+		if err != nil {
+			return err
+		}
 		res = r
-		return err
+		return ackedBy(wait, s.opt.Replicas, waitMS)
 	})
 	if err != nil {
 		return false, 0, fmt.Errorf("redis: acquire slot: %w", err)
