@@ -59,7 +59,9 @@
 // limiter runs first, so a request it refuses never takes a slot; then
 // the in-flight limiter, so a request it refuses never reserves its
 // idempotency key. 0, the default, is no limit; a negative N is refused
-// with one line and exit status 2.
+// with one line and exit status 2. -report-handler-span, for the
+// acceptance gate's chaos legs, makes GET /products and POST /checkout
+// answer X-Handler-Span: when the handler began and wrote its status.
 //
 //	go run ./sample/storefront -postgres postgres://… -inflight-limit 4
 //
