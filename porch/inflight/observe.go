@@ -28,7 +28,8 @@ const (
 	// Limited: every slot of the key was in use; refused with 429.
 	Limited
 	// Unavailable: no slot could be taken (a saturated pool, a failed
-	// store, a request that ended first); answered 503.
+	// store, a request that ended first), answered 503; or the KeyFunc
+	// failed, answered 500.
 	Unavailable
 	// Released: a slot was given back.
 	Released
