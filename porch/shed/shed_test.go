@@ -289,28 +289,33 @@ func TestReleaseOnHangUp(t *testing.T) {
 	}
 }
 
-// A request that runs out of time gives its slot back when the handler
-// answers: one whose context deadline passed (chi's middleware.Timeout),
-// and one that http.TimeoutHandler answered 503 in its handler's place.
+// A request that runs out of time gives its slot back when its handler
+// returns: one whose context deadline passed (chi's middleware.Timeout,
+// mounted further out, as a router's r.Use would), and one that
+// http.TimeoutHandler, further in, answered 503 in its handler's place.
 func TestReleaseOnTimeout(t *testing.T) {
 	for _, tt := range []struct {
-		name    string
-		timeout func(http.Handler) http.Handler
-		want    int
+		name  string
+		mount func(s *shed.Shedder, h http.Handler) http.Handler
+		want  int
 	}{
-		{"context deadline", middleware.Timeout(time.Millisecond), http.StatusGatewayTimeout},
-		{"http.TimeoutHandler", func(h http.Handler) http.Handler { return http.TimeoutHandler(h, time.Millisecond, "late") }, http.StatusServiceUnavailable},
+		{"context deadline", func(s *shed.Shedder, h http.Handler) http.Handler {
+			return middleware.Timeout(time.Millisecond)(s.Handler(h))
+		}, http.StatusGatewayTimeout},
+		{"http.TimeoutHandler", func(s *shed.Shedder, h http.Handler) http.Handler {
+			return s.Handler(http.TimeoutHandler(h, time.Millisecond, "late"))
+		}, http.StatusServiceUnavailable},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			s := shed.New(1, shed.Options{})
 			stuck := make(chan struct{})
 			t.Cleanup(func() { close(stuck) })
-			h := s.Handler(tt.timeout(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			h := tt.mount(s, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				select {
 				case <-r.Context().Done():
 				case <-stuck: // a handler that ignores its context: TimeoutHandler answers for it
 				}
-			})))
+			}))
 			for i := range 3 {
 				rec := httptest.NewRecorder()
 				h.ServeHTTP(rec, request(false))
