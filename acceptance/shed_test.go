@@ -37,7 +37,7 @@ func TestShedKeepsReserveForCritical(t *testing.T) {
 
 	held := newHeldCheckouts(t, s)
 	held.start(2)
-	s.waitInFlight(t, 2)
+	held.waitInFlight(2)
 	healthy("with 2 in flight")
 	for range 2 { // the reserve holds however often it is asked
 		r := s.get(t, "/products")
@@ -45,7 +45,7 @@ func TestShedKeepsReserveForCritical(t *testing.T) {
 		checkShedRefusal(t, r)
 	}
 	held.start(2)
-	s.waitInFlight(t, 4)
+	held.waitInFlight(4)
 	healthy("with 4 in flight")
 	fifth := s.checkout(uuid.NewString(), mugOrder)
 	checkProblem(t, fifth, http.StatusServiceUnavailable)
@@ -86,11 +86,33 @@ func checkShedRefusal(t *testing.T, r reply) {
 	}
 }
 
+// waitInFlight polls porch_shed_in_flight until it is n, failing at
+// once if a held checkout was answered meanwhile (refused, where it should
+// have been admitted).
+func (h *heldCheckouts) waitInFlight(n float64) {
+	h.t.Helper()
+	h.s.waitInFlightOr(h.t, n, func() {
+		select {
+		case r := <-h.done:
+			h.n--
+			h.t.Fatalf("a held checkout was answered %s, want it admitted and in flight", r)
+		default:
+		}
+	})
+}
+
 // waitInFlight polls porch_shed_in_flight until it is n.
 func (s *storefront) waitInFlight(t *testing.T, n float64) {
 	t.Helper()
+	s.waitInFlightOr(t, n, func() {})
+}
+
+// waitInFlightOr is waitInFlight calling check between polls.
+func (s *storefront) waitInFlightOr(t *testing.T, n float64, check func()) {
+	t.Helper()
 	deadline := time.Now().Add(startTimeout)
 	for {
+		check()
 		got, ok := s.scrape(t)[`porch_shed_in_flight`]
 		if ok && got == n {
 			return
