@@ -40,21 +40,20 @@
 // busiest); a route that mounts neither middleware is not counted either.
 //
 //	sh := shed.New(64, shed.Options{
-//		Reserve: 0.25,
-//		Exempt:  func(r *http.Request) bool { return r.URL.Path == "/healthz" },
+//		Reserve:  0.25,
+//		Critical: func(r *http.Request) bool { return r.Method == http.MethodPost && r.URL.Path == "/checkout" },
+//		Exempt:   func(r *http.Request) bool { return r.URL.Path == "/healthz" },
 //	})
 //	r := chi.NewRouter()
 //	r.Use(sh.Handler) // outermost: before the rate limiter and any store work
-//	r.Get("/products", products)
-//	r.With(sh.Critical).Post("/checkout", checkout)
 //
 // A request is counted once however often it meets the same Shedder: the
-// mount further out decides, and one further in (Critical on a route
-// inside a group that mounts Handler) passes the request on. So in the
-// example, /checkout is decided by r.Use(sh.Handler) as not critical:
-// to make a route critical under an app-wide mount, say so in
-// Options.Critical, or mount Handler per group and Critical on the
-// critical routes outside it (see the package example).
+// mount further out decides, and one further in passes the request on
+// (the mark is in the request's context, which every copy keeps). So
+// under a router-wide r.Use(sh.Handler), a route that also mounts
+// sh.Critical is still decided by Handler: say which routes are critical
+// in Options.Critical there, or mount Handler per chi group and Critical
+// on the critical routes outside it (see the package example).
 //
 // # Where to mount it
 //
