@@ -85,12 +85,14 @@ end
 -- algorithm's or window's state; a state without ls) the caller writes
 -- the whole state, so a key never outlives or under-lives its window.
 -- call and fmt are redis.call and int, or in luaBatch's view of a key
--- its kv and num. PEXPIRETIME (Redis 7.0) is asked under pcall: an older
--- server's error only means the full write.
+-- its kv and num. PEXPIRETIME (Redis 7.0) is asked with redis.pcall (kv
+-- does too): an older server's error reply is not a number, and only
+-- means the full write.
 local function written(call, fmt, key, st, c, l, ls, p, w, exp)
   if ls == nil or tonumber(st[5]) ~= p or tonumber(st[6]) ~= w then return false end
-  local ok, e = pcall(call, 'PEXPIRETIME', key)
-  if not ok or e ~= exp then return false end
+  local e
+  if call == redis.call then e = redis.pcall('PEXPIRETIME', key) else e = call('PEXPIRETIME', key) end
+  if e ~= exp then return false end
   if (tonumber(st[3]) or 0) == l then
     call('HSET', key, 'c', fmt(c))
   else
@@ -348,7 +350,7 @@ local function kv(cmd, k, ...)
     -- the expiry a hit of this batch set, not yet written back, else the
     -- key's own, read once
     if e.exp then return tonumber(e.exp) end
-    if e.pexp == nil then e.pexp = redis.call('PEXPIRETIME', k) end
+    if e.pexp == nil then e.pexp = redis.pcall('PEXPIRETIME', k) end
     return e.pexp
   end
   error({err = 'ERR batch script: ' .. tostring(cmd) .. ' outside its view'})
