@@ -98,6 +98,7 @@ var floors = []struct {
 	{"porch/rate", 4},
 	{"porch/idem", 4},
 	{"porch/inflight", 4},
+	{"porch/shed", 4},
 	{"porch/kit", 5},
 	{"porch/metrics/", 5},
 	{"porch/porchtest", 5},

@@ -65,6 +65,19 @@
 //
 //	go run ./sample/storefront -postgres postgres://… -inflight-limit 4
 //
+// -max-inflight N sheds load: the instance serves at most N requests at
+// once (/healthz aside, which is never counted nor refused), and answers
+// the others 503 with Retry-After. -critical-reserve F keeps a fraction of
+// N for the critical routes, POST /checkout and POST /login: once
+// N×(1−F) requests are in flight, the other routes get 503 and the
+// critical ones the rest (see porch/shed for the exact thresholds). The
+// shedder runs before the rate limiters and idempotency keys, so a shed
+// request costs no store work. A negative N, F outside [0, 1), or
+// -critical-reserve without -max-inflight, is refused with one line and
+// exit status 2; -max-inflight 0, the default, sheds nothing.
+//
+//	go run ./sample/storefront -max-inflight 256 -critical-reserve 0.25
+//
 // -durability says what a rate-limit count survives once its verdict is
 // answered (store.Options.Durability): power-loss, the default, waits until
 // it is on disk; process-crash until the operating system (SQLite) or the
@@ -122,6 +135,7 @@ type config struct {
 	storeDelay     time.Duration
 	wallOffset     time.Duration
 	metricsAddr    string
+	shed           shedConfig // shed.go
 	redis          redisConfig
 	durability     store.Durability // store.Options.Durability of every store
 	serve          serveConfig
@@ -175,6 +189,8 @@ func parseFlags(args []string) (config, error) {
 	fs.BoolVar(&c.redis.requireDurable, "redis-require-durable", false, "with -redis, -redis-sentinel or -redis-cluster: refuse to start, and fail closed after a failover, unless the primary makes a count durable before it replies (appendonly yes, appendfsync always)")
 	fs.IntVar(&c.redis.replicas, "redis-replicas", 0, "with -redis, -redis-sentinel or -redis-cluster: replicas that must hold a hit before it is answered, else 503 (Redis WAIT; 0: none, and a failover may forget answered hits); see redis.Options.Replicas")
 	fs.StringVar(&durability, "durability", "power-loss", "what a rate-limit count survives before its verdict: power-loss (on disk) or process-crash (with the operating system or the database server: a power loss may lose the last moments of counts); stored responses and orders always wait for the disk")
+	fs.IntVar(&c.shed.maxInflight, "max-inflight", 0, "requests this instance serves at once, past which it answers 503 (0: no limit); /healthz is not counted")
+	fs.Float64Var(&c.shed.reserve, "critical-reserve", 0, "with -max-inflight: the fraction of it, in [0, 1), kept for the critical routes (POST /checkout, POST /login): others get 503 once -max-inflight×(1−F) requests are in flight")
 	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at GET /metrics on this address, apart from -addr (port 0 picks a free port; empty: no metrics); see docs/observability.md")
 	fs.DurationVar(&c.serve.readTimeout, "read-timeout", 0, "time to read a whole request, header and body (0: 30s; negative: none)")
 	fs.DurationVar(&c.serve.writeTimeout, "write-timeout", 0, "time to write a response (0: 30s; negative: none)")
@@ -189,11 +205,15 @@ func parseFlags(args []string) (config, error) {
 		}
 		return c, fmt.Errorf("%w: %w", errFlagSyntax, err)
 	}
-	burstSet, replicasSet := false, false
+	burstSet, replicasSet, reserveSet := false, false, false
 	fs.Visit(func(f *flag.Flag) {
 		burstSet = burstSet || f.Name == "rate-burst"
 		replicasSet = replicasSet || f.Name == "redis-replicas"
+		reserveSet = reserveSet || f.Name == "critical-reserve"
 	})
+	if err := c.shed.check(reserveSet); err != nil {
+		return c, err
+	}
 	var err error
 	if c.redis, err = c.redis.check(sentinel, cluster, replicasSet); err != nil {
 		return c, err

@@ -19,6 +19,7 @@ import (
 	"github.com/writeonce/porch-go/porch/idem"
 	"github.com/writeonce/porch-go/porch/metrics/prom"
 	"github.com/writeonce/porch-go/porch/rate"
+	"github.com/writeonce/porch-go/porch/shed"
 	"github.com/writeonce/porch-go/porch/store"
 )
 
@@ -76,10 +77,11 @@ func newShop(cfg config, m *prom.Metrics) (*porch.App, error) {
 		poolObs  porch.PoolObserver
 		rateObs  rate.Observer
 		idemObs  idem.Observer
+		shedObs  shed.Observer
 		storeObs store.Observer
 	)
 	if m != nil { // a nil *prom.Metrics in an interface would not be nil
-		poolObs, rateObs, idemObs, storeObs = m, m, m, m
+		poolObs, rateObs, idemObs, shedObs, storeObs = m, m, m, m, m
 	}
 	pool := porch.NewPool(porch.PoolOptions{Size: cfg.pool, Mailbox: cfg.mailbox, Observer: poolObs})
 	app := porch.New()
@@ -128,8 +130,12 @@ func newShop(cfg config, m *prom.Metrics) (*porch.App, error) {
 	keys := idem.New(pool, st.sql, idem.Options{RequireKey: true, TTL: cfg.idemTTL, MaxBody: maxCheckoutBody, Observer: idemObs})
 	s := &shop{cfg: cfg, db: st.db, st: st}
 
+	shedder := newShedder(cfg.shed, shedObs) // shed.go; nil with -max-inflight 0
 	app.Get("/healthz", s.healthz)
 	app.Group(func(r chi.Router) {
+		if shedder != nil { // first: a request shed for load costs no store work
+			r.Use(shedder.Handler)
+		}
 		if cfg.trustProxy {
 			r.Use(middleware.ClientIPFromXFFTrustedProxies(1))
 		}

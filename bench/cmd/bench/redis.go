@@ -55,6 +55,49 @@ func (h *harness) redisArgs(r row) []string {
 	return []string{"-redis-aof", h.aofAddr}
 }
 
+// redisAddr is the Redis server r's benchserver uses, or "" for a row
+// that uses none: the durable server for porch-redis-aof, else the
+// benchserver's default (PORCH_TEST_REDIS or 127.0.0.1:6379).
+func (h *harness) redisAddr(r row) string {
+	switch r.mode {
+	case "porch-redis-aof":
+		return h.aofAddr
+	case "porch-redis", "ulule-redis", "redis-rate":
+		if a := os.Getenv("PORCH_TEST_REDIS"); a != "" {
+			return a
+		}
+		return "127.0.0.1:6379"
+	}
+	return ""
+}
+
+// redisCPU is the CPU time redis-server at addr has used: INFO cpu's
+// used_cpu_sys and used_cpu_user (the main process, every thread), which
+// the Redis rows compare per request, since the server's work is a peer's
+// as much as the benchserver's.
+func redisCPU(addr string) (time.Duration, error) {
+	c := goredis.NewClient(&goredis.Options{Addr: addr, MaxRetries: -1})
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	info, err := c.Info(ctx, "cpu").Result()
+	if err != nil {
+		return 0, err
+	}
+	var total float64
+	for _, line := range strings.Split(info, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && (k == "used_cpu_sys" || k == "used_cpu_user") {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				return 0, fmt.Errorf("INFO cpu %s: %w", k, err)
+			}
+			total += f
+		}
+	}
+	return time.Duration(total * float64(time.Second)), nil
+}
+
 // startAOF runs a redis-server with appendonly yes and appendfsync always
 // on a free loopback port, in a directory under the run's, until stopAOF.
 func (h *harness) startAOF() (string, error) {
@@ -191,6 +234,7 @@ func (h *harness) burst(mode string) (served, other int, err error) {
 // printRedisTarget checks issue 17's target when its rows ran: porch on
 // Redis at least 1.2× the faster Redis peer with many client keys.
 func printRedisTarget(h *harness) {
+	defer printRedisCPU(h)
 	porch, ok := h.results["porch-redis/many"]
 	if !ok || porch.err != nil {
 		return
@@ -210,4 +254,31 @@ func printRedisTarget(h *harness) {
 		verdict = "MISSED"
 	}
 	fmt.Printf("\nTarget (issue 17): porch on Redis ≥ 1.2× the faster Redis peer, many keys: %.2f× %s — %s.\n", ratio, bestID, verdict)
+}
+
+// printRedisCPU prints, for the Redis rows run, the CPU each request cost
+// the benchserver and redis-server: a peer that does less in Go may do
+// more in Redis, and on a shared machine the sum is what a request costs.
+func printRedisCPU(h *harness) {
+	var lines []string
+	for _, r := range redisRows() {
+		res, ok := h.results[r.id()]
+		if !ok || res.err != nil || res.redisCPUPerReq == 0 {
+			continue
+		}
+		us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+		lines = append(lines, fmt.Sprintf("| %s | %s | %s | %.1f µs | %.1f µs | %.1f µs |", r.label, r.keys, thousands(res.rps),
+			us(res.cpuPerReq), us(res.redisCPUPerReq), us(res.cpuPerReq+res.redisCPUPerReq)))
+	}
+	if len(lines) == 0 {
+		return
+	}
+	fmt.Println()
+	fmt.Println("| row | client keys | req/s | server CPU/req | redis-server CPU/req | both |")
+	fmt.Println("| --- | --- | ---: | ---: | ---: | ---: |")
+	for _, l := range lines {
+		fmt.Println(l)
+	}
+	fmt.Println()
+	fmt.Println("redis-server CPU/req is INFO cpu's used_cpu_sys + used_cpu_user over the measured runs ÷ the requests they answered.")
 }

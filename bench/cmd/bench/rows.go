@@ -141,6 +141,11 @@ type rowResult struct {
 	batch     float64       // mean writes per commit during the runs; 0 if none
 	perCommit float64       // requests answered per commit during the runs; 0 if none
 	cpuPerReq time.Duration // the server's CPU time (user + system) per request over the runs; 0 if unknown
+	// redisCPUPerReq is, for a Redis row, redis-server's CPU time (INFO
+	// cpu: user + system, main thread and children) per request over the
+	// runs; 0 if unknown or not a Redis row. The server is shared, so
+	// anything else using it meanwhile counts too.
+	redisCPUPerReq time.Duration
 }
 
 // serverArgs are the benchserver flags for r.
@@ -215,6 +220,8 @@ func (h *harness) measure(r row) rowResult {
 		return res
 	}
 	cpuBefore, cpuErr := s.cpu()
+	redisAddr := h.redisAddr(r)
+	redisBefore, redisErr := redisCPU(redisAddr)
 	var runs []wrkResult
 	var requests int64
 	for i := range h.cfg.reps {
@@ -230,6 +237,11 @@ func (h *harness) measure(r row) rowResult {
 	cpuAfter, err := s.cpu()
 	if cpuErr == nil && err == nil && requests > 0 {
 		res.cpuPerReq = (cpuAfter - cpuBefore) / time.Duration(requests)
+	}
+	if redisAddr != "" && redisErr == nil && requests > 0 {
+		if redisAfter, err := redisCPU(redisAddr); err == nil {
+			res.redisCPUPerReq = (redisAfter - redisBefore) / time.Duration(requests)
+		}
 	}
 	after, err := s.stats()
 	if err != nil {

@@ -18,7 +18,7 @@ import (
 func TestFloorCountsExactly(t *testing.T) {
 	for _, d := range []store.Durability{store.SurvivesPowerLoss, store.SurvivesProcessCrash} {
 		path := t.TempDir() + "/floor.db"
-		f, err := openFloor(path, 10, d, 64)
+		f, err := openFloor(path, 10, d, 64, floorGather)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -60,24 +60,25 @@ import (
 
 // config is the command line.
 type config struct {
-	mode       string
-	addr       string
-	trustProxy bool
-	limit      int
-	window     time.Duration
-	db         string
-	postgres   string
-	pool       int
-	mailbox    int
-	chain      bool
-	pprof      bool
-	debugClock bool
-	algorithm  rate.Algorithm
-	burst      int
-	lease      int
-	redis      string
-	redisAOF   string
-	durability store.Durability
+	mode        string
+	addr        string
+	trustProxy  bool
+	limit       int
+	window      time.Duration
+	db          string
+	postgres    string
+	pool        int
+	mailbox     int
+	chain       bool
+	pprof       bool
+	debugClock  bool
+	algorithm   rate.Algorithm
+	burst       int
+	lease       int
+	redis       string
+	redisAOF    string
+	floorGather time.Duration
+	durability  store.Durability
 }
 
 const defaultPostgres = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
@@ -98,6 +99,7 @@ func parseFlags(args []string) (config, error) {
 	fs.BoolVar(&c.trustProxy, "trust-proxy", false, "key clients on X-Forwarded-For as set by one trusted proxy hop")
 	fs.IntVar(&c.limit, "limit", 1_000_000_000, "requests allowed per client per window")
 	fs.DurationVar(&c.window, "window", time.Hour, "rate-limit window")
+	fs.DurationVar(&c.floorGather, "floor-gather", floorGather, "floor-sqlite: the longest a batch waits for company, as porch's SQLite committer (0: commits what is queued at once, the floor before 2026-12-07)")
 	fs.StringVar(&c.db, "db", "", "SQLite file for naive and porch modes (if empty, one in a temporary directory removed at exit)")
 	fs.StringVar(&c.postgres, "postgres", envOr("PORCH_TEST_POSTGRES", defaultPostgres), "PostgreSQL DSN for porch-postgres and naive-postgres")
 	fs.StringVar(&c.redis, "redis", envOr("PORCH_TEST_REDIS", "127.0.0.1:6379"), "Redis host:port for porch-redis, ulule-redis and redis-rate")

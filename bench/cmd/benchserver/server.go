@@ -110,7 +110,7 @@ func newLimiter(ctx context.Context, cfg config, app *porch.App, clk clock.Clock
 		}
 		return n.Handler, n, nil
 	case "floor-sqlite":
-		f, err := openFloor(cfg.db, int64(cfg.limit), cfg.durability, defaultPool*cfg.mailbox)
+		f, err := openFloor(cfg.db, int64(cfg.limit), cfg.durability, defaultPool*cfg.mailbox, cfg.floorGather)
 		if err != nil {
 			return nil, nil, err
 		}

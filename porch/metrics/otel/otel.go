@@ -1,6 +1,6 @@
 // Package otel reports what porch's middlewares, pool and stores do to
 // OpenTelemetry: a [Metrics] is a porch.PoolObserver, a rate.Observer, an
-// inflight.Observer, an idem.Observer and a store.Observer. It counts the same outcomes as
+// inflight.Observer, an idem.Observer, a shed.Observer and a store.Observer. It counts the same outcomes as
 // porch/metrics/prom, as OpenTelemetry instruments of the MeterProvider it
 // is given, and it writes each decision onto the request's active span, so
 // that a trace shows which limiter refused a request or that a response
@@ -18,7 +18,8 @@
 //
 // A limiter sets porch.rate.limiter, porch.rate.verdict and
 // porch.rate.remaining on the span, the idempotency middleware
-// porch.idem.outcome: only on a span that is recording, and only when the
+// porch.idem.outcome, a load shedder porch.shed.class and
+// porch.shed.outcome: only on a span that is recording, and only when the
 // middleware that decides runs inside the one that starts the span. The
 // instruments and attributes are documented in docs/observability.md.
 package otel
@@ -36,6 +37,7 @@ import (
 	"github.com/writeonce/porch-go/porch/idem"
 	"github.com/writeonce/porch-go/porch/inflight"
 	"github.com/writeonce/porch-go/porch/rate"
+	"github.com/writeonce/porch-go/porch/shed"
 	"github.com/writeonce/porch-go/porch/store"
 )
 
@@ -52,6 +54,8 @@ const (
 	keyOutcome   = attribute.Key("porch.idem.outcome")
 	keyInflight  = attribute.Key("porch.inflight.limiter")
 	keyInOutcome = attribute.Key("porch.inflight.outcome")
+	keyShedClass = attribute.Key("porch.shed.class")
+	keyShedOut   = attribute.Key("porch.shed.outcome")
 )
 
 // Histogram boundaries, as porch/metrics/prom's buckets: a commit is one
@@ -75,9 +79,10 @@ func exponential(start float64, n int) []float64 {
 
 // Metrics is porch's metrics as OpenTelemetry instruments, and its
 // decisions as attributes of the requests' spans. Pass it as the Observer
-// of porch.PoolOptions, rate.Options, idem.Options and store.Options.
-// Several limiters and stores may share it: limiters are told apart by
-// their name; the stores' counts add up.
+// of porch.PoolOptions, rate.Options, idem.Options, shed.Options and
+// store.Options. Several limiters, shedders and stores may share it:
+// limiters are told apart by their name; the shedders' and the stores'
+// counts add up.
 //
 // Create it with [New]; the zero value is not usable. It is safe for
 // concurrent use.
@@ -90,6 +95,9 @@ type Metrics struct {
 	commitSeconds metric.Float64Histogram
 	batchSize     metric.Int64Histogram
 	poolRejected  metric.Int64Counter
+	shedRequests  metric.Int64Counter
+	shed          [2][2]decision // by class (not critical, critical), then admitted, refused
+	shedInFlight  metric.Int64UpDownCounter
 
 	inflight     metric.Int64Counter
 	inflightHeld metric.Int64UpDownCounter
@@ -119,6 +127,7 @@ var (
 	_ rate.Observer      = (*Metrics)(nil)
 	_ inflight.Observer  = (*Metrics)(nil)
 	_ idem.Observer      = (*Metrics)(nil)
+	_ shed.Observer      = (*Metrics)(nil)
 	_ store.Observer     = (*Metrics)(nil)
 )
 
@@ -177,6 +186,18 @@ func New(mp metric.MeterProvider) (*Metrics, error) {
 	if m.inflightHeld, err = meter.Int64UpDownCounter("porch.inflight.held", metric.WithUnit("{request}"),
 		metric.WithDescription("Slots an in-flight limiter holds in this process: its requests running now.")); err != nil {
 		return nil, err
+	}
+	if m.shedRequests, err = meter.Int64Counter("porch.shed.requests", metric.WithUnit("{request}"),
+		metric.WithDescription("Requests a load shedder decided, by class (critical, non_critical) and outcome (admitted, refused).")); err != nil {
+		return nil, err
+	}
+	if m.shedInFlight, err = meter.Int64UpDownCounter("porch.shed.in_flight", metric.WithUnit("{request}"),
+		metric.WithDescription("Requests the load shedders have admitted and not yet released.")); err != nil {
+		return nil, err
+	}
+	for c, class := range []string{"non_critical", "critical"} {
+		m.shed[c][0] = newDecision(keyShedClass.String(class), keyShedOut.String(shed.Admitted.String()))
+		m.shed[c][1] = newDecision(keyShedClass.String(class), keyShedOut.String(shed.Refused.String()))
 	}
 	m.idemRequests = idemRequests
 	for _, o := range idemOutcomes {
@@ -281,6 +302,33 @@ func (m *Metrics) IdemOutcome(ctx context.Context, o idem.Outcome) {
 	}
 	d := &m.idem[o]
 	m.idemRequests.Add(ctx, 1, d.add...)
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		span.SetAttributes(d.attrs...)
+	}
+}
+
+// ShedEvent counts an admission or a refusal in porch.shed.requests and
+// sets the class and the outcome on the request's span, and keeps
+// porch.shed.in_flight: up on an admission, down on a release.
+func (m *Metrics) ShedEvent(ctx context.Context, e shed.Event, critical bool) {
+	c := 0
+	if critical {
+		c = 1
+	}
+	var d *decision
+	switch e {
+	case shed.Admitted:
+		d = &m.shed[c][0]
+		m.shedInFlight.Add(ctx, 1)
+	case shed.Refused:
+		d = &m.shed[c][1]
+	case shed.Released:
+		m.shedInFlight.Add(ctx, -1)
+		return
+	default:
+		return
+	}
+	m.shedRequests.Add(ctx, 1, d.add...)
 	if span := trace.SpanFromContext(ctx); span.IsRecording() {
 		span.SetAttributes(d.attrs...)
 	}

@@ -1,6 +1,6 @@
 // Package prom counts what porch's middlewares, pool and stores do as
 // Prometheus metrics: a [Metrics] is a porch.PoolObserver, a rate.Observer,
-// an inflight.Observer, an idem.Observer and a store.Observer.
+// an inflight.Observer, an idem.Observer, a shed.Observer and a store.Observer.
 // It is the one porch package that links
 // github.com/prometheus/client_golang; the framework, the middlewares and
 // the drivers do not.
@@ -26,6 +26,7 @@ import (
 	"github.com/writeonce/porch-go/porch/idem"
 	"github.com/writeonce/porch-go/porch/inflight"
 	"github.com/writeonce/porch-go/porch/rate"
+	"github.com/writeonce/porch-go/porch/shed"
 	"github.com/writeonce/porch-go/porch/store"
 )
 
@@ -36,9 +37,10 @@ var (
 )
 
 // Metrics is porch's metrics in one Prometheus registry. Pass it as the
-// Observer of porch.PoolOptions, rate.Options, idem.Options and
-// store.Options. Several limiters and stores may share it: limiters are
-// told apart by their name; the stores' series add up.
+// Observer of porch.PoolOptions, rate.Options, idem.Options, shed.Options
+// and store.Options. Several limiters, shedders and stores may share it:
+// limiters are told apart by their name; the shedders' and the stores'
+// series add up.
 //
 // Create it with [New]; the zero value is not usable. It is safe for
 // concurrent use, and counting a decision does not allocate once its
@@ -51,6 +53,8 @@ type Metrics struct {
 	commitSeconds prometheus.Histogram
 	batchSize     prometheus.Histogram
 	poolRejected  prometheus.Counter
+	shed          [2][2]prometheus.Counter // by class (not critical, critical), then admitted, refused
+	shedInFlight  prometheus.Gauge
 
 	inflight     *prometheus.CounterVec
 	inflightHeld *prometheus.GaugeVec
@@ -72,6 +76,7 @@ var (
 	_ rate.Observer      = (*Metrics)(nil)
 	_ inflight.Observer  = (*Metrics)(nil)
 	_ idem.Observer      = (*Metrics)(nil)
+	_ shed.Observer      = (*Metrics)(nil)
 	_ store.Observer     = (*Metrics)(nil)
 )
 
@@ -137,13 +142,26 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "porch_inflight_held",
 			Help: "Slots an in-flight limiter holds in this process: its requests running now.",
 		}, []string{"limiter"}),
+		shedInFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "porch_shed_in_flight",
+			Help: "Requests the load shedders have admitted and not yet released.",
+		}),
 		limiters:  make(map[string]*[rate.Unavailable + 1]prometheus.Counter),
 		inflights: make(map[string]*inflightSeries),
 	}
+	shedRequests := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "porch_shed_requests_total",
+		Help: "Requests a load shedder decided, by class (critical, non_critical) and outcome (admitted, refused).",
+	}, []string{"class", "outcome"})
 	for _, o := range idemOutcomes {
 		m.idem[o] = idem.WithLabelValues(o.String())
 	}
-	for _, c := range []prometheus.Collector{m.rate, m.inflight, m.inflightHeld, idem, m.commits, m.commitErrors, m.commitSeconds, m.batchSize, m.poolRejected} {
+	for c, class := range shedClasses {
+		m.shed[c][0] = shedRequests.WithLabelValues(class, shed.Admitted.String())
+		m.shed[c][1] = shedRequests.WithLabelValues(class, shed.Refused.String())
+	}
+	for _, c := range []prometheus.Collector{m.rate, m.inflight, m.inflightHeld, idem, m.commits, m.commitErrors, m.commitSeconds, m.batchSize, m.poolRejected,
+		shedRequests, m.shedInFlight} {
 		if err := reg.Register(c); err != nil {
 			panic("prom: New: " + err.Error())
 		}
@@ -228,6 +246,27 @@ func (m *Metrics) IdemOutcome(_ context.Context, o idem.Outcome) {
 		return
 	}
 	m.idem[o].Inc()
+}
+
+// shedClasses labels a shed.Observer's class: not critical, critical.
+var shedClasses = [2]string{"non_critical", "critical"}
+
+// ShedEvent counts an admission or a refusal in porch_shed_requests_total,
+// and keeps porch_shed_in_flight: up on an admission, down on a release.
+func (m *Metrics) ShedEvent(_ context.Context, e shed.Event, critical bool) {
+	c := 0
+	if critical {
+		c = 1
+	}
+	switch e {
+	case shed.Admitted:
+		m.shed[c][0].Inc()
+		m.shedInFlight.Inc()
+	case shed.Refused:
+		m.shed[c][1].Inc()
+	case shed.Released:
+		m.shedInFlight.Dec()
+	}
 }
 
 // PoolRejected counts a refusal in porch_pool_rejected_total.

@@ -74,6 +74,32 @@ local function settle(l, ls, s, n, ss, a)
   if a > 0 and ss == s then l, changed = l + a, true end
   return l, changed
 end
+-- written, for an allowed hit of a fixed or sliding window whose epoch
+-- went on (st: the key's HMGET of s, c, l, ls, p, w), writes only its
+-- count c and its held hits l, if they changed, when the rest of the full
+-- write (s, p, w, ls, and the expiry at the epoch's end, exp) would leave
+-- the key as it is, and reports whether it did. Most hits of a busy key
+-- are such: a full write's five other fields and its PEXPIREAT cost the
+-- server, its AOF and its replicas for nothing. Otherwise (a reset, which
+-- leaves the key expiring at 2w or w from its own start; another
+-- algorithm's or window's state; a state without ls) the caller writes
+-- the whole state, so a key never outlives or under-lives its window.
+-- call and fmt are redis.call and int, or in luaBatch's view of a key
+-- its kv and num. PEXPIRETIME (Redis 7.0) is asked with redis.pcall (kv
+-- does too): an older server's error reply is not a number, and only
+-- means the full write.
+local function written(call, fmt, key, st, c, l, ls, p, w, exp)
+  if ls == nil or tonumber(st[5]) ~= p or tonumber(st[6]) ~= w then return false end
+  local e
+  if call == redis.call then e = redis.pcall('PEXPIRETIME', key) else e = call('PEXPIRETIME', key) end
+  if e ~= exp then return false end
+  if (tonumber(st[3]) or 0) == l then
+    call('HSET', key, 'c', fmt(c))
+  else
+    call('HSET', key, 'c', fmt(c), 'l', fmt(l))
+  end
+  return true
+end
 `
 
 // luaFixed: ARGV n (0: peek), limit, wc (the window rounded up to ms),
@@ -84,9 +110,10 @@ const bodyFixed = `
 local n, limit, w = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local held, settled, ss, adopted = tonumber(ARGV[4]) or 0, tonumber(ARGV[5]) or 0, tonumber(ARGV[6]) or 0, tonumber(ARGV[7]) or 0
 local now = now_ms()
-local st = redis.call('HMGET', key, 's', 'c', 'l', 'ls')
+local st = redis.call('HMGET', key, 's', 'c', 'l', 'ls', 'p', 'w')
 local s, c, l, ls = tonumber(st[1]), tonumber(st[2]) or 0, tonumber(st[3]) or 0, tonumber(st[4])
-if s == nil or now - s >= w then s, c, l, ls = now, 0, 0, now end
+local kept = s ~= nil and now - s < w
+if not kept then s, c, l, ls = now, 0, 0, now end
 local settledNow
 l, settledNow = settle(l, ls or s, s, settled, ss, adopted)
 if n == 0 or n > limit - c then
@@ -94,6 +121,7 @@ if n == 0 or n > limit - c then
   return {0, s, c, 0, now}
 end
 c = c + n
+if kept and written(redis.call, int, key, st, c, l + held, ls, 0, w, s + w) then return {1, s, c, 0, now} end
 redis.call('HSET', key, 's', int(s), 'c', int(c), 'p', '0', 'w', int(w), 'l', int(l + held), 'ls', int(ls or s))
 redis.call('PEXPIREAT', key, int(s + w))
 return {1, s, c, 0, now}
@@ -107,13 +135,14 @@ const bodySliding = `
 local n, limit, w = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local held, settled, ss, adopted = tonumber(ARGV[4]) or 0, tonumber(ARGV[5]) or 0, tonumber(ARGV[6]) or 0, tonumber(ARGV[7]) or 0
 local now = now_ms()
-local st = redis.call('HMGET', key, 's', 'c', 'p', 'l', 'ls')
-local s, c, p, l, ls = tonumber(st[1]), tonumber(st[2]) or 0, tonumber(st[3]) or 0, tonumber(st[4]) or 0, tonumber(st[5])
+local st = redis.call('HMGET', key, 's', 'c', 'l', 'ls', 'p', 'w')
+local s, c, p, l, ls = tonumber(st[1]), tonumber(st[2]) or 0, tonumber(st[5]) or 0, tonumber(st[3]) or 0, tonumber(st[4])
+local kept = false
 if s == nil then
   s, c, p, l, ls = now, 0, 0, 0, now
 else
   local e = now - s
-  if e < w then
+  if e < w then kept = true
   elseif e < 2 * w then s, c, p, l, ls = s + w, 0, c, 0, s + w
   else s, c, p, l, ls = now, 0, 0, 0, now end
 end
@@ -129,6 +158,7 @@ if left < 0 then return refuse() end
 local e = math.min(math.max(now - s, 0), w)
 if p > 0 and not le(mul(p, w - e), mul(left, w)) then return refuse() end
 c = c + n
+if kept and written(redis.call, int, key, st, c, l + held, ls, p, w, s + 2 * w) then return {1, s, c, p, now} end
 redis.call('HSET', key, 's', int(s), 'c', int(c), 'p', int(p), 'w', int(w), 'l', int(l + held), 'ls', int(ls or s))
 redis.call('PEXPIREAT', key, int(s + 2 * w))
 return {1, s, c, p, now}
@@ -316,6 +346,13 @@ local function kv(cmd, k, ...)
     e.exp, e.dirty = t, true
     return 1
   end
+  if cmd == 'PEXPIRETIME' then
+    -- the expiry a hit of this batch set, not yet written back, else the
+    -- key's own, read once
+    if e.exp then return tonumber(e.exp) end
+    if e.pexp == nil then e.pexp = redis.pcall('PEXPIRETIME', k) end
+    return e.pexp
+  end
   error({err = 'ERR batch script: ' .. tostring(cmd) .. ' outside its view'})
 end
 ` + hitFunction("hit_fixed", bodyFixed, false) + hitFunction("hit_sliding", bodySliding, false) +
@@ -368,7 +405,7 @@ func hitFunction(name, body string, viewed bool) string {
 		"ARGV[1]", "a1", "ARGV[2]", "a2", "ARGV[3]", "a3", "ARGV[4]", "a4", "ARGV[5]", "a5", "ARGV[6]", "a6", "ARGV[7]", "a7")
 	f := r.Replace(body)
 	if viewed {
-		f = strings.NewReplacer("redis.call(", "kv(", "int(", "num(").Replace(f)
+		f = strings.NewReplacer("written(redis.call, int, ", "written(kv, num, ", "redis.call(", "kv(", "int(", "num(").Replace(f)
 	}
 	if strings.Contains(f, "now_ms") || strings.Contains(f, "ARGV") || strings.Contains(f, "KEYS") || viewed && strings.Contains(f, "redis.") {
 		panic("redis: a hit script's body reads what luaBatch does not pass it")
