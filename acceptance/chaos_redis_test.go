@@ -82,6 +82,7 @@ type chaosRedis struct {
 	seen    map[int64]map[int]int
 	odd     []string    // answers that are neither 200, 429 nor 503 with Retry-After
 	served  []time.Time // when each 200 arrived, in order
+	spans   spanLog     // the served handlers' spans, by client (chaos_inflight_test.go)
 }
 
 func chaosRedisIP(i int64) string {
@@ -93,6 +94,7 @@ func (c *chaosRedis) record(client int64, r reply) {
 	defer c.mu.Unlock()
 	if r.Err == nil && r.Status == http.StatusOK {
 		c.served = append(c.served, time.Now())
+		c.spans.add(chaosRedisIP(client), r.Header)
 	}
 	switch {
 	case r.Err == nil && (r.Status == http.StatusOK || r.Status == http.StatusTooManyRequests ||
@@ -375,6 +377,7 @@ func TestChaosRedis(t *testing.T) {
 	}
 	flags := []string{"-redis-sentinel", strings.Join(c.ss.Addrs(), ","), "-redis-master", c.ss.Name, "-redis-replicas", replicas,
 		"-trust-proxy", "-rate-limit", fmt.Sprint(chaosLimit), "-rate-window", "1h"}
+	flags = append(flags, chaosInflightFlags...)
 	for i := range c.inst {
 		c.inst[i] = startStorefront(t, newDB(t), flags...)
 	}
@@ -457,6 +460,8 @@ func TestChaosRedis(t *testing.T) {
 	for _, o := range c.odd {
 		t.Errorf("unexpected answer: %s", o)
 	}
+	deepest, spans := c.spans.check(t, chaosInflight)
+	t.Logf("in flight: %d served handlers' spans, at most %d of one client at once (-inflight-limit %d)", spans, deepest, chaosInflight)
 	names := make([]string, 0, len(faults))
 	total := 0
 	for f, n := range faults {

@@ -84,6 +84,7 @@ type chaosRun struct {
 	mu     sync.Mutex // protects keys and seen
 	keys   []chaosKey
 	seen   []chaosSeen
+	spans  spanLog // the executed handlers' spans, by client (chaos_inflight_test.go)
 	sent   atomic.Int64
 	hung   atomic.Int64
 	bursts atomic.Int64
@@ -151,6 +152,9 @@ func (c *chaosRun) send(ctx context.Context, base string, i int, ip string, hang
 	body, err := io.ReadAll(res.Body)
 	if err != nil {
 		return 0, err
+	}
+	if res.StatusCode == http.StatusCreated {
+		c.spans.add(ip, res.Header)
 	}
 	c.mu.Lock()
 	c.seen = append(c.seen, chaosSeen{key: i, ip: ip, status: res.StatusCode, body: body,
@@ -330,6 +334,8 @@ func (c *chaosRun) check(t *testing.T, faults map[string]int) {
 			t.Errorf("client %s: served %d, limit %d", ip, n, chaosLimit)
 		}
 	}
+	deepest, spans := c.spans.check(t, chaosInflight)
+	t.Logf("in flight: %d executed handlers' spans, at most %d of one client at once (-inflight-limit %d)", spans, deepest, chaosInflight)
 	names := make([]string, 0, len(faults))
 	total := 0
 	for f, n := range faults {
@@ -347,10 +353,11 @@ func (c *chaosRun) check(t *testing.T, faults map[string]int) {
 
 // chaosFlags are the storefront flags of both legs: a small per-client
 // limit over a window longer than the leg, clients told apart by
-// X-Forwarded-For, and a checkout that works a little before it writes, so
-// that kills and hang-ups land inside handlers.
-var chaosFlags = []string{"-rate-limit", fmt.Sprint(chaosLimit), "-rate-window", "1h", "-trust-proxy",
-	"-checkout-delay", "3ms"}
+// X-Forwarded-For, a checkout that works a little before it writes, so
+// that kills and hang-ups land inside handlers, and an in-flight limit
+// whose handlers report their spans (chaos_inflight_test.go).
+var chaosFlags = append([]string{"-rate-limit", fmt.Sprint(chaosLimit), "-rate-window", "1h", "-trust-proxy",
+	"-checkout-delay", "3ms"}, chaosInflightFlags...)
 
 // chaosAtEachDurability runs a chaos leg at each -durability in turn
 // (not in parallel: each leg loads the machine), each for half of

@@ -97,6 +97,7 @@ var floors = []struct {
 	{"porch/rate/internal/", 2},
 	{"porch/rate", 4},
 	{"porch/idem", 4},
+	{"porch/inflight", 4},
 	{"porch/shed", 4},
 	{"porch/kit", 5},
 	{"porch/metrics/", 5},

@@ -5,6 +5,7 @@
 //	k := kit.Must(kit.Open(sqlite.Open("app.db", sqlite.Options{})))
 //	r.Use(k.Limit(100, time.Minute))
 //	r.With(k.Idempotency(idem.Options{RequireKey: true}).Handler).Post("/checkout", checkout)
+//	r.With(k.InFlight(4, inflight.Options{}).Handler).Get("/report", report)
 //	// … serve r; once the server has drained:
 //	k.Close(ctx)
 //
@@ -33,6 +34,7 @@ import (
 
 	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/idem"
+	"github.com/writeonce/porch-go/porch/inflight"
 	"github.com/writeonce/porch-go/porch/rate"
 	"github.com/writeonce/porch-go/porch/store"
 )
@@ -47,6 +49,7 @@ type Kit struct {
 
 	mu           sync.Mutex
 	limiters     []*rate.Limiter
+	inflights    []*inflight.Limiter
 	limits       int  // Limit calls, which name their limiters
 	named        bool // a limiter named "default" was made
 	limitDefault bool // the one named "default" is Limit's
@@ -188,6 +191,32 @@ func (k *Kit) Idempotency(opt idem.Options) *idem.Keys {
 	return idem.New(k.pool, k.keys, opt)
 }
 
+// InFlight returns an in-flight limiter of limit requests per key at
+// once (see inflight.New) on the slots of the Kit's counters' store, or
+// of its keys' store without counters. Close closes it with the rate
+// limiters. Like inflight.New it does no I/O and returns no error: on a
+// Kit whose store keeps no slots, or after Close, it panics with an error
+// wrapping ErrNoStore or porch.ErrClosed, both mistakes in a program's
+// setup.
+func (k *Kit) InFlight(limit int, opt inflight.Options) *inflight.Limiter {
+	var st any = k.counters
+	if k.counters == nil {
+		st = k.keys
+	}
+	slots, ok := st.(store.Slots)
+	if !ok {
+		panic(fmt.Errorf("%w: an in-flight limiter needs a store of slots (SQLite, PostgreSQL, Redis or memory)", ErrNoStore))
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.closed {
+		panic(fmt.Errorf("kit: InFlight: %w", porch.ErrClosed))
+	}
+	l := inflight.New(k.pool, slots, limit, opt)
+	k.inflights = append(k.inflights, l)
+	return l
+}
+
 // Close closes, in order, every limiter the Kit handed out (so that they
 // write their exact counts), the pool (whose last jobs write to the
 // store), and the stores (which flush what was written). Call it after
@@ -202,9 +231,14 @@ func (k *Kit) Close(ctx context.Context) error {
 		return porch.ErrClosed
 	}
 	k.closed = true
-	limiters := k.limiters
+	limiters, inflights := k.limiters, k.inflights
 	k.mu.Unlock()
 	var errs []error
+	for _, l := range inflights {
+		if err := l.Close(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("kit: close in-flight limiter: %w", err))
+		}
+	}
 	for _, l := range limiters {
 		if err := l.Close(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("kit: close limiter: %w", err))

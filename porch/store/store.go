@@ -17,6 +17,13 @@ type Counters = driver.Counters
 // calling.
 type Keys = driver.KeyStore
 
+// Slots is any store that can hold the in-flight limiter's slots:
+// *sqlite.Store and *memory.Store count them in the process,
+// *postgres.Store and *redis.Store across every instance sharing them.
+// inflight.New takes it. As with [Counters], its methods are a driver's,
+// not for calling.
+type Slots = driver.Slots
+
 // Errors a store returns that an application may meet.
 var (
 	// ErrClosed is returned by writes queued after Close has begun. It is

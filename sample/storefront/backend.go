@@ -23,6 +23,7 @@ import (
 type backend interface {
 	driver.KeyStore
 	driver.Counters
+	driver.Slots
 }
 
 // openBackend opens porch's SQL store, SQLite by default or PostgreSQL
@@ -61,6 +62,7 @@ type stores struct {
 	sql      backend
 	db       *sql.DB
 	counters driver.Counters // the limiter's: sql, or the Redis store
+	slots    driver.Slots    // the in-flight limiter's: where counters are
 	redis    *redis.Store    // nil without -redis and -redis-cluster
 }
 
@@ -83,7 +85,7 @@ func openStores(cfg config, app *porch.App, queueSize int, obs store.Observer) (
 	if err != nil {
 		return stores{}, err
 	}
-	s := stores{sql: sq, db: db, counters: sq}
+	s := stores{sql: sq, db: db, counters: sq, slots: sq}
 	if !cfg.redis.enabled() {
 		app.OnShutdown(sq.Close)
 		return s, nil
@@ -96,7 +98,7 @@ func openStores(cfg config, app *porch.App, queueSize int, obs store.Observer) (
 	app.OnShutdown(closeClient(client))
 	app.OnShutdown(sq.Close)
 	app.OnShutdown(rs.Close)
-	s.counters, s.redis = rs, rs
+	s.counters, s.slots, s.redis = rs, rs, rs
 	return s, nil
 }
 

@@ -49,6 +49,22 @@
 //
 //	go run ./sample/storefront -postgres postgres://… -rate-lease 16
 //
+// With -inflight-limit N at most N requests of one client (keyed as the
+// rate limiter keys it, so by X-Forwarded-For with -trust-proxy) are in
+// flight at once on every rate-limited route; one more is refused 429
+// with Retry-After (porch/inflight). They are counted where the limiter
+// counts: in the process on SQLite, across every instance on -postgres or
+// a Redis flag, where the slots of an instance killed with SIGKILL are
+// free for the others within inflight.DefaultLease (10 s). The rate
+// limiter runs first, so a request it refuses never takes a slot; then
+// the in-flight limiter, so a request it refuses never reserves its
+// idempotency key. 0, the default, is no limit; a negative N is refused
+// with one line and exit status 2. -report-handler-span, for the
+// acceptance gate's chaos legs, makes GET /products and POST /checkout
+// answer X-Handler-Span: when the handler began and wrote its status.
+//
+//	go run ./sample/storefront -postgres postgres://… -inflight-limit 4
+//
 // -max-inflight N sheds load: the instance serves at most N requests at
 // once (/healthz aside, which is never counted nor refused), and answers
 // the others 503 with Retry-After. -critical-reserve F keeps a fraction of
@@ -104,6 +120,8 @@ type config struct {
 	rateAlgorithm  rate.Algorithm
 	rateBurst      int
 	rateLease      int           // rate.Options.Lease of the general limiter (see shop.go)
+	inflightLimit  int           // requests of one client in flight at once (inflight.go); 0: no limit
+	reportSpan     bool          // -report-handler-span: the gate's chaos legs read X-Handler-Span
 	loginLimit     int           // POST /login: failed attempts per user and address (login.go)
 	loginWindow    time.Duration // … per this window
 	trustProxy     bool
@@ -149,6 +167,8 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&algorithm, "rate-algorithm", "fixed", "how requests are counted against -rate-limit per -rate-window: fixed, sliding or gcra")
 	fs.IntVar(&c.rateBurst, "rate-burst", 0, "with -rate-algorithm gcra: requests allowed at once on top of the steady rate (0: -rate-limit)")
 	fs.IntVar(&c.rateLease, "rate-lease", 0, "with -postgres, -redis, -redis-sentinel or -redis-cluster, and -rate-algorithm fixed or sliding: hits a busy client's store trip may count ahead, answered later from memory (0: every hit is decided by the store); see rate.Options.Lease")
+	fs.IntVar(&c.inflightLimit, "inflight-limit", 0, "requests of one client in flight at once on every rate-limited route, counted across every instance sharing the limiter's store (-postgres or a Redis flag); 0: no limit")
+	fs.BoolVar(&c.reportSpan, "report-handler-span", false, "for the acceptance gate: GET /products and POST /checkout answer X-Handler-Span: when the handler began and wrote its status, in Unix ns")
 	fs.IntVar(&c.loginLimit, "login-limit", 5, "POST /login: failed attempts allowed per user and client address per -login-window (successes are not counted)")
 	fs.DurationVar(&c.loginWindow, "login-window", 15*time.Minute, "POST /login: the failed-attempts window (a fixed window)")
 	fs.IntVar(&c.rateWriteAhead, "rate-write-ahead", 0, "on SQLite (without -postgres or a Redis flag): how far a stored count may run ahead of the true one (0: 256; negative: write every hit exactly); see rate.Options.WriteAhead")
@@ -237,6 +257,9 @@ func parseFlags(args []string) (config, error) {
 		// SQLite would ignore it: its limiter counts in memory already,
 		// -rate-write-ahead ahead of the file.
 		return c, fmt.Errorf("-rate-lease needs -postgres, -redis, -redis-sentinel or -redis-cluster: on SQLite the limiter already counts in memory (see -rate-write-ahead)")
+	}
+	if c.inflightLimit < 0 {
+		return c, fmt.Errorf("-inflight-limit must not be negative, got %d", c.inflightLimit)
 	}
 	switch {
 	case c.rateLimit < 1:

@@ -117,6 +117,10 @@ func newShop(cfg config, m *prom.Metrics) (*porch.App, error) {
 		return nil, err
 	}
 	app.OnShutdown(logins.Close)
+	conc := newInflight(cfg, pool, st.slots, m) // inflight.go; nil without -inflight-limit
+	if conc != nil {
+		app.OnShutdown(conc.Close)
+	}
 	// No principal: the shop has no accounts, so keys are scoped by the
 	// connection's peer, even with -trust-proxy. Behind the proxy its
 	// clients then share one scope, but a retry that arrives with another
@@ -141,11 +145,14 @@ func newShop(cfg config, m *prom.Metrics) (*porch.App, error) {
 			r.With(readLogin).Post("/login", s.login)
 			return
 		}
-		r.With(lim.Handler).Get("/products", s.products)
-		// Limit first: a refused request must not reserve its key.
-		r.With(porch.Chain(lim, keys)).Post("/checkout", s.checkout)
+		// Limit first: a refused request must not take an in-flight slot
+		// nor reserve its key. Then the in-flight limiter (see
+		// inflight.go), which a request it refuses never passes to
+		// idempotency either.
+		r.With(lim.Handler, conc.handler).Get("/products", s.reportSpan(s.products))
+		r.With(porch.Chain(conc.after(lim, keys)...)).Post("/checkout", s.reportSpan(s.checkout))
 		// The body first: the login limiter keys on its user.
-		r.With(readLogin, porch.Chain(rate.All(lim, logins))).Post("/login", s.login)
+		r.With(readLogin, porch.Chain(conc.after(rate.All(lim, logins))...)).Post("/login", s.login)
 	})
 	return app, nil
 }

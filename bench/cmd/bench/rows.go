@@ -90,6 +90,16 @@ func rows(replayKeys int) []row {
 	}
 	out = append(out, pgbenchRow(false), pgbenchRow(true))
 	out = append(out, redisRows()...)
+	for _, m := range []struct{ label, mode string }{
+		{"porch in-flight limiter, memory", "inflight-memory"},
+		{"porch in-flight limiter, SQLite", "inflight-sqlite"},
+		{"porch in-flight limiter, PostgreSQL", "inflight-postgres"},
+		{"porch in-flight limiter, Redis", "inflight-redis"},
+	} {
+		out = append(out,
+			row{label: m.label, mode: m.mode, keys: "one", baseTo: "httprate/one"},
+			row{label: m.label, mode: m.mode, keys: "many", baseTo: "httprate/many", script: "xff.lua"})
+	}
 	return append(out,
 		row{label: "porch Idempotent, POST without key", mode: "porch-idem", keys: "unkeyed", porch: true, baseTo: "httprate/one", script: "post.lua"},
 		row{label: "porch Idempotent, fresh key per request", mode: "porch-idem", keys: "fresh", porch: true, baseTo: "httprate/one", script: "fresh.lua"},

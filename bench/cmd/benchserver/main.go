@@ -24,6 +24,8 @@
 //	                schema dropped at exit
 //	porch-idem      porch's idem.Keys (on SQLite) in front of POST
 //	porch-redis, porch-redis-aof, ulule-redis, redis-rate: see redis.go
+//	inflight-memory, inflight-sqlite, inflight-postgres, inflight-redis:
+//	                porch's in-flight limiter on each store (inflight.go)
 //
 // The porch-sqlite and porch-postgres limiters count by -algorithm (fixed,
 // sliding or gcra; rate.Options.Algorithm) with -burst (GCRA only;

@@ -88,6 +88,9 @@ func newLimiter(ctx context.Context, cfg config, app *porch.App, clk clock.Clock
 	if open, ok := redisModes[cfg.mode]; ok {
 		return open(ctx, cfg, app, clk)
 	}
+	if open, ok := inflightModes[cfg.mode]; ok {
+		return open(ctx, cfg, app, clk)
+	}
 	switch cfg.mode {
 	case "none":
 		return nil, nil, nil

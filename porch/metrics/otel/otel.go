@@ -1,6 +1,6 @@
 // Package otel reports what porch's middlewares, pool and stores do to
 // OpenTelemetry: a [Metrics] is a porch.PoolObserver, a rate.Observer, an
-// idem.Observer, a shed.Observer and a store.Observer. It counts the same outcomes as
+// inflight.Observer, an idem.Observer, a shed.Observer and a store.Observer. It counts the same outcomes as
 // porch/metrics/prom, as OpenTelemetry instruments of the MeterProvider it
 // is given, and it writes each decision onto the request's active span, so
 // that a trace shows which limiter refused a request or that a response
@@ -35,6 +35,7 @@ import (
 
 	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/idem"
+	"github.com/writeonce/porch-go/porch/inflight"
 	"github.com/writeonce/porch-go/porch/rate"
 	"github.com/writeonce/porch-go/porch/shed"
 	"github.com/writeonce/porch-go/porch/store"
@@ -51,6 +52,8 @@ const (
 	keyVerdict   = attribute.Key("porch.rate.verdict")
 	keyRemaining = attribute.Key("porch.rate.remaining")
 	keyOutcome   = attribute.Key("porch.idem.outcome")
+	keyInflight  = attribute.Key("porch.inflight.limiter")
+	keyInOutcome = attribute.Key("porch.inflight.outcome")
 	keyShedClass = attribute.Key("porch.shed.class")
 	keyShedOut   = attribute.Key("porch.shed.outcome")
 )
@@ -96,8 +99,12 @@ type Metrics struct {
 	shed          [2][2]decision // by class (not critical, critical), then admitted, refused
 	shedInFlight  metric.Int64UpDownCounter
 
-	mu       sync.RWMutex // protects limiters
-	limiters map[string]*[rate.Unavailable + 1]decision
+	inflight     metric.Int64Counter
+	inflightHeld metric.Int64UpDownCounter
+
+	mu        sync.RWMutex // protects limiters and inflights
+	limiters  map[string]*[rate.Unavailable + 1]decision
+	inflights map[string]*[inflight.Released + 1]decision // Released: the held series' attributes
 }
 
 // decision is what one outcome adds to a counter and to a span, made once
@@ -118,6 +125,7 @@ func newDecision(kvs ...attribute.KeyValue) decision {
 var (
 	_ porch.PoolObserver = (*Metrics)(nil)
 	_ rate.Observer      = (*Metrics)(nil)
+	_ inflight.Observer  = (*Metrics)(nil)
 	_ idem.Observer      = (*Metrics)(nil)
 	_ shed.Observer      = (*Metrics)(nil)
 	_ store.Observer     = (*Metrics)(nil)
@@ -137,7 +145,8 @@ func New(mp metric.MeterProvider) (*Metrics, error) {
 		mp = otel.GetMeterProvider()
 	}
 	meter := mp.Meter(scope)
-	m := &Metrics{limiters: make(map[string]*[rate.Unavailable + 1]decision)}
+	m := &Metrics{limiters: make(map[string]*[rate.Unavailable + 1]decision),
+		inflights: make(map[string]*[inflight.Released + 1]decision)}
 	var err error
 	if m.rate, err = meter.Int64Counter("porch.rate.requests", metric.WithUnit("{request}"),
 		metric.WithDescription("Requests a rate limiter decided, by limiter name and verdict: allowed, limited, unavailable.")); err != nil {
@@ -168,6 +177,14 @@ func New(mp metric.MeterProvider) (*Metrics, error) {
 	}
 	if m.poolRejected, err = meter.Int64Counter("porch.pool.rejected", metric.WithUnit("{job}"),
 		metric.WithDescription("Jobs the actor pool refused because the key's mailbox was full: requests answered 503.")); err != nil {
+		return nil, err
+	}
+	if m.inflight, err = meter.Int64Counter("porch.inflight.requests", metric.WithUnit("{request}"),
+		metric.WithDescription("Requests an in-flight limiter decided, by limiter name and outcome: admitted, limited, unavailable.")); err != nil {
+		return nil, err
+	}
+	if m.inflightHeld, err = meter.Int64UpDownCounter("porch.inflight.held", metric.WithUnit("{request}"),
+		metric.WithDescription("Slots an in-flight limiter holds in this process: its requests running now.")); err != nil {
 		return nil, err
 	}
 	if m.shedRequests, err = meter.Int64Counter("porch.shed.requests", metric.WithUnit("{request}"),
@@ -229,6 +246,51 @@ func (m *Metrics) limiter(name string) *[rate.Unavailable + 1]decision {
 		ds[o] = newDecision(keyLimiter.String(name), keyVerdict.String(o.String()))
 	}
 	m.limiters[name] = ds
+	return ds
+}
+
+// InflightEvent counts an in-flight limiter's decision in
+// porch.inflight.requests and sets it on the request's span, and moves
+// porch.inflight.held with Admitted and Released.
+func (m *Metrics) InflightEvent(ctx context.Context, limiter string, e inflight.Event) {
+	if e < inflight.Admitted || e > inflight.Released {
+		return
+	}
+	ds := m.inflightOf(limiter)
+	switch e {
+	case inflight.Admitted:
+		m.inflightHeld.Add(ctx, 1, ds[inflight.Released].add...)
+	case inflight.Released:
+		m.inflightHeld.Add(ctx, -1, ds[inflight.Released].add...)
+		return
+	}
+	d := &ds[e]
+	m.inflight.Add(ctx, 1, d.add...)
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		span.SetAttributes(d.attrs...)
+	}
+}
+
+// inflightOf returns an in-flight limiter's attribute sets, making them
+// the first time.
+func (m *Metrics) inflightOf(name string) *[inflight.Released + 1]decision {
+	m.mu.RLock()
+	ds, ok := m.inflights[name]
+	m.mu.RUnlock()
+	if ok {
+		return ds
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if ds, ok := m.inflights[name]; ok {
+		return ds
+	}
+	ds = new([inflight.Released + 1]decision)
+	for _, e := range []inflight.Event{inflight.Admitted, inflight.Limited, inflight.Unavailable} {
+		ds[e] = newDecision(keyInflight.String(name), keyInOutcome.String(e.String()))
+	}
+	ds[inflight.Released] = newDecision(keyInflight.String(name))
+	m.inflights[name] = ds
 	return ds
 }
 

@@ -1,6 +1,6 @@
 // Package prom counts what porch's middlewares, pool and stores do as
 // Prometheus metrics: a [Metrics] is a porch.PoolObserver, a rate.Observer,
-// an idem.Observer, a shed.Observer and a store.Observer.
+// an inflight.Observer, an idem.Observer, a shed.Observer and a store.Observer.
 // It is the one porch package that links
 // github.com/prometheus/client_golang; the framework, the middlewares and
 // the drivers do not.
@@ -24,6 +24,7 @@ import (
 
 	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/idem"
+	"github.com/writeonce/porch-go/porch/inflight"
 	"github.com/writeonce/porch-go/porch/rate"
 	"github.com/writeonce/porch-go/porch/shed"
 	"github.com/writeonce/porch-go/porch/store"
@@ -55,13 +56,25 @@ type Metrics struct {
 	shed          [2][2]prometheus.Counter // by class (not critical, critical), then admitted, refused
 	shedInFlight  prometheus.Gauge
 
-	mu       sync.RWMutex // protects limiters
-	limiters map[string]*[rate.Unavailable + 1]prometheus.Counter
+	inflight     *prometheus.CounterVec
+	inflightHeld *prometheus.GaugeVec
+
+	mu        sync.RWMutex // protects limiters and inflights
+	limiters  map[string]*[rate.Unavailable + 1]prometheus.Counter
+	inflights map[string]*inflightSeries
+}
+
+// inflightSeries are one in-flight limiter's series: its decisions by
+// event (Released unused) and its slots held.
+type inflightSeries struct {
+	events [inflight.Released]prometheus.Counter
+	held   prometheus.Gauge
 }
 
 var (
 	_ porch.PoolObserver = (*Metrics)(nil)
 	_ rate.Observer      = (*Metrics)(nil)
+	_ inflight.Observer  = (*Metrics)(nil)
 	_ idem.Observer      = (*Metrics)(nil)
 	_ shed.Observer      = (*Metrics)(nil)
 	_ store.Observer     = (*Metrics)(nil)
@@ -121,11 +134,20 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "porch_pool_rejected_total",
 			Help: "Jobs the actor pool refused because the key's mailbox was full: requests answered 503.",
 		}),
+		inflight: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "porch_inflight_requests_total",
+			Help: "Requests an in-flight limiter decided, by limiter name and outcome: admitted, limited, unavailable.",
+		}, []string{"limiter", "outcome"}),
+		inflightHeld: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "porch_inflight_held",
+			Help: "Slots an in-flight limiter holds in this process: its requests running now.",
+		}, []string{"limiter"}),
 		shedInFlight: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "porch_shed_in_flight",
 			Help: "Requests the load shedders have admitted and not yet released.",
 		}),
-		limiters: make(map[string]*[rate.Unavailable + 1]prometheus.Counter),
+		limiters:  make(map[string]*[rate.Unavailable + 1]prometheus.Counter),
+		inflights: make(map[string]*inflightSeries),
 	}
 	shedRequests := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "porch_shed_requests_total",
@@ -138,7 +160,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		m.shed[c][0] = shedRequests.WithLabelValues(class, shed.Admitted.String())
 		m.shed[c][1] = shedRequests.WithLabelValues(class, shed.Refused.String())
 	}
-	for _, c := range []prometheus.Collector{m.rate, idem, m.commits, m.commitErrors, m.commitSeconds, m.batchSize, m.poolRejected,
+	for _, c := range []prometheus.Collector{m.rate, m.inflight, m.inflightHeld, idem, m.commits, m.commitErrors, m.commitSeconds, m.batchSize, m.poolRejected,
 		shedRequests, m.shedInFlight} {
 		if err := reg.Register(c); err != nil {
 			panic("prom: New: " + err.Error())
@@ -176,6 +198,46 @@ func (m *Metrics) limiter(name string) *[rate.Unavailable + 1]prometheus.Counter
 	}
 	m.limiters[name] = cs
 	return cs
+}
+
+// InflightEvent counts an in-flight limiter's decision in
+// porch_inflight_requests_total, and moves porch_inflight_held with
+// Admitted and Released.
+func (m *Metrics) InflightEvent(_ context.Context, limiter string, e inflight.Event) {
+	if e < inflight.Admitted || e > inflight.Released {
+		return
+	}
+	ss := m.inflightOf(limiter)
+	switch e {
+	case inflight.Admitted:
+		ss.held.Inc()
+	case inflight.Released:
+		ss.held.Dec()
+		return
+	}
+	ss.events[e].Inc()
+}
+
+// inflightOf returns the series of an in-flight limiter, making them
+// (from zero, every outcome) the first time.
+func (m *Metrics) inflightOf(name string) *inflightSeries {
+	m.mu.RLock()
+	ss, ok := m.inflights[name]
+	m.mu.RUnlock()
+	if ok {
+		return ss
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if ss, ok := m.inflights[name]; ok {
+		return ss
+	}
+	ss = &inflightSeries{held: m.inflightHeld.WithLabelValues(name)}
+	for _, e := range []inflight.Event{inflight.Admitted, inflight.Limited, inflight.Unavailable} {
+		ss.events[e] = m.inflight.WithLabelValues(name, e.String())
+	}
+	m.inflights[name] = ss
+	return ss
 }
 
 // IdemOutcome counts an outcome in porch_idem_requests_total.

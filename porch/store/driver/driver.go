@@ -7,12 +7,14 @@
 // under the names an application reads.
 //
 // A driver offers the rate limiter's counters ([ExclusiveCounters] or
-// [SharedCounters], both [Counters]), idempotency's [KeyStore], or both.
-// porch/store/storetest holds the conformance suites a driver passes:
-// TestCounters and TestKeys. The errors a driver returns that a user may
-// meet ([ErrClosed], [ErrWriteFailed], …) and the [Stats] it reports are
-// declared here and exported again by porch/store under the same names;
-// the options every driver takes and the commit observer are porch/store's.
+// [SharedCounters], both [Counters]), idempotency's [KeyStore], the
+// in-flight limiter's [Slots] (in the process, or [SharedSlots]), or
+// several of them. porch/store/storetest holds the conformance suites a
+// driver passes: TestCounters, TestKeys and TestSlots. The errors a driver
+// returns that a user may meet ([ErrClosed], [ErrWriteFailed], …) and the
+// [Stats] it reports are declared here and exported again by porch/store
+// under the same names; the options every driver takes and the commit
+// observer are porch/store's.
 //
 // Like database/sql/driver, it imports nothing of porch above it: a
 // driver and porch/store import it, never the other way.

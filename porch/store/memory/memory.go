@@ -47,6 +47,7 @@ type Store struct {
 var (
 	_ driver.ExclusiveCounters = (*Store)(nil)
 	_ driver.KeyStore          = (*Store)(nil)
+	_ driver.Slots             = (*Store)(nil)
 )
 
 // Open returns an empty store. It takes at most one Options; memory.Open()
@@ -145,3 +146,8 @@ type data struct {
 func newData() *data {
 	return &data{counters: make(map[string]*counterEntry), responses: make(map[string]*responseEntry)}
 }
+
+// SlotsShared reports false: only this process counts slots in a memory
+// store, so the in-flight limiter counts them in its actors (see
+// driver.Slots).
+func (s *Store) SlotsShared() bool { return false }

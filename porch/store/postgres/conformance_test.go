@@ -53,3 +53,12 @@ func TestKeysConformance(t *testing.T) {
 		},
 	})
 }
+
+// PostgreSQL's in-flight slots pass the drivers' slots suite; two stores
+// on one schema are two instances.
+func TestSlotsConformance(t *testing.T) {
+	storetest.TestSlots(t, storetest.SlotsHarness{
+		DB:   func(t *testing.T) string { return pgtest.DSN(t) },
+		Open: func(t *testing.T, dsn string) driver.SharedSlots { return openStore(t, dsn) },
+	})
+}

@@ -70,6 +70,17 @@ var postgresMigrations = []string{
 	// catalog change, not a rewrite.
 	`ALTER TABLE porch_rate_counters ADD COLUMN leased bigint NOT NULL DEFAULT 0;
 	ALTER TABLE porch_rate_counters ADD COLUMN lease_start bigint NOT NULL DEFAULT 0;`,
+	// The in-flight limiter's slots (driver.SharedSlots): one row per
+	// request in flight, leased until expires_at (Unix ms on the
+	// database's clock) and renewed by its holder. Logged, though a slot
+	// is volatile: an unlogged table is empty on a standby that takes
+	// over, which would forget every held slot and admit N more at once.
+	`CREATE TABLE porch_inflight (
+		key        bytea  NOT NULL,
+		slot       text   NOT NULL,
+		expires_at bigint NOT NULL,
+		PRIMARY KEY (key, slot)
+	);`,
 }
 
 // pgLeaseFrom is the oldest window start of row c whose leases' give-backs

@@ -69,3 +69,18 @@ func testHashTag(t *testing.T, c *goredis.ClusterClient) {
 		t.Errorf("five principals in %d slots: the tag does not depend on the principal", len(slots))
 	}
 }
+
+// Redis's in-flight slots pass the drivers' slots suite, on one server.
+func TestSlotsConformance(t *testing.T) {
+	c := redistest.Client(t)
+	storetest.TestSlots(t, storetest.SlotsHarness{
+		DB: func(t *testing.T) string { return redistest.Prefix(t, c) },
+		Open: func(t *testing.T, prefix string) driver.SharedSlots {
+			st, err := redis.Open(context.Background(), c, redis.Options{Prefix: prefix, Timeout: redistest.StoreTimeout})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return st
+		},
+	})
+}

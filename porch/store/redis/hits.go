@@ -15,9 +15,10 @@ import (
 // counterKey is key's Redis key: Prefix, a hash tag, then key itself.
 //
 // The tag is a digest of the key's principal part (everything after
-// "rate:<name>:", so "p:<principal>" or "ip:<address>"), so that every
-// limiter's key for one principal lands in one hash slot of a cluster:
-// the members of a rate.All keyed alike are counted on one node. It is
+// "rate:<name>:" or the in-flight limiter's "inflight:<name>:", so
+// "p:<principal>" or "ip:<address>"), so that every limiter's key for one
+// principal, its in-flight slots included, lands in one hash slot of a
+// cluster: the members of a rate.All keyed alike are counted on one node. It is
 // hex, so it never holds a brace whatever bytes the principal has. Each
 // hit is still its own script: a rate.All's members count separately,
 // and give a refused request's hits back (TakeBack), as on the SQL stores.
@@ -46,9 +47,12 @@ func hashTag(key string) string {
 // counterKey): 16 lowercase hex digits of its 64-bit FNV-1a hash.
 func appendHashTag(b []byte, key string) []byte {
 	rest := key
-	if after, ok := strings.CutPrefix(key, "rate:"); ok {
-		if i := strings.IndexByte(after, ':'); i >= 0 {
-			rest = after[i+1:]
+	for _, kind := range [...]string{"rate:", "inflight:"} {
+		if after, ok := strings.CutPrefix(key, kind); ok {
+			if i := strings.IndexByte(after, ':'); i >= 0 {
+				rest = after[i+1:]
+			}
+			break
 		}
 	}
 	// FNV-1a, 64 bits, as hash/fnv's New64a, without its allocation.

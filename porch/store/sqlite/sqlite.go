@@ -102,6 +102,7 @@ type preparedStmts struct {
 var (
 	_ driver.Store             = (*Store)(nil)
 	_ driver.ExclusiveCounters = (*Store)(nil)
+	_ driver.Slots             = (*Store)(nil)
 )
 
 // Open opens (creating if needed) the database at path, migrates its
@@ -523,3 +524,9 @@ func (s *Store) Exec(ctx context.Context, query string, args ...any) error {
 // batch there is a round trip to a server, whose own group commit (or
 // none, on Redis) is what shares the disk.
 const commitGather = 200 * time.Microsecond
+
+// SlotsShared reports false: one process writes a SQLite file (see
+// Open's lock), so the in-flight limiter counts slots in its actors, in
+// memory, and a process that dies takes its slots with it (see
+// driver.Slots).
+func (s *Store) SlotsShared() bool { return false }

@@ -1,0 +1,174 @@
+package redis
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/writeonce/porch-go/porch/store/driver"
+)
+
+var _ driver.SharedSlots = (*Store)(nil)
+
+// A key's slots are a sorted set under counterKey's name (so with its hash
+// tag: one principal's counters and slots share a cluster slot), each
+// member a holder's id scored by its lease's end in Unix ms on the
+// server's clock (TIME). The set itself expires a lease after its last
+// write, so an abandoned key leaves nothing behind.
+
+// luaAcquireSlot: KEYS[1] the set; ARGV id, limit, lease ms. Drops
+// expired members, then adds id if fewer than limit are live. Returns
+// {taken (0 or 1), live members after}.
+const luaAcquireSlot = `
+if redis.replicate_commands then pcall(redis.replicate_commands) end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local limit, lease = tonumber(ARGV[2]), tonumber(ARGV[3])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+local n = redis.call('ZCARD', KEYS[1])
+if n >= limit then return {0, n} end
+redis.call('ZADD', KEYS[1], now + lease, ARGV[1])
+if redis.call('PTTL', KEYS[1]) < lease then redis.call('PEXPIRE', KEYS[1], lease) end
+return {1, n + 1}
+`
+
+// luaRenewSlots: KEYS[1] the set; ARGV lease ms, then ids. Extends each
+// live id's lease (ZADD XX: an expired or released id is not added back).
+// Returns how many were not live.
+const luaRenewSlots = `
+if redis.replicate_commands then pcall(redis.replicate_commands) end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local lease = tonumber(ARGV[1])
+local lost = 0
+for i = 2, #ARGV do
+  local s = redis.call('ZSCORE', KEYS[1], ARGV[i])
+  if s and tonumber(s) > now then
+    redis.call('ZADD', KEYS[1], 'XX', now + lease, ARGV[i])
+  else
+    lost = lost + 1
+  end
+end
+if lost < #ARGV - 1 and redis.call('PTTL', KEYS[1]) < lease then redis.call('PEXPIRE', KEYS[1], lease) end
+return lost
+`
+
+var (
+	scriptAcquireSlot = goredis.NewScript(luaAcquireSlot)
+	scriptRenewSlots  = goredis.NewScript(luaRenewSlots)
+)
+
+// SlotsShared reports true: every instance sharing the server counts the
+// same slots (see driver.Slots).
+func (s *Store) SlotsShared() bool { return true }
+
+// AcquireSlot takes one of limit slots of key for id, leased for lease on
+// the server's clock, in one script (see driver.SharedSlots), bounded by
+// Options.Timeout. With Options.Replicas the script is followed by WAIT
+// on its connection, as a batch of hits is, and an acquire fewer replicas
+// acknowledged fails (its request is answered 503, and the slot given
+// back): a failover to a replica that had not received it would forget
+// the slot and admit one request more than the limit.
+func (s *Store) AcquireSlot(ctx context.Context, key, id string, limit int64, lease time.Duration) (ok bool, held int64, err error) {
+	var res []int64
+	k := s.counterKey(key)
+	err = s.roundTrip(ctx, func(ctx context.Context) error {
+		if s.opt.Replicas == 0 {
+			r, err := scriptAcquireSlot.Run(ctx, s.c, []string{k}, id, limit, lease.Milliseconds()).Int64Slice()
+			res = r
+			return err
+		}
+		var on goredis.Cmdable = s.c
+		if cc, ok := s.c.(*goredis.ClusterClient); ok {
+			node, err := cc.MasterForKey(ctx, k)
+			if err != nil {
+				cc.ReloadState(ctx)
+				return fmt.Errorf("the master of %s: %w", k, err)
+			}
+			on = node
+		}
+		pipe := on.Pipeline()
+		cmd := scriptAcquireSlot.Eval(ctx, pipe, []string{k}, id, limit, lease.Milliseconds())
+		waitMS := s.waitBudget(ctx)
+		wait := goredis.NewIntCmd(ctx, "wait", s.opt.Replicas, waitMS)
+		pipe.Process(ctx, wait)
+		if _, err := pipe.Exec(ctx); err != nil {
+			return err
+		}
+		r, err := cmd.Int64Slice()
+		if err != nil {
+			return err
+		}
+		res = r
+		return ackedBy(wait, s.opt.Replicas, waitMS)
+	})
+	if err != nil {
+		return false, 0, fmt.Errorf("redis: acquire slot: %w", err)
+	}
+	if len(res) != 2 {
+		return false, 0, fmt.Errorf("redis: acquire slot: the script answered %v", res)
+	}
+	return res[0] == 1, res[1], nil
+}
+
+// ReleaseSlot removes id from key's set, bounded by Options.Timeout.
+func (s *Store) ReleaseSlot(ctx context.Context, key, id string) error {
+	err := s.roundTrip(ctx, func(ctx context.Context) error {
+		return s.c.ZRem(ctx, s.counterKey(key), id).Err()
+	})
+	if err != nil {
+		return fmt.Errorf("redis: release slot: %w", err)
+	}
+	return nil
+}
+
+// RenewSlots extends the leases of held: one script per key, every key's
+// in one pipeline (on a cluster, go-redis sends each node its share),
+// bounded by Options.Timeout.
+func (s *Store) RenewSlots(ctx context.Context, held []driver.SlotRef, lease time.Duration) (lost int, err error) {
+	if len(held) == 0 {
+		return 0, nil
+	}
+	byKey := make(map[string][]any, len(held))
+	order := make([]string, 0, len(held))
+	for _, h := range held {
+		if _, ok := byKey[h.Key]; !ok {
+			order = append(order, h.Key)
+			byKey[h.Key] = []any{lease.Milliseconds()}
+		}
+		byKey[h.Key] = append(byKey[h.Key], h.ID)
+	}
+	var counts []int64
+	err = s.roundTrip(ctx, func(ctx context.Context) error {
+		cmds := make([]*goredis.Cmd, len(order))
+		_, err := s.c.Pipelined(ctx, func(p goredis.Pipeliner) error {
+			for i, k := range order {
+				// EVAL, not EVALSHA: a pipeline cannot fall back from
+				// NOSCRIPT, and a primary that took over may not have
+				// the script cached.
+				cmds[i] = scriptRenewSlots.Eval(ctx, p, []string{s.counterKey(k)}, byKey[k]...)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, c := range cmds {
+			n, err := c.Int64()
+			if err != nil {
+				return err
+			}
+			counts = append(counts, n)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("redis: renew slots: %w", err)
+	}
+	for _, n := range counts {
+		lost += int(n)
+	}
+	return lost, nil
+}
