@@ -141,7 +141,18 @@ func (s *Shedder) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 	}
 	defer s.release(ctx, critical) // also when next panics
 	s.observe(ctx, Admitted, critical)
-	next.ServeHTTP(w, r.WithContext(&admitted{Context: ctx, s: s}))
+	a := &admittedRequest{ctx: admitted{Context: ctx, s: s}}
+	a.r = *r.WithContext(&a.ctx)
+	next.ServeHTTP(w, &a.r)
+}
+
+// admittedRequest is the request a Shedder hands on with its marked
+// context, in one allocation instead of two (TestAdmissionAllocations):
+// r.WithContext is inlined, so its own copy of the request stays on the
+// stack and is copied into r here.
+type admittedRequest struct {
+	r   http.Request
+	ctx admitted
 }
 
 // admit takes a slot if one is open to the class: below the threshold for
@@ -179,8 +190,9 @@ func (s *Shedder) observe(ctx context.Context, e Event, critical bool) {
 // admitted is the context a Shedder hands on with a request it admitted,
 // so that a mount of the same Shedder further in passes the request on
 // rather than counting it twice. It wraps its parent itself, rather than
-// going into a context.WithValue, for one allocation instead of two; every
-// copy of the request (r.WithContext, r.Clone) keeps it.
+// going into a context.WithValue, so that it can share the request's
+// allocation (admittedRequest); every copy of the request (r.WithContext,
+// r.Clone) keeps it.
 type admitted struct {
 	context.Context
 	s *Shedder
