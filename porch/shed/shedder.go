@@ -89,14 +89,20 @@ func New(capacity int, opts Options) *Shedder {
 	}
 }
 
-// reserved is ⌊capacity×reserve⌋, a product within 1e-9 of a whole number
-// counting as that number (see the package doc), and at most
-// capacity−1: a request that is not critical is always admitted by an
-// idle instance.
+// reserved is ⌊capacity×reserve⌋, a product within 1e-9 of a whole number,
+// or within 1e-15 of it relatively, counting as that number (see the
+// package doc), and at most capacity−1: a request that is not critical is
+// always admitted by an idle instance.
+//
+// The relative bound is for large capacities: the error of a decimal
+// reserve's binary rounding, and of the product, is a few parts in 1e16
+// of the product, so at a capacity of 1e9 it passes 1e-9 (1e9×0.0157 is
+// 15699999.999999998), while no reserve a person writes puts N×F that
+// close to a whole number without it being one.
 func reserved(capacity int, reserve float64) int64 {
 	p := float64(capacity) * reserve
 	n := math.Floor(p)
-	if r := math.Round(p); math.Abs(p-r) < 1e-9 {
+	if r := math.Round(p); math.Abs(p-r) < max(1e-9, p*1e-15) {
 		n = r
 	}
 	// Below 1, N×F is below N; the snap must not make it N.
