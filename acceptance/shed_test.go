@@ -189,6 +189,7 @@ func TestShedFlagsRefused(t *testing.T) {
 		{[]string{"-max-inflight", "0", "-critical-reserve", "0.5"}, "-critical-reserve"},
 		{[]string{"-max-inflight", "4", "-critical-reserve", "1"}, "-critical-reserve"},
 		{[]string{"-max-inflight", "4", "-critical-reserve", "-0.5"}, "-critical-reserve"},
+		{[]string{"-max-inflight", "4", "-critical-reserve", "1e400"}, "-critical-reserve"}, // past float64: still one line
 		{[]string{"-max-inflight", "-1"}, "-max-inflight"},
 	} {
 		ctx, cancel := context.WithTimeout(t.Context(), startTimeout)

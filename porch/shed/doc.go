@@ -20,9 +20,10 @@
 // refuse a non-critical third, while a third and fourth critical request
 // are admitted and a fifth is refused; with N = 10 and F = 0.25, eight
 // are open to everyone and ⌊2.5⌋ = 2 are kept for critical requests. A
-// product N×F within 1e-9 of a whole number counts as that number, so
-// that a reserve written in decimal (0.29 of 100) keeps the slots it
-// says (29), not one fewer for the binary rounding of 0.29.
+// product N×F within 1e-9 of a whole number (or within 1e-15 of it
+// relatively, for large N) counts as that number, so that a reserve
+// written in decimal (0.29 of 100, 0.0157 of 10⁹) keeps the slots it
+// says (29, 15 700 000), not one fewer for the binary rounding of F.
 //
 // A refusal is 503 application/problem+json of type
 // "https://porch.dev/problems/overloaded" with Retry-After. A request is

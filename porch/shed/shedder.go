@@ -89,14 +89,20 @@ func New(capacity int, opts Options) *Shedder {
 	}
 }
 
-// reserved is ⌊capacity×reserve⌋, a product within 1e-9 of a whole number
-// counting as that number (see the package doc), and at most
-// capacity−1: a request that is not critical is always admitted by an
-// idle instance.
+// reserved is ⌊capacity×reserve⌋, a product within 1e-9 of a whole number,
+// or within 1e-15 of it relatively, counting as that number (see the
+// package doc), and at most capacity−1: a request that is not critical is
+// always admitted by an idle instance.
+//
+// The relative bound is for large capacities: the error of a decimal
+// reserve's binary rounding, and of the product, is a few parts in 1e16
+// of the product, so at a capacity of 1e9 it passes 1e-9 (1e9×0.0157 is
+// 15699999.999999998), while no reserve a person writes puts N×F that
+// close to a whole number without it being one.
 func reserved(capacity int, reserve float64) int64 {
 	p := float64(capacity) * reserve
 	n := math.Floor(p)
-	if r := math.Round(p); math.Abs(p-r) < 1e-9 {
+	if r := math.Round(p); math.Abs(p-r) < max(1e-9, p*1e-15) {
 		n = r
 	}
 	// Below 1, N×F is below N; the snap must not make it N.
@@ -141,7 +147,18 @@ func (s *Shedder) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 	}
 	defer s.release(ctx, critical) // also when next panics
 	s.observe(ctx, Admitted, critical)
-	next.ServeHTTP(w, r.WithContext(&admitted{Context: ctx, s: s}))
+	a := &admittedRequest{ctx: admitted{Context: ctx, s: s}}
+	a.r = *r.WithContext(&a.ctx)
+	next.ServeHTTP(w, &a.r)
+}
+
+// admittedRequest is the request a Shedder hands on with its marked
+// context, in one allocation instead of two (TestAdmissionAllocations):
+// r.WithContext is inlined, so its own copy of the request stays on the
+// stack and is copied into r here.
+type admittedRequest struct {
+	r   http.Request
+	ctx admitted
 }
 
 // admit takes a slot if one is open to the class: below the threshold for
@@ -179,8 +196,9 @@ func (s *Shedder) observe(ctx context.Context, e Event, critical bool) {
 // admitted is the context a Shedder hands on with a request it admitted,
 // so that a mount of the same Shedder further in passes the request on
 // rather than counting it twice. It wraps its parent itself, rather than
-// going into a context.WithValue, for one allocation instead of two; every
-// copy of the request (r.WithContext, r.Clone) keeps it.
+// going into a context.WithValue, so that it can share the request's
+// allocation (admittedRequest); every copy of the request (r.WithContext,
+// r.Clone) keeps it.
 type admitted struct {
 	context.Context
 	s *Shedder

@@ -155,7 +155,7 @@ type serveConfig struct {
 
 func parseFlags(args []string) (config, error) {
 	var c config
-	var algorithm, cluster, sentinel, durability string
+	var algorithm, cluster, sentinel, durability, reserve string
 	fs := flag.NewFlagSet("storefront", flag.ContinueOnError)
 	fs.StringVar(&c.addr, "addr", "127.0.0.1:8080", "listen address (port 0 picks a free port)")
 	fs.StringVar(&c.db, "db", "storefront.db", "SQLite database file (ignored with -postgres)")
@@ -190,7 +190,7 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&c.redis.replicas, "redis-replicas", 0, "with -redis, -redis-sentinel or -redis-cluster: replicas that must hold a hit before it is answered, else 503 (Redis WAIT; 0: none, and a failover may forget answered hits); see redis.Options.Replicas")
 	fs.StringVar(&durability, "durability", "power-loss", "what a rate-limit count survives before its verdict: power-loss (on disk) or process-crash (with the operating system or the database server: a power loss may lose the last moments of counts); stored responses and orders always wait for the disk")
 	fs.IntVar(&c.shed.maxInflight, "max-inflight", 0, "requests this instance serves at once, past which it answers 503 (0: no limit); /healthz is not counted")
-	fs.Float64Var(&c.shed.reserve, "critical-reserve", 0, "with -max-inflight: the fraction of it, in [0, 1), kept for the critical routes (POST /checkout, POST /login): others get 503 once -max-inflight×(1−F) requests are in flight")
+	fs.StringVar(&reserve, "critical-reserve", "0", "with -max-inflight: the `fraction` of it, in [0, 1), kept for the critical routes (POST /checkout, POST /login): others get 503 once -max-inflight×(1−F) requests are in flight")
 	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at GET /metrics on this address, apart from -addr (port 0 picks a free port; empty: no metrics); see docs/observability.md")
 	fs.DurationVar(&c.serve.readTimeout, "read-timeout", 0, "time to read a whole request, header and body (0: 30s; negative: none)")
 	fs.DurationVar(&c.serve.writeTimeout, "write-timeout", 0, "time to write a response (0: 30s; negative: none)")
@@ -211,10 +211,10 @@ func parseFlags(args []string) (config, error) {
 		replicasSet = replicasSet || f.Name == "redis-replicas"
 		reserveSet = reserveSet || f.Name == "critical-reserve"
 	})
-	if err := c.shed.check(reserveSet); err != nil {
+	var err error
+	if c.shed, err = c.shed.check(reserve, reserveSet); err != nil { // shed.go
 		return c, err
 	}
-	var err error
 	if c.redis, err = c.redis.check(sentinel, cluster, replicasSet); err != nil {
 		return c, err
 	}

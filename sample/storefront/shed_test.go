@@ -21,6 +21,13 @@ var shedFlagErrors = []struct {
 	{[]string{"-max-inflight", "4", "-critical-reserve=-0.1"}, `-critical-reserve must be at least 0 and below 1, got -0.1`},
 	{[]string{"-max-inflight", "4", "-critical-reserve", "NaN"}, `-critical-reserve must be at least 0 and below 1, got NaN`},
 	{[]string{"-critical-reserve", "2"}, `-critical-reserve must be at least 0 and below 1, got 2`},
+	// Past float64's range, or not a number at all: out of range too, in
+	// one line, not the flag package's error and the whole usage.
+	{[]string{"-max-inflight", "4", "-critical-reserve", "1e400"}, `-critical-reserve must be at least 0 and below 1, got 1e400 (+Inf)`},
+	{[]string{"-max-inflight", "4", "-critical-reserve", "-1e400"}, `-critical-reserve must be at least 0 and below 1, got -1e400 (-Inf)`},
+	{[]string{"-max-inflight", "4", "-critical-reserve", "half"}, `-critical-reserve must be a number at least 0 and below 1, got "half"`},
+	// Below 1 as written, 1 once it is a float64: say so.
+	{[]string{"-max-inflight", "4", "-critical-reserve", "0.99999999999999999"}, `-critical-reserve must be at least 0 and below 1, got 0.99999999999999999 (1)`},
 }
 
 // -max-inflight and -critical-reserve as the shedder gets them.
@@ -35,6 +42,9 @@ func TestParseFlagsShed(t *testing.T) {
 		{[]string{"-max-inflight", "4", "-critical-reserve", "0.5"}, shedConfig{4, 0.5}},
 		{[]string{"-critical-reserve=0", "-max-inflight=1"}, shedConfig{1, 0}},
 		{[]string{"-max-inflight", "100", "-critical-reserve", "0.999"}, shedConfig{100, 0.999}},
+		{[]string{"-max-inflight", "4", "-critical-reserve", "0.9999999"}, shedConfig{4, 0.9999999}},
+		{[]string{"-max-inflight", "4", "-critical-reserve", "-0"}, shedConfig{4, 0}},
+		{[]string{"-max-inflight", "4", "-critical-reserve", "0x1p-2"}, shedConfig{4, 0.25}},
 	} {
 		c, err := parseFlags(tt.args)
 		if err != nil {
