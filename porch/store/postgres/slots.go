@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/writeonce/porch-go/porch/store/driver"
 )
@@ -15,8 +16,10 @@ var _ driver.SharedSlots = (*Store)(nil)
 const (
 	// pgLockSlots serializes the acquires of one key across every
 	// instance: a transaction-scoped advisory lock on a hash of the key,
-	// held until the acquire's implicit transaction (one pipeline, one
-	// Sync) ends. The seed (1) keeps these locks apart from idempotency
+	// held until the acquire's transaction (one pipeline, see slotsTx)
+	// commits. At synchronous_commit off that commit returns, and the lock
+	// is released, without waiting for the WAL flush: one key's acquires
+	// are serialized at the statements' latency, not the disk's. The seed (1) keeps these locks apart from idempotency
 	// keys' (pgLockKey, seed 0); two keys whose hashes collide only wait
 	// for each other.
 	pgLockSlots = `SELECT pg_advisory_xact_lock(hashtextextended(encode($1::bytea, 'hex'), 1))`
@@ -46,37 +49,101 @@ const (
 // the same slots (see driver.Slots).
 func (p *Store) SlotsShared() bool { return true }
 
+// Slots commit at synchronous_commit off, whatever Options.Durability
+// says: a slot is volatile (driver.Slots), and an fsync per acquire, with
+// the key's lock held through it, serialized one key's requests at the
+// disk's latency. What a crash of the database (or a failover to a standby
+// the commit had not reached) can then forget is the slot changes of its
+// last moments, at most the WAL writer's three wal_writer_delay (600 ms
+// by default) before it, in commit order:
+//
+//   - an acquire: its holder's request runs on without a row, so the key
+//     may admit one request more than its limit per forgotten slot, for
+//     as long as that holder's request runs. Its next renewal (within a
+//     third of the lease) finds no row and reports the slot lost, which
+//     the limiter logs; the row is not put back, since another request
+//     may have its place.
+//   - a release: the row comes back and holds its slot, unrenewed, for at
+//     most one lease: a refusal, never an admission, too many.
+//   - a renewal: the lease ends at its previous renewal's end, a lease
+//     after a commit the crash did not forget, and the next renewal
+//     extends it again.
+//
+// slotsTx is that transaction: BEGIN, SET LOCAL synchronous_commit =
+// off, the statements, COMMIT, in one pipeline (one round trip).
+func slotsTx(b *pgx.Batch) {
+	b.Queue(pgBegin)
+	b.Queue(pgCommitAsync)
+}
+
+// runSlotsTx sends b, which slotsTx began and whose statements follow,
+// with its COMMIT; read reads the statements' results; it checks that the
+// transaction committed. If a statement fails the transaction is left
+// open and aborted, and the pool closes the connection, as hitsExec's.
+func (p *Store) runSlotsTx(ctx context.Context, b *pgx.Batch, read func(br pgx.BatchResults) error) error {
+	b.Queue("COMMIT")
+	br := p.pool.SendBatch(ctx, b)
+	defer br.Close()
+	if err := readBegin(br, 2); err != nil {
+		return err
+	}
+	if err := read(br); err != nil {
+		return err
+	}
+	tag, err := br.Exec()
+	if err != nil {
+		return err
+	}
+	if tag.String() != "COMMIT" {
+		return pgx.ErrTxCommitRollback
+	}
+	return br.Close()
+}
+
 // AcquireSlot takes one of limit slots of key for id, leased for lease on
-// the database's clock: one pipeline, in one implicit transaction, that
-// locks the key and then counts and inserts (see driver.SharedSlots). It
-// is bounded by Options.Timeout.
+// the database's clock: one pipeline, one transaction at synchronous_commit
+// off (see slotsTx), that locks the key and then counts and inserts (see
+// driver.SharedSlots). It is bounded by Options.Timeout.
 func (p *Store) AcquireSlot(ctx context.Context, key, id string, limit int64, lease time.Duration) (ok bool, held int64, err error) {
 	ctx, cancel := context.WithTimeout(ctx, p.opt.Timeout)
 	defer cancel()
 	k := dbKey(key)
 	b := &pgx.Batch{}
+	slotsTx(b)
 	b.Queue(pgLockSlots, k)
-	b.Queue(pgAcquireSlot, k, id, limit, lease.Milliseconds()).QueryRow(func(row pgx.Row) error {
-		return row.Scan(&held, &ok)
+	b.Queue(pgAcquireSlot, k, id, limit, lease.Milliseconds())
+	err = p.runSlotsTx(ctx, b, func(br pgx.BatchResults) error {
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+		return br.QueryRow().Scan(&held, &ok)
 	})
-	if err := p.pool.SendBatch(ctx, b).Close(); err != nil {
+	if err != nil {
 		return false, 0, fmt.Errorf("postgres: acquire slot: %w", err)
 	}
 	return ok, held, nil
 }
 
-// ReleaseSlot deletes id's slot of key, bounded by Options.Timeout.
+// ReleaseSlot deletes id's slot of key, at synchronous_commit off (see
+// slotsTx), bounded by Options.Timeout.
 func (p *Store) ReleaseSlot(ctx context.Context, key, id string) error {
 	ctx, cancel := context.WithTimeout(ctx, p.opt.Timeout)
 	defer cancel()
-	if _, err := p.pool.Exec(ctx, pgReleaseSlot, dbKey(key), id); err != nil {
+	b := &pgx.Batch{}
+	slotsTx(b)
+	b.Queue(pgReleaseSlot, dbKey(key), id)
+	err := p.runSlotsTx(ctx, b, func(br pgx.BatchResults) error {
+		_, err := br.Exec()
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("postgres: release slot: %w", err)
 	}
 	return nil
 }
 
-// RenewSlots extends the leases of held in one statement, bounded by
-// Options.Timeout.
+// RenewSlots extends the leases of held in one statement, at
+// synchronous_commit off (see slotsTx), bounded by Options.Timeout.
 func (p *Store) RenewSlots(ctx context.Context, held []driver.SlotRef, lease time.Duration) (lost int, err error) {
 	if len(held) == 0 {
 		return 0, nil
@@ -88,7 +155,14 @@ func (p *Store) RenewSlots(ctx context.Context, held []driver.SlotRef, lease tim
 	for i, h := range held {
 		keys[i], ids[i] = dbKey(h.Key), h.ID
 	}
-	tag, err := p.pool.Exec(ctx, pgRenewSlots, keys, ids, lease.Milliseconds())
+	b := &pgx.Batch{}
+	slotsTx(b)
+	b.Queue(pgRenewSlots, keys, ids, lease.Milliseconds())
+	var tag pgconn.CommandTag
+	err = p.runSlotsTx(ctx, b, func(br pgx.BatchResults) error {
+		tag, err = br.Exec()
+		return err
+	})
 	if err != nil {
 		return 0, fmt.Errorf("postgres: renew slots: %w", err)
 	}
