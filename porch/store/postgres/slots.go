@@ -3,6 +3,8 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -84,6 +86,15 @@ func (p *Store) runSlotsTx(ctx context.Context, b *pgx.Batch, read func(br pgx.B
 	b.Queue("COMMIT")
 	br := p.pool.SendBatch(ctx, b)
 	defer br.Close()
+	if err := readSlotsTx(br, read); err != nil {
+		return err
+	}
+	return br.Close()
+}
+
+// readSlotsTx reads one transaction slotsTx began: its BEGIN, its
+// statements (read), its COMMIT.
+func readSlotsTx(br pgx.BatchResults, read func(br pgx.BatchResults) error) error {
 	if err := readBegin(br, 2); err != nil {
 		return err
 	}
@@ -97,49 +108,162 @@ func (p *Store) runSlotsTx(ctx context.Context, b *pgx.Batch, read func(br pgx.B
 	if tag.String() != "COMMIT" {
 		return pgx.ErrTxCommitRollback
 	}
-	return br.Close()
+	return nil
 }
 
 // AcquireSlot takes one of limit slots of key for id, leased for lease on
-// the database's clock: one pipeline, one transaction at synchronous_commit
-// off (see slotsTx), that locks the key and then counts and inserts (see
-// driver.SharedSlots). It is bounded by Options.Timeout.
+// the database's clock: one transaction at synchronous_commit off (see
+// slotsTx) that locks the key and then counts and inserts (see
+// driver.SharedSlots), sent in the next pipeline of slot calls (see
+// slotQueue). It is bounded by Options.Timeout.
 func (p *Store) AcquireSlot(ctx context.Context, key, id string, limit int64, lease time.Duration) (ok bool, held int64, err error) {
-	ctx, cancel := context.WithTimeout(ctx, p.opt.Timeout)
-	defer cancel()
-	k := dbKey(key)
-	b := &pgx.Batch{}
-	slotsTx(b)
-	b.Queue(pgLockSlots, k)
-	b.Queue(pgAcquireSlot, k, id, limit, lease.Milliseconds())
-	err = p.runSlotsTx(ctx, b, func(br pgx.BatchResults) error {
-		if _, err := br.Exec(); err != nil {
-			return err
-		}
-		return br.QueryRow().Scan(&held, &ok)
-	})
-	if err != nil {
+	op := &slotOp{key: dbKey(key), id: id, limit: limit, lease: lease.Milliseconds(), acquire: true}
+	if err := p.slotq.do(ctx, p, op); err != nil {
 		return false, 0, fmt.Errorf("postgres: acquire slot: %w", err)
 	}
-	return ok, held, nil
+	return op.ok, op.held, nil
 }
 
-// ReleaseSlot deletes id's slot of key, at synchronous_commit off (see
-// slotsTx), bounded by Options.Timeout.
+// ReleaseSlot deletes id's slot of key, in a transaction at
+// synchronous_commit off (see slotsTx) sent in the next pipeline of slot
+// calls (see slotQueue), bounded by Options.Timeout.
 func (p *Store) ReleaseSlot(ctx context.Context, key, id string) error {
-	ctx, cancel := context.WithTimeout(ctx, p.opt.Timeout)
-	defer cancel()
-	b := &pgx.Batch{}
-	slotsTx(b)
-	b.Queue(pgReleaseSlot, dbKey(key), id)
-	err := p.runSlotsTx(ctx, b, func(br pgx.BatchResults) error {
-		_, err := br.Exec()
-		return err
-	})
-	if err != nil {
+	if err := p.slotq.do(ctx, p, &slotOp{key: dbKey(key), id: id}); err != nil {
 		return fmt.Errorf("postgres: release slot: %w", err)
 	}
 	return nil
+}
+
+// maxSlotPipeline bounds the slot calls one pipeline carries, and
+// slotSenders the pipelines in flight at once.
+const (
+	maxSlotPipeline = 64
+	slotSenders     = 4
+)
+
+// slotQueue sends the slot calls (acquires, releases) of concurrent
+// requests together: a call joins the queue, and up to slotSenders
+// goroutines each send every call queued in one pipeline of
+// transactions, one per call, on one connection, one round trip. One
+// key's acquires in one pipeline take and release its lock in one
+// backend, without waking another; under load a round trip carries many.
+// Each call is its own transaction, as before; a statement that fails
+// fails the calls after it in its pipeline (the server skips them), each
+// answered 503, and the pool closes the connection.
+type slotQueue struct {
+	mu      sync.Mutex
+	queue   []*slotOp
+	senders int
+
+	pipelines atomic.Int64 // pipelines sent, for the tests
+}
+
+// slotOp is one queued call and, once done is closed, its outcome.
+type slotOp struct {
+	key     []byte
+	id      string
+	acquire bool
+	limit   int64
+	lease   int64 // ms
+	ok      bool
+	held    int64
+	err     error
+	done    chan struct{}
+}
+
+// do queues op and waits for its outcome, for at most Options.Timeout and
+// until ctx ends. A call given up on may still be sent: an acquire's
+// caller releases the slot (driver.SharedSlots).
+func (q *slotQueue) do(ctx context.Context, p *Store, op *slotOp) error {
+	op.done = make(chan struct{})
+	q.mu.Lock()
+	q.queue = append(q.queue, op)
+	start := q.senders < slotSenders
+	if start {
+		q.senders++
+	}
+	q.mu.Unlock()
+	if start {
+		go q.send(p)
+	}
+	t := time.NewTimer(p.opt.Timeout)
+	defer t.Stop()
+	select {
+	case <-op.done:
+		return op.err
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return fmt.Errorf("no reply within %s", p.opt.Timeout)
+	}
+}
+
+// send sends the queue, pipeline after pipeline, until it is empty.
+func (q *slotQueue) send(p *Store) {
+	for {
+		q.mu.Lock()
+		n := min(len(q.queue), maxSlotPipeline)
+		if n == 0 {
+			q.senders--
+			q.mu.Unlock()
+			return
+		}
+		ops := q.queue[:n:n]
+		q.queue = q.queue[n:]
+		if len(q.queue) == 0 {
+			q.queue = nil
+		}
+		q.mu.Unlock()
+		q.pipelines.Add(1)
+		p.sendSlots(ops)
+	}
+}
+
+// sendSlots sends ops in one pipeline, a transaction each, bounded by
+// Options.Timeout, and closes each one's done.
+func (p *Store) sendSlots(ops []*slotOp) {
+	ctx, cancel := context.WithTimeout(context.Background(), p.opt.Timeout)
+	defer cancel()
+	b := &pgx.Batch{}
+	for _, op := range ops {
+		slotsTx(b)
+		if op.acquire {
+			b.Queue(pgLockSlots, op.key)
+			b.Queue(pgAcquireSlot, op.key, op.id, op.limit, op.lease)
+		} else {
+			b.Queue(pgReleaseSlot, op.key, op.id)
+		}
+		b.Queue("COMMIT")
+	}
+	br := p.pool.SendBatch(ctx, b)
+	var failed error
+	for _, op := range ops {
+		if failed != nil {
+			op.err = failed
+			continue
+		}
+		op.err = readSlotsTx(br, func(br pgx.BatchResults) error {
+			if !op.acquire {
+				_, err := br.Exec()
+				return err
+			}
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
+			return br.QueryRow().Scan(&op.held, &op.ok)
+		})
+		if op.err != nil {
+			failed = op.err
+		}
+	}
+	if err := br.Close(); err != nil && failed == nil {
+		for _, op := range ops {
+			op.err = err
+		}
+	}
+	for _, op := range ops {
+		close(op.done)
+	}
 }
 
 // RenewSlots extends the leases of held in one statement, at

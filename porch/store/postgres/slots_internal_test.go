@@ -2,6 +2,9 @@ package postgres
 
 import (
 	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -58,6 +61,63 @@ func TestSlotsCommitAsync(t *testing.T) {
 		}
 		if got := seen(); len(got) == 0 || !allAre(got, "off") {
 			t.Errorf("%s: committed with synchronous_commit %v, want off", st.name, got)
+		}
+	}
+	poolIsClean(t, "the pool", p.pool)
+}
+
+// TestSlotsSharePipelines checks that the slot calls of concurrent
+// requests share round trips (slotQueue) and stay exact: 64 acquires of
+// one key at a limit of 5, sent at once, take exactly 5 slots, and the
+// acquires and releases go in fewer pipelines than calls.
+func TestSlotsSharePipelines(t *testing.T) {
+	p := openInternal(t, pgtest.DSN(t), Options{})
+	const calls, limit = 64, 5
+	const key = "inflight:pipe:p:alice"
+	ctx := context.Background()
+	for round := range 3 {
+		before := p.slotq.pipelines.Load()
+		var wg sync.WaitGroup
+		var taken atomic.Int64
+		start := make(chan struct{})
+		for i := range calls {
+			wg.Go(func() {
+				<-start
+				ok, held, err := p.AcquireSlot(ctx, key, fmt.Sprintf("r%d-%d", round, i), limit, time.Minute)
+				switch {
+				case err != nil:
+					t.Error(err)
+				case held < 1 || held > limit:
+					t.Errorf("acquire: held %d, want 1 to %d", held, limit)
+				case ok:
+					taken.Add(1)
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		if taken.Load() != limit {
+			t.Fatalf("round %d: %d of %d concurrent acquires took a slot, want exactly %d", round, taken.Load(), calls, limit)
+		}
+		start = make(chan struct{})
+		for i := range calls {
+			wg.Go(func() {
+				<-start
+				if err := p.ReleaseSlot(ctx, key, fmt.Sprintf("r%d-%d", round, i)); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		pipes := p.slotq.pipelines.Load() - before
+		var n int
+		if err := p.pool.QueryRow(ctx, `SELECT count(*) FROM porch_inflight`).Scan(&n); err != nil || n != 0 {
+			t.Fatalf("round %d: %d slots held after every release (%v), want 0", round, n, err)
+		}
+		t.Logf("round %d: %d acquires and %d releases in %d pipelines", round, calls, calls, pipes)
+		if pipes >= 2*calls {
+			t.Errorf("round %d: %d slot calls took %d pipelines; concurrent calls should share them", round, 2*calls, pipes)
 		}
 	}
 	poolIsClean(t, "the pool", p.pool)
