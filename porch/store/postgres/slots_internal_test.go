@@ -122,3 +122,40 @@ func TestSlotsSharePipelines(t *testing.T) {
 	}
 	poolIsClean(t, "the pool", p.pool)
 }
+
+// TestSlotsAbandonedAcquireSettled checks that an acquire whose caller's
+// context has ended returns only once the acquire's transaction has run
+// (or failed), so that the release its caller sends next
+// (driver.SharedSlots) cannot run before it, in another pipeline, and
+// leave the slot taken for a whole lease. The key's lock is held
+// elsewhere meanwhile, so that the acquire waits for it.
+func TestSlotsAbandonedAcquireSettled(t *testing.T) {
+	p := openInternal(t, pgtest.DSN(t), Options{Timeout: 3 * time.Second})
+	const key = "inflight:abandoned:p:alice"
+	bg := context.Background()
+	tx, err := p.pool.Begin(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(bg, pgLockSlots, dbKey(key)); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		time.Sleep(500 * time.Millisecond)
+		tx.Commit(bg) //nolint:errcheck // the lock goes with the transaction either way
+	}()
+	ctx, cancel := context.WithTimeout(bg, 100*time.Millisecond)
+	defer cancel()
+	p.AcquireSlot(ctx, key, "abandoned", 10, time.Minute) //nolint:errcheck // taken or not, the caller releases
+	if err := p.ReleaseSlot(bg, key, "abandoned"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second) // past the lock's holder, for a late acquire to land
+	var n int
+	if err := p.pool.QueryRow(bg, `SELECT count(*) FROM porch_inflight`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Fatalf("an abandoned acquire holds a slot after its release (%d rows), want none", n)
+	}
+}

@@ -158,8 +158,10 @@ type slotOp struct {
 }
 
 // do queues op and waits for its outcome, for at most Options.Timeout and
-// until ctx ends. A call given up on may still be sent: an acquire's
-// caller releases the slot (driver.SharedSlots).
+// until ctx ends (an acquire's caller whose ctx ends waits for the
+// acquire's outcome, within the timeout, before it returns). A call given
+// up on may still be sent: an acquire's caller releases the slot
+// (driver.SharedSlots).
 func (q *slotQueue) do(ctx context.Context, s *Store, op *slotOp) error {
 	op.done = make(chan struct{})
 	q.mu.Lock()
@@ -176,6 +178,16 @@ func (q *slotQueue) do(ctx context.Context, s *Store, op *slotOp) error {
 	case <-op.done:
 		return op.err
 	case <-ctx.Done():
+		if op.acquire {
+			// Wait for the acquire's outcome (within the timeout), so
+			// that the caller's release is sent after it, never in a
+			// pipeline that runs before it and leaves the slot taken
+			// until its lease runs out.
+			select {
+			case <-op.done:
+			case <-t.C:
+			}
+		}
 		return ctx.Err()
 	case <-t.C:
 		// Not wrapping context.DeadlineExceeded, as roundTrip.
