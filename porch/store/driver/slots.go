@@ -21,7 +21,12 @@ import (
 // it need not be durable before it is visible, nor survive a restart of
 // the store. What a shared store must do is count exactly (never more
 // than the limit held at once by live holders) and forget the slot of a
-// holder that stopped renewing it within its lease.
+// holder that stopped renewing it within its lease. A driver may trade
+// the durability of the last moments' slot changes for speed (PostgreSQL
+// commits them at synchronous_commit off) if it documents what a crash
+// of the store then forgets: a forgotten acquire admits at most one
+// request more per forgotten slot while its holder's request runs, and
+// the holder's next renewal reports it lost.
 // porch/store/storetest.TestSlots is the suite a shared driver passes.
 type Slots interface {
 	Store
@@ -34,7 +39,8 @@ type Slots interface {
 // share. Every slot is leased on the store's clock: its holder renews it
 // (RenewSlots) while its request runs, and a slot whose lease ran out is
 // not counted, so that a holder killed or cut off from the store frees its
-// slots within one lease. Every call is one round trip, bounded by the
+// slots within one lease. Every call is one round trip (which a driver may
+// share with concurrent calls, as Redis pipelines them), bounded by the
 // store's own timeout as well as ctx; a failed call fails the request
 // closed (503), never an unchecked pass.
 type SharedSlots interface {

@@ -101,6 +101,8 @@ type Store struct {
 	claims     policy.Claims // the rate policies this process counts under
 	policyMu   sync.Mutex    // serializes policy claims; protects policyConn
 	policyConn *pgxpool.Conn // from writer, holding the claims' locks; nil until the first
+
+	slotq slotQueue // slot calls waiting for a pipeline (see slotQueue)
 }
 
 var (

@@ -3,9 +3,12 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/writeonce/porch-go/porch/store/driver"
 )
@@ -15,8 +18,10 @@ var _ driver.SharedSlots = (*Store)(nil)
 const (
 	// pgLockSlots serializes the acquires of one key across every
 	// instance: a transaction-scoped advisory lock on a hash of the key,
-	// held until the acquire's implicit transaction (one pipeline, one
-	// Sync) ends. The seed (1) keeps these locks apart from idempotency
+	// held until the acquire's transaction (one pipeline, see slotsTx)
+	// commits. At synchronous_commit off that commit returns, and the lock
+	// is released, without waiting for the WAL flush: one key's acquires
+	// are serialized at the statements' latency, not the disk's. The seed (1) keeps these locks apart from idempotency
 	// keys' (pgLockKey, seed 0); two keys whose hashes collide only wait
 	// for each other.
 	pgLockSlots = `SELECT pg_advisory_xact_lock(hashtextextended(encode($1::bytea, 'hex'), 1))`
@@ -46,37 +51,235 @@ const (
 // the same slots (see driver.Slots).
 func (p *Store) SlotsShared() bool { return true }
 
-// AcquireSlot takes one of limit slots of key for id, leased for lease on
-// the database's clock: one pipeline, in one implicit transaction, that
-// locks the key and then counts and inserts (see driver.SharedSlots). It
-// is bounded by Options.Timeout.
-func (p *Store) AcquireSlot(ctx context.Context, key, id string, limit int64, lease time.Duration) (ok bool, held int64, err error) {
-	ctx, cancel := context.WithTimeout(ctx, p.opt.Timeout)
-	defer cancel()
-	k := dbKey(key)
-	b := &pgx.Batch{}
-	b.Queue(pgLockSlots, k)
-	b.Queue(pgAcquireSlot, k, id, limit, lease.Milliseconds()).QueryRow(func(row pgx.Row) error {
-		return row.Scan(&held, &ok)
-	})
-	if err := p.pool.SendBatch(ctx, b).Close(); err != nil {
-		return false, 0, fmt.Errorf("postgres: acquire slot: %w", err)
-	}
-	return ok, held, nil
+// Slots commit at synchronous_commit off, whatever Options.Durability
+// says: a slot is volatile (driver.Slots), and an fsync per acquire, with
+// the key's lock held through it, serialized one key's requests at the
+// disk's latency. What a crash of the database (or a failover to a standby
+// the commit had not reached) can then forget is the slot changes of its
+// last moments, at most the WAL writer's three wal_writer_delay (600 ms
+// by default) before it, in commit order:
+//
+//   - an acquire: its holder's request runs on without a row, so the key
+//     may admit one request more than its limit per forgotten slot, for
+//     as long as that holder's request runs. Its next renewal (within a
+//     third of the lease) finds no row and reports the slot lost, which
+//     the limiter logs; the row is not put back, since another request
+//     may have its place.
+//   - a release: the row comes back and holds its slot, unrenewed, for at
+//     most one lease: a refusal, never an admission, too many.
+//   - a renewal: the lease ends at its previous renewal's end, a lease
+//     after a commit the crash did not forget, and the next renewal
+//     extends it again.
+//
+// slotsTx is that transaction: BEGIN, SET LOCAL synchronous_commit =
+// off, the statements, COMMIT, in one pipeline (one round trip).
+func slotsTx(b *pgx.Batch) {
+	b.Queue(pgBegin)
+	b.Queue(pgCommitAsync)
 }
 
-// ReleaseSlot deletes id's slot of key, bounded by Options.Timeout.
+// runSlotsTx sends b, which slotsTx began and whose statements follow,
+// with its COMMIT; read reads the statements' results; it checks that the
+// transaction committed. If a statement fails the transaction is left
+// open and aborted, and the pool closes the connection, as hitsExec's.
+func (p *Store) runSlotsTx(ctx context.Context, b *pgx.Batch, read func(br pgx.BatchResults) error) error {
+	b.Queue("COMMIT")
+	br := p.pool.SendBatch(ctx, b)
+	defer br.Close()
+	if err := readSlotsTx(br, read); err != nil {
+		return err
+	}
+	return br.Close()
+}
+
+// readSlotsTx reads one transaction slotsTx began: its BEGIN, its
+// statements (read), its COMMIT.
+func readSlotsTx(br pgx.BatchResults, read func(br pgx.BatchResults) error) error {
+	if err := readBegin(br, 2); err != nil {
+		return err
+	}
+	if err := read(br); err != nil {
+		return err
+	}
+	tag, err := br.Exec()
+	if err != nil {
+		return err
+	}
+	if tag.String() != "COMMIT" {
+		return pgx.ErrTxCommitRollback
+	}
+	return nil
+}
+
+// AcquireSlot takes one of limit slots of key for id, leased for lease on
+// the database's clock: one transaction at synchronous_commit off (see
+// slotsTx) that locks the key and then counts and inserts (see
+// driver.SharedSlots), sent in the next pipeline of slot calls (see
+// slotQueue). It is bounded by Options.Timeout.
+func (p *Store) AcquireSlot(ctx context.Context, key, id string, limit int64, lease time.Duration) (ok bool, held int64, err error) {
+	op := &slotOp{key: dbKey(key), id: id, limit: limit, lease: lease.Milliseconds(), acquire: true}
+	if err := p.slotq.do(ctx, p, op); err != nil {
+		return false, 0, fmt.Errorf("postgres: acquire slot: %w", err)
+	}
+	return op.ok, op.held, nil
+}
+
+// ReleaseSlot deletes id's slot of key, in a transaction at
+// synchronous_commit off (see slotsTx) sent in the next pipeline of slot
+// calls (see slotQueue), bounded by Options.Timeout.
 func (p *Store) ReleaseSlot(ctx context.Context, key, id string) error {
-	ctx, cancel := context.WithTimeout(ctx, p.opt.Timeout)
-	defer cancel()
-	if _, err := p.pool.Exec(ctx, pgReleaseSlot, dbKey(key), id); err != nil {
+	if err := p.slotq.do(ctx, p, &slotOp{key: dbKey(key), id: id}); err != nil {
 		return fmt.Errorf("postgres: release slot: %w", err)
 	}
 	return nil
 }
 
-// RenewSlots extends the leases of held in one statement, bounded by
-// Options.Timeout.
+// maxSlotPipeline bounds the slot calls one pipeline carries, and
+// slotSenders the pipelines in flight at once.
+const (
+	maxSlotPipeline = 64
+	slotSenders     = 4
+)
+
+// slotQueue sends the slot calls (acquires, releases) of concurrent
+// requests together: a call joins the queue, and up to slotSenders
+// goroutines each send every call queued in one pipeline of
+// transactions, one per call, on one connection, one round trip. One
+// key's acquires in one pipeline take and release its lock in one
+// backend, without waking another; under load a round trip carries many.
+// Each call is its own transaction, as before; a statement that fails
+// fails the calls after it in its pipeline (the server skips them), each
+// answered 503, and the pool closes the connection.
+type slotQueue struct {
+	mu      sync.Mutex
+	queue   []*slotOp
+	senders int
+
+	pipelines atomic.Int64 // pipelines sent, for the tests
+}
+
+// slotOp is one queued call and, once done is closed, its outcome.
+type slotOp struct {
+	key     []byte
+	id      string
+	acquire bool
+	limit   int64
+	lease   int64 // ms
+	ok      bool
+	held    int64
+	err     error
+	done    chan struct{}
+}
+
+// do queues op and waits for its outcome, for at most Options.Timeout and
+// until ctx ends (an acquire's caller whose ctx ends waits for the
+// acquire's outcome, within the timeout, before it returns). A call given
+// up on may still be sent: an acquire's caller releases the slot
+// (driver.SharedSlots).
+func (q *slotQueue) do(ctx context.Context, p *Store, op *slotOp) error {
+	op.done = make(chan struct{})
+	q.mu.Lock()
+	q.queue = append(q.queue, op)
+	start := q.senders < slotSenders
+	if start {
+		q.senders++
+	}
+	q.mu.Unlock()
+	if start {
+		go q.send(p)
+	}
+	t := time.NewTimer(p.opt.Timeout)
+	defer t.Stop()
+	select {
+	case <-op.done:
+		return op.err
+	case <-ctx.Done():
+		if op.acquire {
+			// Wait for the acquire's outcome (within the timeout), so
+			// that the caller's release is sent after it, never in a
+			// pipeline that runs before it and leaves the slot taken
+			// until its lease runs out.
+			select {
+			case <-op.done:
+			case <-t.C:
+			}
+		}
+		return ctx.Err()
+	case <-t.C:
+		return fmt.Errorf("no reply within %s", p.opt.Timeout)
+	}
+}
+
+// send sends the queue, pipeline after pipeline, until it is empty.
+func (q *slotQueue) send(p *Store) {
+	for {
+		q.mu.Lock()
+		n := min(len(q.queue), maxSlotPipeline)
+		if n == 0 {
+			q.senders--
+			q.mu.Unlock()
+			return
+		}
+		ops := q.queue[:n:n]
+		q.queue = q.queue[n:]
+		if len(q.queue) == 0 {
+			q.queue = nil
+		}
+		q.mu.Unlock()
+		q.pipelines.Add(1)
+		p.sendSlots(ops)
+	}
+}
+
+// sendSlots sends ops in one pipeline, a transaction each, bounded by
+// Options.Timeout, and closes each one's done.
+func (p *Store) sendSlots(ops []*slotOp) {
+	ctx, cancel := context.WithTimeout(context.Background(), p.opt.Timeout)
+	defer cancel()
+	b := &pgx.Batch{}
+	for _, op := range ops {
+		slotsTx(b)
+		if op.acquire {
+			b.Queue(pgLockSlots, op.key)
+			b.Queue(pgAcquireSlot, op.key, op.id, op.limit, op.lease)
+		} else {
+			b.Queue(pgReleaseSlot, op.key, op.id)
+		}
+		b.Queue("COMMIT")
+	}
+	br := p.pool.SendBatch(ctx, b)
+	var failed error
+	for _, op := range ops {
+		if failed != nil {
+			op.err = failed
+			continue
+		}
+		op.err = readSlotsTx(br, func(br pgx.BatchResults) error {
+			if !op.acquire {
+				_, err := br.Exec()
+				return err
+			}
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
+			return br.QueryRow().Scan(&op.held, &op.ok)
+		})
+		if op.err != nil {
+			failed = op.err
+		}
+	}
+	if err := br.Close(); err != nil && failed == nil {
+		for _, op := range ops {
+			op.err = err
+		}
+	}
+	for _, op := range ops {
+		close(op.done)
+	}
+}
+
+// RenewSlots extends the leases of held in one statement, at
+// synchronous_commit off (see slotsTx), bounded by Options.Timeout.
 func (p *Store) RenewSlots(ctx context.Context, held []driver.SlotRef, lease time.Duration) (lost int, err error) {
 	if len(held) == 0 {
 		return 0, nil
@@ -88,7 +291,14 @@ func (p *Store) RenewSlots(ctx context.Context, held []driver.SlotRef, lease tim
 	for i, h := range held {
 		keys[i], ids[i] = dbKey(h.Key), h.ID
 	}
-	tag, err := p.pool.Exec(ctx, pgRenewSlots, keys, ids, lease.Milliseconds())
+	b := &pgx.Batch{}
+	slotsTx(b)
+	b.Queue(pgRenewSlots, keys, ids, lease.Milliseconds())
+	var tag pgconn.CommandTag
+	err = p.runSlotsTx(ctx, b, func(br pgx.BatchResults) error {
+		tag, err = br.Exec()
+		return err
+	})
 	if err != nil {
 		return 0, fmt.Errorf("postgres: renew slots: %w", err)
 	}

@@ -107,6 +107,8 @@ type Store struct {
 	policyMu sync.Mutex               // serializes claims, releases and heartbeats; protects held
 	held     map[string]driver.Policy // names claimed in Redis, by name
 
+	slots slotQueue // the slot calls waiting for a pipeline (see slotQueue)
+
 	stop      chan struct{}
 	stopped   chan struct{}
 	closeOnce sync.Once
