@@ -125,6 +125,29 @@ func TestMountedTwiceActsOnce(t *testing.T) {
 	}
 }
 
+// Inside an outer Handler mount, an inner chain's After must not give the
+// slot back: the outer mount still runs (here: what follows the chain).
+func TestInnerChainDoesNotReleaseOuterSlot(t *testing.T) {
+	st, _ := kinds[0].open(t)
+	lim := inflight.New(newPool(t, porch.PoolOptions{}), st, 1, inflight.Options{})
+	var during int
+	after := func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			next.ServeHTTP(w, r)
+			// The outer mount still holds the slot: another request of
+			// the client must be refused now.
+			rw := httptest.NewRecorder()
+			lim.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})).ServeHTTP(rw, httptest.NewRequest(http.MethodGet, "/", nil))
+			during = rw.Code
+		})
+	}
+	h := lim.Handler(after(porch.Chain(lim)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))))
+	h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/", nil))
+	if during != http.StatusTooManyRequests {
+		t.Errorf("a second request while the outer mount runs: %d, want 429 (the inner chain gave the slot back)", during)
+	}
+}
+
 // grantThenCancel is a shared store whose acquire is granted by the
 // store at the instant the caller's context ends: the store takes the
 // slot, and the call reports the context's end as its error (a reply the
