@@ -133,6 +133,13 @@ func killHolder(t *testing.T, a, b *storefront) {
 			checkInflightRefusal(t, r, "3")
 			break
 		}
+		select {
+		case rs := <-done:
+			// a's checkouts ended (or never ran) before holding their
+			// slots: say how, rather than wait for the deadline.
+			t.Fatalf("a's %d slow checkouts were answered before b refused the client: statuses %v, first %v", limit, statuses(rs), rs[0])
+		default:
+		}
 		if time.Now().After(deadline) {
 			t.Fatalf("b never refused the client while a ran %d slow checkouts: last %v", limit, r)
 		}
