@@ -212,3 +212,64 @@ func TestGrantedAsContextEnds(t *testing.T) {
 		}
 	}
 }
+
+// Mounted inside an http.TimeoutHandler, as Handler's doc asks, the slot
+// of a request the timeout answered is held until its handler returns:
+// the work still runs, and another request of the client is refused.
+func TestInsideTimeoutHandler(t *testing.T) {
+	st, _ := kinds[0].open(t)
+	lim := inflight.New(newPool(t, porch.PoolOptions{}), st, 1, inflight.Options{})
+	stuck, done := make(chan struct{}), make(chan struct{})
+	slow := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer close(done)
+		<-stuck // ignores its context: runs on past the timeout
+	})
+	h := http.TimeoutHandler(lim.Handler(slow), 10*time.Millisecond, "timeout")
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/", nil))
+	if w.Code != http.StatusServiceUnavailable {
+		t.Fatalf("status %d, want the timeout's 503", w.Code)
+	}
+	ok := lim.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	w = httptest.NewRecorder()
+	ok.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/", nil))
+	if w.Code != http.StatusTooManyRequests {
+		t.Errorf("while the timed-out handler runs on: status %d, want 429", w.Code)
+	}
+	close(stuck)
+	<-done
+	waitAdmitted(t, ok)
+}
+
+// panicky is an Observer that panics once on Admitted.
+type panicky struct{ fired atomic.Bool }
+
+func (p *panicky) InflightEvent(_ context.Context, _ string, e inflight.Event) {
+	if e == inflight.Admitted && p.fired.CompareAndSwap(false, true) {
+		panic("observer bug")
+	}
+}
+
+// An Observer that panics as a slot is taken (the application's bug)
+// does not leak the slot: through a porch.Chain the request is a 500,
+// through Handler the panic goes on up, and either way the slot is back.
+func TestObserverPanicLeaksNoSlot(t *testing.T) {
+	ok := http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})
+	for _, c := range []struct {
+		name  string
+		mount func(*inflight.Limiter) http.Handler
+	}{
+		{"Chain", func(l *inflight.Limiter) http.Handler { return porch.Chain(l)(ok) }},
+		{"Handler", func(l *inflight.Limiter) http.Handler { return l.Handler(ok) }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			st, _ := kinds[0].open(t)
+			lim := inflight.New(newPool(t, porch.PoolOptions{}), st, 1, inflight.Options{Observer: &panicky{}})
+			func() {
+				defer func() { recover() }()
+				c.mount(lim).ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/", nil))
+			}()
+			waitAdmitted(t, lim.Handler(ok))
+		})
+	}
+}

@@ -111,7 +111,7 @@ func (l *Limiter) admit(r *http.Request) (*porch.Response, func(), int64, *http.
 		l.observe(r.Context(), Unavailable)
 		return l.failure(r, err), nil, 0, r
 	}
-	l.observe(r.Context(), Admitted)
+	l.observeAdmitted(r.Context(), release)
 	h := &hold{release: release, free: l.limit - held}
 	r = r.WithContext(context.WithValue(r.Context(), holdKey{l}, h))
 	h.r = r
