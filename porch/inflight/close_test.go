@@ -17,8 +17,12 @@ import (
 	"github.com/writeonce/porch-go/porch/store/driver"
 )
 
-// renewLoop is the frame of a shared limiter's renewing goroutine.
-const renewLoop = "porch/inflight.(*shared).renewLoop("
+// The frames of a shared limiter's goroutines: the one that renews its
+// slots' leases, and the one that gives back failed acquires' slots.
+const (
+	renewLoop      = "porch/inflight.(*shared).renewLoop("
+	releaseOrphans = "porch/inflight.(*shared).releaseOrphans("
+)
 
 // Close while a request holds a slot of a shared store: the renewing
 // goroutine is gone once Close returns, an Acquire is refused with
@@ -30,7 +34,7 @@ func TestCloseWhileHeld(t *testing.T) {
 		}
 		t.Run(k.name, func(t *testing.T) {
 			st, another := k.open(t)
-			before := testkit.CountStacks(renewLoop)
+			before, beforeOrphans := testkit.CountStacks(renewLoop), testkit.CountStacks(releaseOrphans)
 			lim := inflight.New(newPool(t, porch.PoolOptions{}), st, 1, inflight.Options{})
 			other := inflight.New(newPool(t, porch.PoolOptions{}), another(t), 1, inflight.Options{})
 			t.Cleanup(func() { other.Close(context.Background()) })
@@ -45,6 +49,7 @@ func TestCloseWhileHeld(t *testing.T) {
 				t.Fatalf("second Close: %v", err)
 			}
 			testkit.WaitStacks(t, renewLoop, before+1, 10*time.Second) // other's loop runs on
+			testkit.WaitStacks(t, releaseOrphans, beforeOrphans+1, 10*time.Second)
 			if _, err := lim.Acquire(context.Background(), "bob"); !errors.Is(err, inflight.ErrClosed) {
 				t.Fatalf("Acquire after Close: %v, want ErrClosed", err)
 			}

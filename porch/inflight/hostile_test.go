@@ -273,3 +273,61 @@ func TestObserverPanicLeaksNoSlot(t *testing.T) {
 		})
 	}
 }
+
+// slowFailing is a shared store out of reach: an acquire takes the slot
+// and then fails at the store's timeout, as a lost reply does, and a
+// give-back takes as long before it lands.
+type slowFailing struct {
+	driver.SharedSlots
+	timeout  time.Duration
+	released chan struct{}
+}
+
+func (s slowFailing) AcquireSlot(ctx context.Context, key, id string, limit int64, lease time.Duration) (bool, int64, error) {
+	s.SharedSlots.AcquireSlot(ctx, key, id, limit, lease) //nolint:errcheck // taken; the reply is "lost"
+	time.Sleep(s.timeout)
+	return false, 0, errors.New("store timeout")
+}
+
+func (s slowFailing) ReleaseSlot(ctx context.Context, key, id string) error {
+	time.Sleep(s.timeout)
+	err := s.SharedSlots.ReleaseSlot(ctx, key, id)
+	select {
+	case s.released <- struct{}{}:
+	default:
+	}
+	return err
+}
+
+// A request whose acquire fails at the store's timeout is answered 503
+// at that timeout, not one more timeout later for the give-back of the
+// slot the acquire may have taken; that give-back still happens.
+func TestFailedAcquireAnsweredWithinTimeout(t *testing.T) {
+	for _, k := range kinds {
+		if !k.shared {
+			continue
+		}
+		t.Run(k.name, func(t *testing.T) {
+			const timeout = time.Second
+			st, _ := k.open(t)
+			sf := slowFailing{st.(driver.SharedSlots), timeout, make(chan struct{}, 1)}
+			lim := inflight.New(newPool(t, porch.PoolOptions{}), sf, 1, inflight.Options{})
+			t.Cleanup(func() { lim.Close(context.Background()) })
+			w := httptest.NewRecorder()
+			start := time.Now()
+			lim.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})).ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/", nil))
+			took := time.Since(start)
+			if w.Code != http.StatusServiceUnavailable {
+				t.Fatalf("status %d, want 503", w.Code)
+			}
+			if took >= 2*timeout {
+				t.Errorf("answered after %s, want within the store's timeout (%s), not two", took, timeout)
+			}
+			select {
+			case <-sf.released:
+			case <-time.After(20 * time.Second):
+				t.Fatal("the slot the failed acquire may have taken was never given back")
+			}
+		})
+	}
+}
