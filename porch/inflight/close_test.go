@@ -164,3 +164,54 @@ func TestRenewFailingLogOncePer10s(t *testing.T) {
 		t.Errorf("%d log lines for %d failed renewals, want 1:\n%s", n, calls.Load(), logs)
 	}
 }
+
+// closeDuring closes the limiter while an acquire's round trip is out:
+// the store grants the slot after Close has stopped the renewals.
+type closeDuring struct {
+	driver.SharedSlots
+	close func()
+}
+
+func (s closeDuring) AcquireSlot(ctx context.Context, key, id string, limit int64, lease time.Duration) (bool, int64, error) {
+	ok, held, err := s.SharedSlots.AcquireSlot(ctx, key, id, limit, lease)
+	s.close()
+	return ok, held, err
+}
+
+// An acquire granted while Close runs is refused with ErrClosed and its
+// slot given back: nothing would renew it, so it would lapse under a
+// request still running and let another instance's in past the limit.
+func TestAcquireRacingClose(t *testing.T) {
+	for _, k := range kinds {
+		if !k.shared {
+			continue
+		}
+		t.Run(k.name, func(t *testing.T) {
+			st, another := k.open(t)
+			var lim *inflight.Limiter
+			cd := closeDuring{st.(driver.SharedSlots), func() { lim.Close(context.Background()) }}
+			lim = inflight.New(newPool(t, porch.PoolOptions{}), cd, 1, inflight.Options{})
+			rel, err := lim.Acquire(context.Background(), "alice")
+			if !errors.Is(err, inflight.ErrClosed) {
+				if err == nil {
+					rel()
+				}
+				t.Fatalf("Acquire granted as Close ran: %v, want ErrClosed", err)
+			}
+			other := inflight.New(newPool(t, porch.PoolOptions{}), another(t), 1, inflight.Options{})
+			t.Cleanup(func() { other.Close(context.Background()) })
+			deadline := time.Now().Add(5 * time.Second) // well inside the 10 s lease
+			for {
+				r, err := other.Acquire(context.Background(), "alice")
+				if err == nil {
+					r()
+					return
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the slot of the acquire refused at Close is still held: %v", err)
+				}
+				time.Sleep(10 * time.Millisecond) // polling the give-back
+			}
+		})
+	}
+}

@@ -21,8 +21,9 @@ type shared struct {
 	errs  *errlog.Log
 	name  string
 
-	mu   sync.Mutex // protects held
-	held map[string]driver.SlotRef
+	mu     sync.Mutex // protects held and closed
+	held   map[string]driver.SlotRef
+	closed bool // Close has begun: a slot granted now would not be renewed
 
 	// orphans are the slots of failed acquires, which may have been
 	// taken (a lost reply): the giving-back goroutine releases them, so
@@ -81,6 +82,11 @@ func (s *shared) acquire(ctx context.Context, key string) (func(), int64, error)
 		return nil, held, ErrLimited
 	}
 	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		s.giveBack(ctx, key, id)
+		return nil, 0, ErrClosed
+	}
 	s.held[id] = driver.SlotRef{Key: key, ID: id}
 	s.mu.Unlock()
 	return func() {
@@ -154,6 +160,9 @@ func (s *shared) renew() {
 }
 
 func (s *shared) close(ctx context.Context) error {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
 	s.stopOnce.Do(func() { close(s.stop) })
 	done := make(chan struct{})
 	go func() { s.wg.Wait(); close(done) }()
