@@ -15,7 +15,7 @@ var _ driver.SharedSlots = (*Store)(nil)
 const (
 	// pgLockSlots serializes the acquires of one key across every
 	// instance: a transaction-scoped advisory lock on a hash of the key,
-	// held until the acquire's implicit transaction (one pipeline, one
+	// held until the acquire's transaction (one pipeline, one
 	// Sync) ends. The seed (1) keeps these locks apart from idempotency
 	// keys' (pgLockKey, seed 0); two keys whose hashes collide only wait
 	// for each other.
@@ -47,7 +47,7 @@ const (
 func (p *Store) SlotsShared() bool { return true }
 
 // AcquireSlot takes one of limit slots of key for id, leased for lease on
-// the database's clock: one pipeline, in one implicit transaction, that
+// the database's clock: one pipeline, in one READ COMMITTED transaction, that
 // locks the key and then counts and inserts (see driver.SharedSlots). It
 // is bounded by Options.Timeout.
 func (p *Store) AcquireSlot(ctx context.Context, key, id string, limit int64, lease time.Duration) (ok bool, held int64, err error) {
@@ -55,10 +55,15 @@ func (p *Store) AcquireSlot(ctx context.Context, key, id string, limit int64, le
 	defer cancel()
 	k := dbKey(key)
 	b := &pgx.Batch{}
+	// READ COMMITTED whatever default_transaction_isolation says (see
+	// readCommitted): under REPEATABLE READ the count would read a
+	// snapshot taken before the lock wait, and admit past the limit.
+	b.Queue(pgBegin)
 	b.Queue(pgLockSlots, k)
 	b.Queue(pgAcquireSlot, k, id, limit, lease.Milliseconds()).QueryRow(func(row pgx.Row) error {
 		return row.Scan(&held, &ok)
 	})
+	b.Queue("COMMIT")
 	if err := p.pool.SendBatch(ctx, b).Close(); err != nil {
 		return false, 0, fmt.Errorf("postgres: acquire slot: %w", err)
 	}
