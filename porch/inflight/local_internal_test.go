@@ -5,7 +5,11 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/writeonce/porch-go/internal/testkit"
 
 	"github.com/writeonce/porch-go/porch"
 	"github.com/writeonce/porch-go/porch/internal/actor"
@@ -89,4 +93,53 @@ func TestSaturatedPool(t *testing.T) {
 	if n := l.heldOf(t, l.prefix+"p:alice"); n != 0 {
 		t.Fatalf("after a give-back sent to a full mailbox the key holds %d slots, want 0", n)
 	}
+}
+
+// An acquire the actor grants at the instant the caller's context ends:
+// the actor grants, and the very next job on it cancels the caller's
+// context, so the caller finds both its answer and its context's end
+// ready. Whichever it takes, no slot outlives the call: a caller told of
+// the slot gives it back, and one that returns ctx.Err() has it given
+// back for it.
+func TestLocalGrantedAsContextEnds(t *testing.T) {
+	l, p := rig(t, 1, 8)
+	key := l.prefix + "p:alice"
+	var granted, ended int
+	for range 300 {
+		ctx, cancel := context.WithCancel(context.Background())
+		unblock := block(t, p)
+		type result struct {
+			release func()
+			err     error
+		}
+		res := make(chan result, 1)
+		go func() {
+			rel, err := l.Acquire(ctx, "alice")
+			res <- result{rel, err}
+		}()
+		// The acquire's job is queued behind the block; queue the
+		// cancel behind it.
+		testkit.WaitStack(t, 10*time.Second, "the acquire waiting for its actor", func(s string) bool {
+			return strings.Contains(s, "inflight.(*local).acquire(")
+		})
+		if err := p.Send("", func(int) { cancel() }); err != nil {
+			t.Fatal(err)
+		}
+		unblock()
+		r := <-res
+		switch {
+		case r.err == nil:
+			granted++
+			r.release()
+		case errors.Is(r.err, context.Canceled):
+			ended++
+		default:
+			t.Fatalf("Acquire: %v", r.err)
+		}
+		if n := l.heldOf(t, key); n != 0 {
+			t.Fatalf("after the call the key holds %d slots, want 0", n)
+		}
+		cancel()
+	}
+	t.Logf("granted %d, context ended %d", granted, ended)
 }

@@ -46,7 +46,10 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 // handler's response is buffered, and the chain runs After on a panic too.
 func (l *Limiter) Before(r *http.Request) (*http.Request, *porch.Response) {
 	if holds(r, l) {
-		return r, nil
+		// A mount further out holds the slot and gives it back when it
+		// is done: pass on a copy, which After does not recognise as the
+		// request that took it.
+		return r.WithContext(r.Context()), nil
 	}
 	res, _, _, r := l.admit(r)
 	return r, res
@@ -59,8 +62,6 @@ func (l *Limiter) After(r *http.Request, res *porch.Response, _ porch.Completion
 	if !ok || h.r != r {
 		return
 	}
-	// Two chains nested around one handler see one request: the inner
-	// After, which runs first, gives the slot back and sets the fields.
 	h.after.Do(func() {
 		h.release()
 		if res.Header == nil {
@@ -73,8 +74,9 @@ func (l *Limiter) After(r *http.Request, res *porch.Response, _ porch.Completion
 // holdKey marks, in a request's context, the slot l holds for it.
 type holdKey struct{ l *Limiter }
 
-// hold is the slot a request holds, and the request that took it (so that
-// an outer mount's After is the one to give it back).
+// hold is the slot a request holds, and the request that took it: only
+// the After of the Before that took it gives it back, never an inner
+// mount's, which sees a copy.
 type hold struct {
 	after   sync.Once // After's work, done once
 	release func()
@@ -109,7 +111,7 @@ func (l *Limiter) admit(r *http.Request) (*porch.Response, func(), int64, *http.
 		l.observe(r.Context(), Unavailable)
 		return l.failure(r, err), nil, 0, r
 	}
-	l.observe(r.Context(), Admitted)
+	l.observeAdmitted(r.Context(), release)
 	h := &hold{release: release, free: l.limit - held}
 	r = r.WithContext(context.WithValue(r.Context(), holdKey{l}, h))
 	h.r = r

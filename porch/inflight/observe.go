@@ -56,3 +56,20 @@ func (l *Limiter) observe(ctx context.Context, e Event) {
 		l.opt.Observer.InflightEvent(ctx, l.opt.Name, e)
 	}
 }
+
+// observeAdmitted observes Admitted for a slot just taken. An Observer
+// that panics (the application's bug) gives the slot back on its way up:
+// nothing else holds its release yet, and a shared store's slot would be
+// renewed until Close.
+func (l *Limiter) observeAdmitted(ctx context.Context, release func()) {
+	if l.opt.Observer == nil {
+		return
+	}
+	defer func() {
+		if v := recover(); v != nil {
+			release()
+			panic(v)
+		}
+	}()
+	l.opt.Observer.InflightEvent(ctx, l.opt.Name, Admitted)
+}

@@ -21,8 +21,14 @@ type shared struct {
 	errs  *errlog.Log
 	name  string
 
-	mu   sync.Mutex // protects held
-	held map[string]driver.SlotRef
+	mu     sync.Mutex // protects held and closed
+	held   map[string]driver.SlotRef
+	closed bool // Close has begun: a slot granted now would not be renewed
+
+	// orphans are the slots of failed acquires, which may have been
+	// taken (a lost reply): the giving-back goroutine releases them, so
+	// that a failed acquire's 503 does not wait one more store timeout.
+	orphans chan driver.SlotRef
 
 	stop     chan struct{}
 	stopOnce sync.Once
@@ -31,14 +37,24 @@ type shared struct {
 
 func newShared(st driver.SharedSlots, limit int64, lease time.Duration, errs *errlog.Log, name string) *shared {
 	s := &shared{st: st, limit: limit, lease: lease, errs: errs, name: name,
-		held: make(map[string]driver.SlotRef), stop: make(chan struct{})}
-	s.wg.Add(1)
+		held: make(map[string]driver.SlotRef), orphans: make(chan driver.SlotRef, maxOrphans),
+		stop: make(chan struct{})}
+	s.wg.Add(2)
 	go func() {
 		defer s.wg.Done()
 		s.renewLoop()
 	}()
+	go func() {
+		defer s.wg.Done()
+		s.releaseOrphans()
+	}()
 	return s
 }
+
+// maxOrphans bounds the failed acquires' slots waiting to be given back.
+// Past it (a store out of reach, failing every acquire) one is left to
+// its lease, which frees it all the same.
+const maxOrphans = 1024
 
 // newID is a holder's id: 128 random bits, so that no two requests of any
 // instance share one.
@@ -49,19 +65,28 @@ func newID() string {
 }
 
 // acquire takes a slot in the store. A failed acquire may have taken the
-// slot all the same (the reply was lost): it is given back at once, and
-// its lease frees it should that fail too.
+// slot all the same (the reply was lost): it is handed to the giving-back
+// goroutine, so that the failure is answered now, and its lease frees it
+// should that fail too.
 func (s *shared) acquire(ctx context.Context, key string) (func(), int64, error) {
 	id := newID()
 	ok, held, err := s.st.AcquireSlot(ctx, key, id, s.limit, s.lease)
 	if err != nil {
-		s.giveBack(ctx, key, id)
+		select {
+		case s.orphans <- driver.SlotRef{Key: key, ID: id}:
+		default: // the store is out of reach: the lease frees it
+		}
 		return nil, 0, err
 	}
 	if !ok {
 		return nil, held, ErrLimited
 	}
 	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		s.giveBack(ctx, key, id)
+		return nil, 0, ErrClosed
+	}
 	s.held[id] = driver.SlotRef{Key: key, ID: id}
 	s.mu.Unlock()
 	return func() {
@@ -79,6 +104,19 @@ func (s *shared) acquire(ctx context.Context, key string) (func(), int64, error)
 func (s *shared) giveBack(ctx context.Context, key, id string) {
 	if err := s.st.ReleaseSlot(context.WithoutCancel(ctx), key, id); err != nil {
 		s.errs.Error(ctx, "inflight: could not give a slot back; its lease frees it", "limiter", s.name, "lease", s.lease, "err", err)
+	}
+}
+
+// releaseOrphans gives back the slots of failed acquires until Close;
+// those still queued then are left to their leases.
+func (s *shared) releaseOrphans() {
+	for {
+		select {
+		case <-s.stop:
+			return
+		case o := <-s.orphans:
+			s.giveBack(context.Background(), o.Key, o.ID)
+		}
 	}
 }
 
@@ -122,6 +160,9 @@ func (s *shared) renew() {
 }
 
 func (s *shared) close(ctx context.Context) error {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
 	s.stopOnce.Do(func() { close(s.stop) })
 	done := make(chan struct{})
 	go func() { s.wg.Wait(); close(done) }()

@@ -258,8 +258,13 @@ func parseFlags(args []string) (config, error) {
 		// -rate-write-ahead ahead of the file.
 		return c, fmt.Errorf("-rate-lease needs -postgres, -redis, -redis-sentinel or -redis-cluster: on SQLite the limiter already counts in memory (see -rate-write-ahead)")
 	}
-	if c.inflightLimit < 0 {
+	switch {
+	case c.inflightLimit < 0:
 		return c, fmt.Errorf("-inflight-limit must not be negative, got %d", c.inflightLimit)
+	case c.inflightLimit > 0 && c.noRateLimit:
+		// The baseline routes mount no limiter: the limit would be
+		// accepted and do nothing.
+		return c, errors.New("-inflight-limit limits the rate-limited routes, which -no-rate-limit serves without any limiter: give one")
 	}
 	switch {
 	case c.rateLimit < 1:

@@ -73,6 +73,7 @@ var flagErrors = []struct {
 	{[]string{"-rate-limit", "0"}, `-rate-limit must be at least 1, got 0`},
 	{[]string{"-inflight-limit", "-1"}, `-inflight-limit must not be negative, got -1`},
 	{[]string{"-postgres", testDSN, "-inflight-limit=-3"}, `-inflight-limit must not be negative, got -3`},
+	{[]string{"-no-rate-limit", "-inflight-limit", "2"}, `-inflight-limit limits the rate-limited routes, which -no-rate-limit serves without any limiter: give one`},
 	{[]string{"-rate-lease", "-1"}, `-rate-lease must not be negative, got -1`},
 	{[]string{"-postgres", testDSN, "-rate-lease", "-16"}, `-rate-lease must not be negative, got -16`},
 	{[]string{"-postgres", testDSN, "-rate-lease", "1099511627777"}, `-rate-lease must be at most 1099511627776, got 1099511627777`},
