@@ -26,7 +26,7 @@ const (
 	// past the bound, so that only the lease can free their slots.
 	inflightKillDelay = "5m"
 	// inflightFreeBound is the storefront's contract for a dead holder's
-	// slots (docs/inflight.md documents 10 s, inflight.DefaultLease).
+	// slots (docs/inflight.md documents 10 s, the default lease).
 	inflightFreeBound = 30 * time.Second
 	// inflightProblem is the in-flight limiter's refusal.
 	inflightProblem = "https://porch.dev/problems/inflight-limited"

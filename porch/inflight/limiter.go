@@ -17,14 +17,14 @@ import (
 	"github.com/writeonce/porch-go/porch/store/driver"
 )
 
-// DefaultLease is Options.Lease's default: a slot of an instance that dies
+// defaultLease is Options.Lease's default: a slot of an instance that dies
 // is free for the others within 10 s.
-const DefaultLease = 10 * time.Second
+const defaultLease = 10 * time.Second
 
-// MinLease is the shortest Options.Lease New accepts: renewed every third
+// minLease is the shortest Options.Lease New accepts: renewed every third
 // of it, a shorter lease would be renewed faster than a store's round
 // trip under load can be counted on.
-const MinLease = 100 * time.Millisecond
+const minLease = 100 * time.Millisecond
 
 // Errors the limiter returns.
 var (
@@ -37,7 +37,7 @@ var (
 )
 
 // Options configure a Limiter. The zero value keys on the connection's
-// peer, in slots leased for DefaultLease on a shared store.
+// peer, in slots leased for 10 s on a shared store.
 type Options struct {
 	// Name scopes the limiter's slots, so that several limiters can share
 	// one store, and names its policy in the RateLimit fields. It is
@@ -58,7 +58,7 @@ type Options struct {
 	// it. It bounds how long the slots of an instance that died (kill -9,
 	// a lost network) stay taken. New refuses it with a store that counts
 	// slots in the process (SQLite, memory), where it would mean nothing.
-	// If zero, DefaultLease; at least MinLease.
+	// If zero, 10 s; New panics below 100 ms.
 	Lease time.Duration
 	// Observer is told of every request the limiter decides and of every
 	// slot given back, with Name. If nil, nothing is observed.
@@ -103,7 +103,7 @@ type slots interface {
 //
 // New panics, with an "inflight: " message, on a programming error: a nil
 // pool or store, limit below 1, an invalid Options.Name, an Options.Lease
-// below MinLease or set for a store that counts slots in the process, or a
+// below 100 ms or set for a store that counts slots in the process, or a
 // store that says it shares slots (SlotsShared) without implementing
 // store.Slots' shared half (driver.SharedSlots).
 func New(pool *porch.Pool, st store.Slots, limit int, opt Options) *Limiter {
@@ -127,9 +127,9 @@ func New(pool *porch.Pool, st store.Slots, limit int, opt Options) *Limiter {
 	case opt.Lease != 0 && !shared:
 		panic("inflight: Options.Lease is for a shared store (PostgreSQL, Redis); this store counts slots in the process")
 	case opt.Lease == 0:
-		opt.Lease = DefaultLease
-	case opt.Lease < MinLease:
-		panic(fmt.Sprintf("inflight: Options.Lease must be at least %s, got %s", MinLease, opt.Lease))
+		opt.Lease = defaultLease
+	case opt.Lease < minLease:
+		panic(fmt.Sprintf("inflight: Options.Lease must be at least %s, got %s", minLease, opt.Lease))
 	}
 	l := &Limiter{
 		limit:   int64(limit),

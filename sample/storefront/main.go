@@ -55,7 +55,7 @@
 // with Retry-After (porch/inflight). They are counted where the limiter
 // counts: in the process on SQLite, across every instance on -postgres or
 // a Redis flag, where the slots of an instance killed with SIGKILL are
-// free for the others within inflight.DefaultLease (10 s). The rate
+// free for the others within the in-flight limiter's lease (10 s). The rate
 // limiter runs first, so a request it refuses never takes a slot; then
 // the in-flight limiter, so a request it refuses never reserves its
 // idempotency key. 0, the default, is no limit; a negative N is refused
