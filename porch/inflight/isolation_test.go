@@ -27,11 +27,20 @@ func TestSlotsExactUnderStricterIsolation(t *testing.T) {
 			opt := strings.ReplaceAll(url.QueryEscape("-c default_transaction_isolation="+strings.ReplaceAll(iso, " ", `\ `)), "+", "%20")
 			base := pgtest.DSN(t)
 			dsn := pgtest.WithParam(base, "pool_max_conns", "24") + "&options=" + opt
-			st, err := postgres.Open(context.Background(), dsn, postgres.Options{Timeout: 20 * time.Second})
-			if err != nil {
-				t.Fatal(err)
+			// One store per acquire, as instances are: a store sends its
+			// concurrent acquires in shared pipelines, one after another
+			// on a connection, where only the first waits for the lock.
+			const total = limit + 1
+			stores := make([]*postgres.Store, total)
+			for i := range stores {
+				st, err := postgres.Open(context.Background(), dsn, postgres.Options{Timeout: 20 * time.Second})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { st.Close(context.Background()) })
+				stores[i] = st
 			}
-			t.Cleanup(func() { st.Close(context.Background()) })
+			st := stores[0]
 			var got string
 			if err := st.Pool().QueryRow(context.Background(), "SHOW default_transaction_isolation").Scan(&got); err != nil || got != iso {
 				t.Fatalf("default_transaction_isolation %q (%v), want %q: the test would prove nothing", got, err, iso)
@@ -52,12 +61,11 @@ func TestSlotsExactUnderStricterIsolation(t *testing.T) {
 			if _, err := tx.Exec(context.Background(), `SELECT pg_advisory_xact_lock(hashtextextended(encode($1::bytea, 'hex'), 1))`, []byte("k")); err != nil {
 				t.Fatal(err)
 			}
-			const total = limit + 1
 			var granted, failed atomic.Int64
 			var wg sync.WaitGroup
 			for i := range total {
 				wg.Go(func() {
-					ok, _, err := st.AcquireSlot(context.Background(), "k", string(rune('a'+i)), limit, time.Minute)
+					ok, _, err := stores[i].AcquireSlot(context.Background(), "k", string(rune('a'+i)), limit, time.Minute)
 					switch {
 					case err != nil:
 						failed.Add(1)
