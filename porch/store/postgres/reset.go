@@ -60,7 +60,10 @@ func peekHits(ctx context.Context, tx interface {
 	}
 	defer rows.Close()
 	// A key without a live row is read as the zero state, at the batch's
-	// clock, which the last row carries.
+	// clock, which the last row carries. Every row carries it too, raised
+	// to the row's window start (see pgRowNowMS): the statement's snapshot
+	// may hold a window another instance opened after this transaction
+	// began, and the latest of them all is still no later than the clock.
 	var now time.Time
 	found := make(map[string]driver.State, len(keys))
 	for rows.Next() {
@@ -70,7 +73,9 @@ func peekHits(ctx context.Context, tx interface {
 		if err := rows.Scan(&key, &live, &startMS, &count, &prev, &nowMS); err != nil {
 			return fmt.Errorf("postgres: peek counters: %w", err)
 		}
-		now = time.UnixMilli(nowMS)
+		if t := time.UnixMilli(nowMS); t.After(now) {
+			now = t
+		}
 		if live {
 			found[string(key)] = driver.State{Start: time.UnixMilli(startMS), Count: count, Prev: prev}
 		}
@@ -117,7 +122,7 @@ const (
 		WHERE c.key = r.key`
 	// pgPeekHits reads live states only, and then the clock in a row of
 	// its own: the rule advances each state to it, as pgAddHits would.
-	pgPeekHits = `SELECT key, true, window_start, count, prev, ` + pgNowMS + `
+	pgPeekHits = `SELECT key, true, window_start, count, prev, greatest(` + pgNowMS + `, window_start)
 		FROM porch_rate_counters WHERE key = ANY($1::bytea[]) AND expires_at > ` + pgNowMS + `
 		UNION ALL SELECT ''::bytea, false, 0, 0, 0, ` + pgNowMS
 )

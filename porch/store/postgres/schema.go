@@ -98,6 +98,16 @@ const pgDBKey = `(CASE WHEN octet_length(convert_to(key, 'UTF8')) <= 256 THEN co
 // it, which is why the time left is capped at the window.
 const pgNowMS = `(extract(epoch FROM now()) * 1000)::bigint`
 
+// pgRowNowMS is the clock a batch settles row c's hits at: pgNowMS, or
+// the row's window start if that is later. A transaction that waited for
+// the row's lock behind another instance's, started later, finds a window
+// (or GCRA epoch) opened at that later clock; settled before its start,
+// GCRA would owe an interval more and the sliding window weigh its
+// previous count more than they do, and two instances would hand out one
+// remaining count twice. Any true clock at the lock is at least the start
+// of a window committed before it.
+const pgRowNowMS = `greatest(` + pgNowMS + `, c.window_start)`
+
 // pgClockMS is the database's clock now, not at the transaction's start:
 // an idempotency owner's transaction spans its lock wait and its handler,
 // and a TTL measured from its BEGIN could store a row already expired.
@@ -129,7 +139,7 @@ const (
 			expires_at   = CASE WHEN c.expires_at <= excluded.window_start THEN excluded.expires_at
 				WHEN c.window_ms = excluded.window_ms THEN c.expires_at
 				ELSE least(c.expires_at, excluded.expires_at) END
-		RETURNING c.key, c.count, c.prev, c.window_start, ` + pgNowMS
+		RETURNING c.key, c.count, c.prev, c.window_start, ` + pgRowNowMS
 	// pgAddSlidingHits counts a batch of sliding-window hits: each key's
 	// windows roll over to the batch's clock as driver.Rule.Advance rolls
 	// them (one window on: the count becomes the previous count; two or
@@ -160,7 +170,7 @@ const (
 			expires_at = CASE WHEN ` + pgNowMS + ` - c.window_start < excluded.window_ms THEN c.window_start
 				WHEN ` + pgNowMS + ` - c.window_start < 2 * excluded.window_ms THEN c.window_start + excluded.window_ms
 				ELSE ` + pgNowMS + ` END + 2 * excluded.window_ms
-		RETURNING c.key, c.count, c.prev, c.window_start, ` + pgNowMS
+		RETURNING c.key, c.count, c.prev, c.window_start, ` + pgRowNowMS
 	// pgAddGCRAHits counts a batch of GCRA hits. A key's state is an epoch
 	// start (ms) and the emission intervals counted since: its theoretical
 	// arrival time is window_start ms + count × interval_ns. A bucket idle
@@ -184,7 +194,7 @@ const (
 			expires_at = (CASE WHEN c.window_start * 1000000 + c.count * excluded.interval_ns <= ` + pgNowMS + ` * 1000000
 				THEN ` + pgNowMS + ` * 1000000 + excluded.count * excluded.interval_ns
 				ELSE c.window_start * 1000000 + (c.count + excluded.count) * excluded.interval_ns END + 999999) / 1000000
-		RETURNING c.key, c.count, c.prev, c.window_start, ` + pgNowMS
+		RETURNING c.key, c.count, c.prev, c.window_start, ` + pgRowNowMS
 	// pgRefundHits takes the weights of refused hits back out of counts
 	// pgAddHits added them to, and their lease's hits (unheld) out of what
 	// it held, in the same transaction, which still holds the rows' locks.
@@ -275,7 +285,7 @@ const (
 // returned. A new key, or one whose window closed, always fits.
 var pgAddFittingHits = pgAddHits[:strings.Index(pgAddHits, "\t\tRETURNING")] + `		WHERE CASE WHEN c.expires_at <= excluded.window_start THEN 0 ELSE c.count END + excluded.count
 		<= ($5::bigint[])[array_position($1::bytea[], excluded.key)]
-	RETURNING c.key, c.count, c.prev, c.window_start, ` + pgNowMS
+	RETURNING c.key, c.count, c.prev, c.window_start, ` + pgRowNowMS
 
 func (p *Store) migrate(ctx context.Context) error {
 	return pgx.BeginTxFunc(ctx, p.writer, readCommitted, func(tx pgx.Tx) error {
