@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/writeonce/porch-go/porch/store"
 	"github.com/writeonce/porch-go/porch/store/internal/commit"
 )
 
@@ -33,6 +34,7 @@ func (p *Store) countHits(ctx context.Context, conn *pgx.Conn, b *batchHits) err
 			first.Queue(q)
 		}
 	}
+	p.claimPrunes(b)
 	p.queuePrunes(first, b)
 	if err := p.sendFirst(ctx, conn, first, b); err != nil {
 		return err
@@ -68,89 +70,40 @@ func (p *Store) countHits(ctx context.Context, conn *pgx.Conn, b *batchHits) err
 
 // countFitting counts b, which fits, in one transaction and one round trip:
 // BEGIN, pgAddFittingHits, Health's probe, the prunes and COMMIT in one
-// pipeline. pgAddFittingHits counts a key's hits only if all of them fit
-// its limit (in arrival order, each hit's running total is then within
-// its limit, so settle allows every one), and otherwise leaves its row as
-// it is and does not return it: those keys' ops are returned, uncounted,
-// for countHits' two round trips, in a transaction of their own. So
-// nothing refused is ever committed, and no refund is needed before
-// COMMIT. Locks are taken as in countHits: keys in order, then the probe
-// row. On a statement's error the server skips the rest of the pipeline,
-// COMMIT included, and the transaction is open and aborted, as in
-// countHits. An error in reading the answers here (a row that fails to
-// scan, a key not asked for: a bug) may come after COMMIT was sent: the
-// batch then fails with its hits counted, which only refuses more.
+// pipeline, or, when the batch carries none of those, pgAddFittingAlone,
+// one autocommit statement. pgAddFittingHits counts a key's hits only if
+// all of them fit its limit (in arrival order, each hit's running total is
+// then within its limit, so settle allows every one), and otherwise leaves
+// its row as it is and does not return it: those keys' ops are returned,
+// uncounted, for countHits' two round trips, in a transaction of their
+// own. So nothing refused is ever committed, and no refund is needed
+// before COMMIT. Locks are taken as in countHits: keys in order, then the
+// probe row. On a statement's error the server skips the rest of the
+// pipeline, COMMIT included, and the transaction is open and aborted, as
+// in countHits (the autocommit statement has rolled back alone). An error
+// in reading the answers here (a row that fails to scan, a key not asked
+// for: a bug) may come after COMMIT was sent: the batch then fails with
+// its hits counted, which only refuses more.
 func (p *Store) countFitting(ctx context.Context, conn *pgx.Conn, b *batchHits) (rest []*commit.Op, err error) {
 	g := &b.adds[0]
-	pl := &pgx.Batch{}
-	begins := p.queueBegin(pl)
-	pl.Queue(pgAddFittingHits, byteKeys(g.keys), g.windows, g.hits, g.held, g.limits)
+	args := []any{byteKeys(g.keys), g.windows, g.hits, g.held, g.limits}
 	// The leases' settlement and adoption stand whether a key's hits fit
 	// or not, so they are queued for every key; those left over are
 	// counted with theirs cleared (see countIsolated).
 	settles := b.refunds(true)
-	if len(settles.keys) > 0 {
-		pl.Queue(pgRefundHits, settles.args()...)
-	}
-	if b.probe {
-		for _, q := range commit.ProbeSQL {
-			pl.Queue(q)
+	p.claimPrunes(b)
+	alone := len(settles.keys) == 0 && !b.probe && !b.prune
+	if alone {
+		// A statement alone, not a pipeline of one: pgx's pipeline is a
+		// round of its own on the wire and in the process.
+		rows, err := conn.Query(ctx, p.fittingAlone(), args...)
+		if err != nil {
+			return nil, fmt.Errorf("postgres: add fixed hits: %w", err)
 		}
-	}
-	p.queuePrunes(pl, b)
-	pl.Queue("COMMIT")
-	br := conn.SendBatch(ctx, pl)
-	defer br.Close()
-	if err := readBegin(br, begins); err != nil {
-		return nil, err
-	}
-	rows, err := br.Query()
-	if err != nil {
-		return nil, fmt.Errorf("postgres: add fixed hits: %w", err)
-	}
-	for rows.Next() {
-		var key []byte
-		var count, prev, startMS, nowMS int64
-		if err := rows.Scan(&key, &count, &prev, &startMS, &nowMS); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("postgres: add hits: %w", err)
+		if err := b.scanFitting(rows); err != nil {
+			return nil, err
 		}
-		kh := b.byKey[string(key)]
-		if kh == nil || kh.seen {
-			rows.Close()
-			return nil, fmt.Errorf("postgres: add hits: unexpected key %q returned", key)
-		}
-		kh.seen = true
-		kh.settle(count, prev, time.UnixMilli(startMS), time.UnixMilli(nowMS))
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("postgres: add hits: %w", err)
-	}
-	if len(settles.keys) > 0 {
-		if _, err := br.Exec(); err != nil {
-			return nil, fmt.Errorf("postgres: settle leases: %w", err)
-		}
-	}
-	if b.probe {
-		for range commit.ProbeSQL {
-			if _, err := br.Exec(); err != nil {
-				return nil, fmt.Errorf("postgres: health probe: %w", err)
-			}
-		}
-	}
-	if err := b.readPrunes(br); err != nil {
-		return nil, err
-	}
-	tag, err := br.Exec()
-	if err != nil {
-		return nil, fmt.Errorf("postgres: commit hits: %w", err)
-	}
-	if tag.String() != "COMMIT" {
-		return nil, fmt.Errorf("postgres: commit hits: %w", pgx.ErrTxCommitRollback)
-	}
-	p.prunesCommitted(b)
-	if err := br.Close(); err != nil {
+	} else if err := p.countFittingTx(ctx, conn, b, args, settles); err != nil {
 		return nil, err
 	}
 	if r := b.refunds(false); len(r.keys) > 0 {
@@ -169,6 +122,100 @@ func (p *Store) countFitting(ctx context.Context, conn *pgx.Conn, b *batchHits) 
 		}
 	}
 	return rest, nil
+}
+
+// countFittingTx is countFitting's transaction: BEGIN, the add
+// statement with what else b carries, and COMMIT, in one pipeline.
+func (p *Store) countFittingTx(ctx context.Context, conn *pgx.Conn, b *batchHits, args []any, settles refund) error {
+	pl := &pgx.Batch{}
+	begins := p.queueBegin(pl)
+	pl.Queue(pgAddFittingHits, args...)
+	if len(settles.keys) > 0 {
+		pl.Queue(pgRefundHits, settles.args()...)
+	}
+	if b.probe {
+		for _, q := range commit.ProbeSQL {
+			pl.Queue(q)
+		}
+	}
+	p.queuePrunes(pl, b)
+	pl.Queue("COMMIT")
+	br := conn.SendBatch(ctx, pl)
+	defer br.Close()
+	if err := readBegin(br, begins); err != nil {
+		return err
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return fmt.Errorf("postgres: add fixed hits: %w", err)
+	}
+	if err := b.scanFitting(rows); err != nil {
+		return err
+	}
+	if err := b.readFittingRest(br, len(settles.keys) > 0); err != nil {
+		return err
+	}
+	p.prunesCommitted(b)
+	return br.Close()
+}
+
+// fittingAlone is pgAddFittingAlone at the store's durability: the
+// server's level, or off as queueBegin sets it.
+func (p *Store) fittingAlone() string {
+	if p.opt.Durability == store.SurvivesProcessCrash {
+		return pgAddFittingAloneAsync
+	}
+	return pgAddFittingAlone
+}
+
+// scanFitting settles the keys a fitting add statement returned.
+func (b *batchHits) scanFitting(rows pgx.Rows) error {
+	defer rows.Close()
+	for rows.Next() {
+		var key []byte
+		var count, prev, startMS, nowMS int64
+		if err := rows.Scan(&key, &count, &prev, &startMS, &nowMS); err != nil {
+			return fmt.Errorf("postgres: add hits: %w", err)
+		}
+		kh := b.byKey[string(key)]
+		if kh == nil || kh.seen {
+			return fmt.Errorf("postgres: add hits: unexpected key %q returned", key)
+		}
+		kh.seen = true
+		kh.settle(count, prev, time.UnixMilli(startMS), time.UnixMilli(nowMS))
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("postgres: add hits: %w", err)
+	}
+	return nil
+}
+
+// readFittingRest reads the answers countFitting's transaction queued
+// after its add statement, COMMIT's last.
+func (b *batchHits) readFittingRest(br pgx.BatchResults, settles bool) error {
+	if settles {
+		if _, err := br.Exec(); err != nil {
+			return fmt.Errorf("postgres: settle leases: %w", err)
+		}
+	}
+	if b.probe {
+		for range commit.ProbeSQL {
+			if _, err := br.Exec(); err != nil {
+				return fmt.Errorf("postgres: health probe: %w", err)
+			}
+		}
+	}
+	if err := b.readPrunes(br); err != nil {
+		return err
+	}
+	tag, err := br.Exec()
+	if err != nil {
+		return fmt.Errorf("postgres: commit hits: %w", err)
+	}
+	if tag.String() != "COMMIT" {
+		return fmt.Errorf("postgres: commit hits: %w", pgx.ErrTxCommitRollback)
+	}
+	return nil
 }
 
 // sendFirst runs countHits' first pipeline and settles b from it.

@@ -63,11 +63,31 @@ func countHit(t *testing.T, p *Store, key string, rule driver.Rule, n int64, tl 
 
 // Two instances, 16 goroutines, weights 1..4 near the limit, then weight 1
 // until refused: the allowed weights must sum to the limit exactly, for
-// every algorithm (fixed takes countFitting, the others countHits).
+// every algorithm (fixed takes countFitting, the others countHits), and
+// with the sessions' default isolation SERIALIZABLE, under which the
+// fitting path's autocommit statement, with no BEGIN to set READ
+// COMMITTED, would fail the upsert of a row the other instance changed
+// (pgAddFittingAlone leaves those batches to countHits' transaction).
 func TestTwoInstancesExactNearLimit(t *testing.T) {
-	for _, alg := range []algorithm.Algorithm{algorithm.Fixed, algorithm.Sliding, algorithm.GCRA} {
-		t.Run(alg.Name(), func(t *testing.T) {
+	for _, tc := range []struct {
+		alg       algorithm.Algorithm
+		isolation string
+	}{
+		{algorithm.Fixed, ""},
+		{algorithm.Sliding, ""},
+		{algorithm.GCRA, ""},
+		{algorithm.Fixed, "serializable"},
+	} {
+		alg := tc.alg
+		name := alg.Name()
+		if tc.isolation != "" {
+			name += "/" + tc.isolation
+		}
+		t.Run(name, func(t *testing.T) {
 			dsn := queryModeDSN(t)
+			if tc.isolation != "" {
+				dsn = pgtest.WithParam(dsn, "default_transaction_isolation", tc.isolation)
+			}
 			stores := []*Store{openInternal(t, dsn, Options{}), openInternal(t, dsn, Options{})}
 			const limit = 97
 			rule := algorithm.MustRule(alg, limit, time.Hour, 0)
@@ -87,7 +107,7 @@ func TestTwoInstancesExactNearLimit(t *testing.T) {
 			}
 			wg.Wait()
 			if tl.errored.Load() != 0 || tl.allowed.Load() != limit {
-				t.Fatalf("%s: allowed weight %d (errored %d, refused %d), want exactly %d", alg, tl.allowed.Load(), tl.errored.Load(), tl.refused.Load(), limit)
+				t.Fatalf("%s: allowed weight %d (errored %d, refused %d), want exactly %d", name, tl.allowed.Load(), tl.errored.Load(), tl.refused.Load(), limit)
 			}
 			if alg == algorithm.Fixed {
 				if n := count(t, stores[0], `SELECT count FROM porch_rate_counters WHERE key = $1`, dbKey("rate:hot")); n != limit {
@@ -99,8 +119,16 @@ func TestTwoInstancesExactNearLimit(t *testing.T) {
 }
 
 // The fitting path's guard overflows bigint for a key whose stored count is
-// near int64's max: only that key's hits may fail; the others commit.
+// near int64's max: only that key's hits may fail; the others commit. In
+// a transaction (the batch carries the committer's probe) and in the
+// autocommit statement of a batch that carries nothing else.
 func TestFittingOverflowIsolated(t *testing.T) {
+	for _, probe := range []bool{true, false} {
+		t.Run(fmt.Sprintf("probe=%v", probe), func(t *testing.T) { fittingOverflowIsolated(t, probe) })
+	}
+}
+
+func fittingOverflowIsolated(t *testing.T, probe bool) {
 	p := openInternal(t, queryModeDSN(t), Options{})
 	hit := func(key string, n int64) commit.Op {
 		return commit.Op{Hit: &commit.Hit{Key: key, Rule: fixed(math.MaxInt64, time.Hour), N: n}}
@@ -109,7 +137,10 @@ func TestFittingOverflowIsolated(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustExec(t, p, fmt.Sprintf(`UPDATE porch_rate_counters SET count = %d`, int64(math.MaxInt64-2)))
-	ops := []commit.Op{hit("rate:a", 1), hit("rate:big", 5), hit("rate:b", 2), {Probe: true}}
+	ops := []commit.Op{hit("rate:a", 1), hit("rate:big", 5), hit("rate:b", 2)}
+	if probe {
+		ops = append(ops, commit.Op{Probe: true})
+	}
 	if err := p.writeBatch(ops); err != nil {
 		t.Fatalf("writeBatch: %v", err)
 	}

@@ -57,10 +57,13 @@ func (p *pruner) pruned(deleted int64) {
 	}
 }
 
-// queuePrunes claims the committer's prunes for b and, if they are due,
-// queues them on pl.
-func (p *Store) queuePrunes(pl *pgx.Batch, b *batchHits) {
+// claimPrunes claims the committer's prunes for b if they are due.
+func (p *Store) claimPrunes(b *batchHits) {
 	b.prune = p.prunes.claim(time.Now())
+}
+
+// queuePrunes queues on pl the prunes claimPrunes claimed for b.
+func (p *Store) queuePrunes(pl *pgx.Batch, b *batchHits) {
 	if b.prune {
 		pl.Queue(pgPruneCounters, p.opt.PruneRows)
 		pl.Queue(pgPruneResponses, p.opt.PruneRows)

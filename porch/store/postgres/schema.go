@@ -287,6 +287,30 @@ var pgAddFittingHits = pgAddHits[:strings.Index(pgAddHits, "\t\tRETURNING")] + `
 		<= ($5::bigint[])[array_position($1::bytea[], excluded.key)]
 	RETURNING c.key, c.count, c.prev, c.window_start, ` + pgRowNowMS
 
+// pgAddFittingAlone is pgAddFittingHits as a transaction of its own, for
+// a batch that carries nothing else: one autocommit statement instead of
+// BEGIN, the upsert and COMMIT (and at SurvivesProcessCrash SET LOCAL),
+// which is most of what a lone request's verdict costs the server. It
+// writes nothing, and returns no key (each is then left over, as one that
+// does not fit, for countHits' transaction), unless the session's
+// isolation is READ COMMITTED, which BEGIN would otherwise have set: a
+// server or role default of REPEATABLE READ would fail the upsert of a
+// row another instance changed.
+var pgAddFittingAlone = strings.Replace(pgAddFittingHits, pgAddSource,
+	pgAddSource+"\t\tWHERE (SELECT current_setting('transaction_isolation')) = 'read committed'\n", 1)
+
+// pgAddFittingAloneAsync is pgAddFittingAlone at SurvivesProcessCrash:
+// set_config's local setting, unlike SET LOCAL, holds in the statement's
+// own transaction, and PostgreSQL reads synchronous_commit for the commit
+// before it ends the transaction's settings. Nothing outlives the
+// statement, so a connection a pooler passes on to another client
+// (PgBouncer in transaction mode) keeps its own level.
+var pgAddFittingAloneAsync = strings.Replace(pgAddFittingAlone, "\t\tWHERE ",
+	"\t\tWHERE (SELECT set_config('synchronous_commit', 'off', true)) = 'off' AND ", 1)
+
+// pgAddSource is the unnest the add statements count from.
+const pgAddSource = "AS t (key, window_ms, hits, held)\n"
+
 func (p *Store) migrate(ctx context.Context) error {
 	return pgx.BeginTxFunc(ctx, p.writer, readCommitted, func(tx pgx.Tx) error {
 		// A DSN's statement_timeout or lock_timeout is for the
