@@ -91,7 +91,7 @@ func TestHostilePrincipalsSQLite(t *testing.T) {
 }
 
 // On PostgreSQL a scoped key that was not valid UTF-8 failed Reserve's
-// lock, and one beyond the index's row size failed Save (issue 15).
+// lock, and one beyond the index's row size failed Save.
 func TestHostilePrincipalsPostgres(t *testing.T) {
 	checkHostilePrincipals(t, func(t *testing.T) driver.KeyStore {
 		return pgstore.Open(t, pgtest.DSN(t), postgres.Options{})

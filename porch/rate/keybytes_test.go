@@ -136,7 +136,7 @@ func countHostileAmongGood(t *testing.T, lim *rate.Limiter, limit, good int) {
 
 // On PostgreSQL the hits of many callers are counted in one statement: a
 // key its text column refused failed that statement, and every request of
-// the batch with it (issue 15). CommitDelay holds each commit long enough
+// the batch with it. CommitDelay holds each commit long enough
 // for the next batch to gather many keys.
 func TestHostileKeysFailOnlyThemselvesPostgres(t *testing.T) {
 	st, err := postgres.Open(context.Background(), pgtest.DSN(t), postgres.Options{Options: store.Options{CommitDelay: 20 * time.Millisecond}})

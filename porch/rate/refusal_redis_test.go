@@ -41,7 +41,7 @@ func TestRefusalCacheSavesRoundTripsRedis(t *testing.T) {
 	}
 }
 
-// The flood of issue 18 on Redis: store round trips per refused request
+// A refused client's flood on Redis: store round trips per refused request
 // with the local refusal cache off and on.
 func BenchmarkRefusedFloodRedis(b *testing.B) {
 	for _, c := range []struct {

@@ -14,7 +14,7 @@ import (
 
 // subBuilds are the ways a batch endpoint builds the operations it replays
 // through its router, on the context it is given: for another client (the
-// hostile review of issue 15 replayed ten operations for another user
+// a hostile review once replayed ten operations for another user
 // against a limit of 3, and all ten passed uncounted), or for the batch's
 // own client. An operation for the batch's own client built with
 // http.NewRequestWithContext has no RequestURI, so it is not the batch

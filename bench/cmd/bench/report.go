@@ -257,7 +257,7 @@ func printTargets(h *harness, mem []memResult) {
 		}
 	}
 	fmt.Println()
-	fmt.Println("| target (issue 5) | measured | met |")
+	fmt.Println("| target | measured | met |")
 	fmt.Println("| --- | ---: | --- |")
 	for _, t := range ts {
 		if !t.known {
