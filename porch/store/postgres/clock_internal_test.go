@@ -9,6 +9,7 @@ import (
 	"github.com/writeonce/porch-go/internal/pgtest"
 	"github.com/writeonce/porch-go/porch/internal/algorithm"
 	"github.com/writeonce/porch-go/porch/store/driver"
+	"github.com/writeonce/porch-go/porch/store/internal/commit"
 )
 
 // A batch's clock is its transaction's start (now()), but its rows may be
@@ -58,10 +59,13 @@ func TestLockWaitDoesNotTurnTheClockBack(t *testing.T) {
 				t.Fatal(err)
 			}
 
-			// The hit's transaction has started and waits for the row.
+			// The hit's transaction has started and waits for the row,
+			// as a connection of its own sees: the locker's transaction
+			// would see pg_stat_activity as it was at its first read.
+			watcher := connectDSN(t, dsn)
 			var started time.Time
 			waitWithin(t, 10*time.Second, "the hit to wait for the row's lock", func() bool {
-				err := tx.QueryRow(ctx, `SELECT xact_start FROM pg_stat_activity
+				err := watcher.QueryRow(ctx, `SELECT xact_start FROM pg_stat_activity
 					WHERE wait_event_type = 'Lock' AND application_name = $1`, app).Scan(&started)
 				return err == nil
 			})
@@ -122,4 +126,33 @@ func connectDSN(t *testing.T, dsn string) *pgx.Conn {
 	}
 	t.Cleanup(func() { c.Close(context.Background()) })
 	return c
+}
+
+// Peeks in one batch are each read at their own row's clock: a reset
+// opens its window a millisecond after the one before it, so a key reset
+// many times a second has a window start ahead of the clock, and read at
+// that clock another key's window would seem closed (room where there is
+// none).
+func TestPeeksReadEachKeyAtItsOwnClock(t *testing.T) {
+	p := openInternal(t, pgtest.DSN(t), Options{})
+	rule := fixed(5, time.Hour)
+	for range 5 {
+		hitNow(t, p, "rate:t:full", rule)
+	}
+	hitNow(t, p, "rate:t:reset", rule)
+	// The full key's window closes in a second; the reset key's starts
+	// ten seconds ahead, as thousands of resets would leave it.
+	mustExec(t, p, `UPDATE porch_rate_counters SET window_start = `+pgClockMS+` - window_ms + 1000,
+		expires_at = `+pgClockMS+` + 1000 WHERE key = '`+string(dbKey("rate:t:full"))+`'`)
+	mustExec(t, p, `UPDATE porch_rate_counters SET window_start = `+pgClockMS+` + 10000,
+		expires_at = `+pgClockMS+` + 10000 + window_ms WHERE key = '`+string(dbKey("rate:t:reset"))+`'`)
+	full := &commit.Hit{Key: "rate:t:full", Rule: rule}
+	reset := &commit.Hit{Key: "rate:t:reset", Rule: rule}
+	if err := p.writeBatch([]commit.Op{{Peek: full}, {Peek: reset}}); err != nil {
+		t.Fatal(err)
+	}
+	if room := rule.Room(full.Result.State, full.Result.Now); room != 0 {
+		t.Errorf("a full window peeked beside a key reset ahead of the clock: room %d (state %+v at %s), want 0",
+			room, full.Result.State, full.Result.Now.Format(time.StampMilli))
+	}
 }

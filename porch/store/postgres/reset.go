@@ -60,12 +60,18 @@ func peekHits(ctx context.Context, tx interface {
 	}
 	defer rows.Close()
 	// A key without a live row is read as the zero state, at the batch's
-	// clock, which the last row carries. Every row carries it too, raised
-	// to the row's window start (see pgRowNowMS): the statement's snapshot
-	// may hold a window another instance opened after this transaction
-	// began, and the latest of them all is still no later than the clock.
+	// clock, which the last row carries. A live row carries its own: the
+	// clock raised to its window's start (see pgRowNowMS), since the
+	// statement's snapshot may hold a window another instance opened after
+	// this transaction began. Each key is read at its own: a reset's
+	// window may start ahead of the clock, and must not move another
+	// key's.
 	var now time.Time
-	found := make(map[string]driver.State, len(keys))
+	type peeked struct {
+		s   driver.State
+		now time.Time
+	}
+	found := make(map[string]peeked, len(keys))
 	for rows.Next() {
 		var key []byte
 		var live bool
@@ -73,18 +79,21 @@ func peekHits(ctx context.Context, tx interface {
 		if err := rows.Scan(&key, &live, &startMS, &count, &prev, &nowMS); err != nil {
 			return fmt.Errorf("postgres: peek counters: %w", err)
 		}
-		if t := time.UnixMilli(nowMS); t.After(now) {
-			now = t
+		if !live {
+			now = time.UnixMilli(nowMS)
+			continue
 		}
-		if live {
-			found[string(key)] = driver.State{Start: time.UnixMilli(startMS), Count: count, Prev: prev}
-		}
+		found[string(key)] = peeked{driver.State{Start: time.UnixMilli(startMS), Count: count, Prev: prev}, time.UnixMilli(nowMS)}
 	}
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("postgres: peek counters: %w", err)
 	}
 	for _, h := range peeks {
-		h.Result = driver.Hit{State: h.Rule.Advance(found[string(dbKey(h.Key))], now), Now: now}
+		f, ok := found[string(dbKey(h.Key))]
+		if !ok {
+			f.now = now
+		}
+		h.Result = driver.Hit{State: h.Rule.Advance(f.s, f.now), Now: f.now}
 	}
 	return nil
 }

@@ -104,10 +104,13 @@ func (p *Store) countIsolated(ctx context.Context, conn *pgx.Conn, ops []*commit
 		case !rowsFault(err):
 			return err
 		default:
-			// Rolled back; the general path below counts the batch again
-			// and isolates the offending key.
-			if _, rerr := conn.Exec(ctx, "ROLLBACK"); rerr != nil {
-				return errors.Join(err, fmt.Errorf("postgres: roll back failed batch: %w", rerr))
+			// Rolled back (an autocommit statement has rolled back
+			// already: the connection is idle); the general path below
+			// counts the batch again and isolates the offending key.
+			if conn.PgConn().TxStatus() != 'I' {
+				if _, rerr := conn.Exec(ctx, "ROLLBACK"); rerr != nil {
+					return errors.Join(err, fmt.Errorf("postgres: roll back failed batch: %w", rerr))
+				}
 			}
 		}
 	}
