@@ -14,6 +14,7 @@ import (
 	"github.com/writeonce/porch-go/porch/store/driver"
 	"github.com/writeonce/porch-go/porch/store/internal/commit"
 	"github.com/writeonce/porch-go/porch/store/internal/policy"
+	"github.com/writeonce/porch-go/porch/store/internal/slotq"
 )
 
 // defaultConns is the size of the application's connection pool (Pool)
@@ -102,7 +103,7 @@ type Store struct {
 	policyMu   sync.Mutex    // serializes policy claims; protects policyConn
 	policyConn *pgxpool.Conn // from writer, holding the claims' locks; nil until the first
 
-	slotq slotQueue // slot calls waiting for a pipeline (see slotQueue)
+	slotq *slotq.Queue[slotOp] // slot calls waiting for a pipeline (see newSlotQueue)
 }
 
 var (
@@ -166,6 +167,7 @@ func Open(ctx context.Context, dsn string, opt Options) (*Store, error) {
 		prunes: newPruner(opt.PruneRows), saves: newPruner(opt.PruneRows),
 		slots: make(chan struct{}, opt.KeyConns)}
 	p.durable = &durableProbe{p: p}
+	p.slotq = p.newSlotQueue()
 	if err := p.migrate(ctx); err != nil {
 		closeAll()
 		return nil, err

@@ -3,14 +3,13 @@ package postgres
 import (
 	"context"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/writeonce/porch-go/porch/store/driver"
+	"github.com/writeonce/porch-go/porch/store/internal/slotq"
 )
 
 var _ driver.SharedSlots = (*Store)(nil)
@@ -115,20 +114,20 @@ func readSlotsTx(br pgx.BatchResults, read func(br pgx.BatchResults) error) erro
 // the database's clock: one transaction at synchronous_commit off (see
 // slotsTx) that locks the key and then counts and inserts (see
 // driver.SharedSlots), sent in the next pipeline of slot calls (see
-// slotQueue). It is bounded by Options.Timeout.
+// newSlotQueue). It is bounded by Options.Timeout.
 func (p *Store) AcquireSlot(ctx context.Context, key, id string, limit int64, lease time.Duration) (ok bool, held int64, err error) {
-	op := &slotOp{key: dbKey(key), id: id, limit: limit, lease: lease.Milliseconds(), acquire: true}
-	if err := p.slotq.do(ctx, p, op); err != nil {
+	c := &slotq.Call[slotOp]{Op: slotOp{key: dbKey(key), id: id, limit: limit, lease: lease.Milliseconds()}, Acquire: true}
+	if err := p.slotq.Do(ctx, c); err != nil {
 		return false, 0, fmt.Errorf("postgres: acquire slot: %w", err)
 	}
-	return op.ok, op.held, nil
+	return c.Op.ok, c.Op.held, nil
 }
 
 // ReleaseSlot deletes id's slot of key, in a transaction at
 // synchronous_commit off (see slotsTx) sent in the next pipeline of slot
-// calls (see slotQueue), bounded by Options.Timeout.
+// calls (see newSlotQueue), bounded by Options.Timeout.
 func (p *Store) ReleaseSlot(ctx context.Context, key, id string) error {
-	if err := p.slotq.do(ctx, p, &slotOp{key: dbKey(key), id: id}); err != nil {
+	if err := p.slotq.Do(ctx, &slotq.Call[slotOp]{Op: slotOp{key: dbKey(key), id: id}}); err != nil {
 		return fmt.Errorf("postgres: release slot: %w", err)
 	}
 	return nil
@@ -141,8 +140,8 @@ const (
 	slotSenders     = 4
 )
 
-// slotQueue sends the slot calls (acquires, releases) of concurrent
-// requests together: a call joins the queue, and up to slotSenders
+// newSlotQueue returns p's queue of slot calls (acquires, releases), which
+// sends the calls of concurrent requests together: up to slotSenders
 // goroutines each send every call queued in one pipeline of
 // transactions, one per call, on one connection, one round trip. One
 // key's acquires in one pipeline take and release its lock in one
@@ -150,131 +149,65 @@ const (
 // Each call is its own transaction, as before; a statement that fails
 // fails the calls after it in its pipeline (the server skips them), each
 // answered 503, and the pool closes the connection.
-type slotQueue struct {
-	mu      sync.Mutex
-	queue   []*slotOp
-	senders int
-
-	pipelines atomic.Int64 // pipelines sent, for the tests
+func (p *Store) newSlotQueue() *slotq.Queue[slotOp] {
+	return &slotq.Queue[slotOp]{Send: p.sendSlots, Senders: slotSenders, Max: maxSlotPipeline, Timeout: p.opt.Timeout}
 }
 
-// slotOp is one queued call and, once done is closed, its outcome.
+// slotOp is one slot call's arguments and, once settled, its outcome.
 type slotOp struct {
-	key     []byte
-	id      string
-	acquire bool
-	limit   int64
-	lease   int64 // ms
-	ok      bool
-	held    int64
-	err     error
-	done    chan struct{}
+	key   []byte
+	id    string
+	limit int64
+	lease int64 // ms
+	ok    bool
+	held  int64
 }
 
-// do queues op and waits for its outcome, for at most Options.Timeout and
-// until ctx ends (an acquire's caller whose ctx ends waits for the
-// acquire's outcome, within the timeout, before it returns). A call given
-// up on may still be sent: an acquire's caller releases the slot
-// (driver.SharedSlots).
-func (q *slotQueue) do(ctx context.Context, p *Store, op *slotOp) error {
-	op.done = make(chan struct{})
-	q.mu.Lock()
-	q.queue = append(q.queue, op)
-	start := q.senders < slotSenders
-	if start {
-		q.senders++
-	}
-	q.mu.Unlock()
-	if start {
-		go q.send(p)
-	}
-	t := time.NewTimer(p.opt.Timeout)
-	defer t.Stop()
-	select {
-	case <-op.done:
-		return op.err
-	case <-ctx.Done():
-		if op.acquire {
-			// Wait for the acquire's outcome (within the timeout), so
-			// that the caller's release is sent after it, never in a
-			// pipeline that runs before it and leaves the slot taken
-			// until its lease runs out.
-			select {
-			case <-op.done:
-			case <-t.C:
-			}
-		}
-		return ctx.Err()
-	case <-t.C:
-		return fmt.Errorf("no reply within %s", p.opt.Timeout)
-	}
-}
-
-// send sends the queue, pipeline after pipeline, until it is empty.
-func (q *slotQueue) send(p *Store) {
-	for {
-		q.mu.Lock()
-		n := min(len(q.queue), maxSlotPipeline)
-		if n == 0 {
-			q.senders--
-			q.mu.Unlock()
-			return
-		}
-		ops := q.queue[:n:n]
-		q.queue = q.queue[n:]
-		if len(q.queue) == 0 {
-			q.queue = nil
-		}
-		q.mu.Unlock()
-		q.pipelines.Add(1)
-		p.sendSlots(ops)
-	}
-}
-
-// sendSlots sends ops in one pipeline, a transaction each, bounded by
-// Options.Timeout, and closes each one's done.
-func (p *Store) sendSlots(ops []*slotOp) {
+// sendSlots sends calls in one pipeline, a transaction each, bounded by
+// Options.Timeout, and settles each.
+func (p *Store) sendSlots(calls []*slotq.Call[slotOp]) {
 	ctx, cancel := context.WithTimeout(context.Background(), p.opt.Timeout)
 	defer cancel()
 	b := &pgx.Batch{}
-	for _, op := range ops {
+	for _, c := range calls {
 		slotsTx(b)
-		if op.acquire {
-			b.Queue(pgLockSlots, op.key)
-			b.Queue(pgAcquireSlot, op.key, op.id, op.limit, op.lease)
+		if c.Acquire {
+			b.Queue(pgLockSlots, c.Op.key)
+			b.Queue(pgAcquireSlot, c.Op.key, c.Op.id, c.Op.limit, c.Op.lease)
 		} else {
-			b.Queue(pgReleaseSlot, op.key, op.id)
+			b.Queue(pgReleaseSlot, c.Op.key, c.Op.id)
 		}
 		b.Queue("COMMIT")
 	}
 	br := p.pool.SendBatch(ctx, b)
+	errs := make([]error, len(calls))
 	var failed error
-	for _, op := range ops {
+	for i, c := range calls {
 		if failed != nil {
-			op.err = failed
+			errs[i] = failed
 			continue
 		}
-		op.err = readSlotsTx(br, func(br pgx.BatchResults) error {
-			if !op.acquire {
+		errs[i] = readSlotsTx(br, func(br pgx.BatchResults) error {
+			if !c.Acquire {
 				_, err := br.Exec()
 				return err
 			}
 			if _, err := br.Exec(); err != nil {
 				return err
 			}
-			return br.QueryRow().Scan(&op.held, &op.ok)
+			return br.QueryRow().Scan(&c.Op.held, &c.Op.ok)
 		})
-		if op.err != nil {
-			failed = op.err
+		if errs[i] != nil {
+			failed = errs[i]
 		}
 	}
 	if err := br.Close(); err != nil && failed == nil {
-		for _, op := range ops {
-			op.err = err
+		for i := range errs {
+			errs[i] = err
 		}
 	}
-	for _, op := range ops {
-		close(op.done)
+	for i, c := range calls {
+		c.Settle(errs[i])
 	}
 }
 

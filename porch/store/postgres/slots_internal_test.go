@@ -67,7 +67,7 @@ func TestSlotsCommitAsync(t *testing.T) {
 }
 
 // TestSlotsSharePipelines checks that the slot calls of concurrent
-// requests share round trips (slotQueue) and stay exact: 64 acquires of
+// requests share round trips (newSlotQueue) and stay exact: 64 acquires of
 // one key at a limit of 5, sent at once, take exactly 5 slots, and the
 // acquires and releases go in fewer pipelines than calls.
 func TestSlotsSharePipelines(t *testing.T) {
@@ -76,7 +76,7 @@ func TestSlotsSharePipelines(t *testing.T) {
 	const key = "inflight:pipe:p:alice"
 	ctx := context.Background()
 	for round := range 3 {
-		before := p.slotq.pipelines.Load()
+		before := p.slotq.Sends()
 		var wg sync.WaitGroup
 		var taken atomic.Int64
 		start := make(chan struct{})
@@ -110,7 +110,7 @@ func TestSlotsSharePipelines(t *testing.T) {
 		}
 		close(start)
 		wg.Wait()
-		pipes := p.slotq.pipelines.Load() - before
+		pipes := p.slotq.Sends() - before
 		var n int
 		if err := p.pool.QueryRow(ctx, `SELECT count(*) FROM porch_inflight`).Scan(&n); err != nil || n != 0 {
 			t.Fatalf("round %d: %d slots held after every release (%v), want 0", round, n, err)

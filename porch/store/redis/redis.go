@@ -18,6 +18,7 @@ import (
 	"github.com/writeonce/porch-go/porch/store/driver"
 	"github.com/writeonce/porch-go/porch/store/internal/commit"
 	"github.com/writeonce/porch-go/porch/store/internal/policy"
+	"github.com/writeonce/porch-go/porch/store/internal/slotq"
 )
 
 // defaultTimeout is Options.Timeout's default.
@@ -107,7 +108,7 @@ type Store struct {
 	policyMu sync.Mutex               // serializes claims, releases and heartbeats; protects held
 	held     map[string]driver.Policy // names claimed in Redis, by name
 
-	slots slotQueue // the slot calls waiting for a pipeline (see slotQueue)
+	slots *slotq.Queue[slotOp] // the slot calls waiting for a pipeline (see newSlotQueue)
 
 	stop      chan struct{}
 	stopped   chan struct{}
@@ -208,6 +209,7 @@ func Open(ctx context.Context, c goredis.UniversalClient, opt Options) (*Store, 
 	_, oneServer := c.(*goredis.Client) // a Sentinel failover client is one too
 	s := &Store{c: c, cluster: cluster, oneServer: oneServer, opt: opt, id: hex.EncodeToString(b[:]),
 		held: make(map[string]driver.Policy), stop: make(chan struct{}), stopped: make(chan struct{})}
+	s.slots = s.newSlotQueue()
 	// The first ping gets longer than a batch's Timeout, and its own error:
 	// a failover client spends its first call asking the Sentinels for the
 	// primary, and the reason it may fail (no Sentinel answers, a wrong

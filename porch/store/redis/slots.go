@@ -3,12 +3,12 @@ package redis
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/writeonce/porch-go/porch/store/driver"
+	"github.com/writeonce/porch-go/porch/store/internal/slotq"
 )
 
 var _ driver.SharedSlots = (*Store)(nil)
@@ -68,7 +68,7 @@ func (s *Store) SlotsShared() bool { return true }
 // AcquireSlot takes one of limit slots of key for id, leased for lease on
 // the server's clock, in one script (see driver.SharedSlots), bounded by
 // Options.Timeout. Without Options.Replicas the script is sent in the next
-// pipeline of slot calls (see slotQueue). With Options.Replicas the script
+// pipeline of slot calls (see newSlotQueue). With Options.Replicas the script
 // is followed by WAIT on its connection, as a batch of hits is, and an
 // acquire fewer replicas acknowledged fails (its request is answered 503,
 // and the slot given back): a failover to a replica that had not received
@@ -77,11 +77,11 @@ func (s *Store) AcquireSlot(ctx context.Context, key, id string, limit int64, le
 	var res []int64
 	k := s.counterKey(key)
 	if s.opt.Replicas == 0 {
-		op := &slotOp{key: k, id: id, limit: limit, lease: lease.Milliseconds(), acquire: true}
-		if err := s.slots.do(ctx, s, op); err != nil {
+		c := &slotq.Call[slotOp]{Op: slotOp{key: k, id: id, limit: limit, lease: lease.Milliseconds()}, Acquire: true}
+		if err := s.slots.Do(ctx, c); err != nil {
 			return false, 0, fmt.Errorf("redis: acquire slot: %w", err)
 		}
-		res = op.res
+		res = c.Op.res
 	} else {
 		err = s.roundTrip(ctx, func(ctx context.Context) error {
 			var on goredis.Cmdable = s.c
@@ -119,9 +119,9 @@ func (s *Store) AcquireSlot(ctx context.Context, key, id string, limit int64, le
 }
 
 // ReleaseSlot removes id from key's set, in the next pipeline of slot
-// calls (see slotQueue), bounded by Options.Timeout.
+// calls (see newSlotQueue), bounded by Options.Timeout.
 func (s *Store) ReleaseSlot(ctx context.Context, key, id string) error {
-	if err := s.slots.do(ctx, s, &slotOp{key: s.counterKey(key), id: id}); err != nil {
+	if err := s.slots.Do(ctx, &slotq.Call[slotOp]{Op: slotOp{key: s.counterKey(key), id: id}}); err != nil {
 		return fmt.Errorf("redis: release slot: %w", err)
 	}
 	return nil
@@ -130,123 +130,60 @@ func (s *Store) ReleaseSlot(ctx context.Context, key, id string) error {
 // maxSlotPipeline bounds the slot calls one pipeline carries.
 const maxSlotPipeline = 256
 
-// slotQueue sends the slot calls (acquires without Options.Replicas,
-// releases) of concurrent requests together: a call joins the queue, and
-// one goroutine at a time sends every call queued in one pipeline, one
-// round trip, then the calls that queued meanwhile in the next. A call
-// alone is sent at once; under load, a round trip carries many. One
-// round trip per call was the in-flight limiter's cost on Redis: two per
-// request, each a write, a read and a wake-up of the server and of the
-// caller, which on a loaded machine took longer than the server's work
-// (see docs/inflight.md). Each call is its own command, atomic on the
-// server as before: a pipeline only shares the round trip.
-type slotQueue struct {
-	mu      sync.Mutex
-	queue   []*slotOp
-	sending bool // a goroutine is sending the queue (see flush)
+// newSlotQueue returns s's queue of slot calls (acquires without
+// Options.Replicas, releases), which sends the calls of concurrent
+// requests together: one goroutine at a time sends every call queued in
+// one pipeline, one round trip, then the calls that queued meanwhile in
+// the next. One round trip per call was the in-flight limiter's cost on
+// Redis: two per request, each a write, a read and a wake-up of the
+// server and of the caller, which on a loaded machine took longer than
+// the server's work (see docs/inflight.md). Each call is its own command,
+// atomic on the server as before: a pipeline only shares the round trip.
+func (s *Store) newSlotQueue() *slotq.Queue[slotOp] {
+	return &slotq.Queue[slotOp]{Send: s.sendSlots, Senders: 1, Max: maxSlotPipeline, Timeout: s.opt.Timeout}
 }
 
-// slotOp is one queued call and, once done is closed, its outcome.
+// slotOp is one slot call's arguments and, once settled, its outcome.
 type slotOp struct {
 	key, id string
-	acquire bool
 	limit   int64
 	lease   int64 // ms
 	res     []int64
-	err     error
-	done    chan struct{}
 }
 
-// do queues op and waits for its outcome, for at most Options.Timeout and
-// until ctx ends (an acquire's caller whose ctx ends waits for the
-// acquire's outcome, within the timeout, before it returns). A call given
-// up on may still be sent: an acquire's caller releases the slot
-// (driver.SharedSlots).
-func (q *slotQueue) do(ctx context.Context, s *Store, op *slotOp) error {
-	op.done = make(chan struct{})
-	q.mu.Lock()
-	q.queue = append(q.queue, op)
-	start := !q.sending
-	q.sending = true
-	q.mu.Unlock()
-	if start {
-		go q.flush(s)
-	}
-	t := time.NewTimer(s.opt.Timeout)
-	defer t.Stop()
-	select {
-	case <-op.done:
-		return op.err
-	case <-ctx.Done():
-		if op.acquire {
-			// Wait for the acquire's outcome (within the timeout), so
-			// that the caller's release is sent after it, never in a
-			// pipeline that runs before it and leaves the slot taken
-			// until its lease runs out.
-			select {
-			case <-op.done:
-			case <-t.C:
-			}
-		}
-		return ctx.Err()
-	case <-t.C:
-		// Not wrapping context.DeadlineExceeded, as roundTrip.
-		return fmt.Errorf("redis: no reply within %s", s.opt.Timeout)
-	}
-}
-
-// flush sends the queue, pipeline after pipeline, until it is empty.
-func (q *slotQueue) flush(s *Store) {
-	for {
-		q.mu.Lock()
-		n := min(len(q.queue), maxSlotPipeline)
-		if n == 0 {
-			q.sending = false
-			q.mu.Unlock()
-			return
-		}
-		ops := q.queue[:n:n]
-		q.queue = q.queue[n:]
-		if len(q.queue) == 0 {
-			q.queue = nil
-		}
-		q.mu.Unlock()
-		s.sendSlots(ops)
-	}
-}
-
-// sendSlots sends ops in one pipeline, bounded by Options.Timeout, and
-// closes each one's done. An acquire whose script the server had not
-// cached (NOSCRIPT: a restart, a failover, SCRIPT FLUSH) is sent again
-// alone, as Script.Run would.
-func (s *Store) sendSlots(ops []*slotOp) {
+// sendSlots sends calls in one pipeline, bounded by Options.Timeout, and
+// settles each. An acquire whose script the server had not cached
+// (NOSCRIPT: a restart, a failover, SCRIPT FLUSH) is sent again alone, as
+// Script.Run would.
+func (s *Store) sendSlots(calls []*slotq.Call[slotOp]) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.opt.Timeout)
 	defer cancel()
-	acq := make([]*goredis.Cmd, len(ops))
-	rel := make([]*goredis.IntCmd, len(ops))
+	acq := make([]*goredis.Cmd, len(calls))
+	rel := make([]*goredis.IntCmd, len(calls))
 	// A pipeline that fails as a whole (a lost connection, the deadline)
 	// sets its error on every command, read below.
 	s.c.Pipelined(ctx, func(p goredis.Pipeliner) error { //nolint:errcheck // read per command
-		for i, op := range ops {
-			if op.acquire {
-				acq[i] = scriptAcquireSlot.EvalSha(ctx, p, []string{op.key}, op.id, op.limit, op.lease)
+		for i, c := range calls {
+			if c.Acquire {
+				acq[i] = scriptAcquireSlot.EvalSha(ctx, p, []string{c.Op.key}, c.Op.id, c.Op.limit, c.Op.lease)
 			} else {
-				rel[i] = p.ZRem(ctx, op.key, op.id)
+				rel[i] = p.ZRem(ctx, c.Op.key, c.Op.id)
 			}
 		}
 		return nil
 	})
-	for i, op := range ops {
-		switch {
-		case op.acquire:
-			op.res, op.err = acq[i].Int64Slice()
-			if op.err != nil && goredis.HasErrorPrefix(op.err, "NOSCRIPT") {
-				op.res, op.err = scriptAcquireSlot.Run(ctx, s.c, []string{op.key}, op.id, op.limit, op.lease).Int64Slice()
+	for i, c := range calls {
+		var err error
+		switch op := &c.Op; {
+		case c.Acquire:
+			op.res, err = acq[i].Int64Slice()
+			if err != nil && goredis.HasErrorPrefix(err, "NOSCRIPT") {
+				op.res, err = scriptAcquireSlot.Run(ctx, s.c, []string{op.key}, op.id, op.limit, op.lease).Int64Slice()
 			}
 		default:
-			op.err = rel[i].Err()
+			err = rel[i].Err()
 		}
-		close(op.done)
+		c.Settle(err)
 	}
 }
 

@@ -36,7 +36,7 @@ func (h *roundTrips) ProcessPipelineHook(next goredis.ProcessPipelineHook) gored
 }
 
 // TestSlotsSharePipelines checks that the slot calls of concurrent
-// requests share round trips (slotQueue) and stay exact: 64 acquires of
+// requests share round trips (newSlotQueue) and stay exact: 64 acquires of
 // one key at a limit of 5, sent at once, take exactly 5 slots, and the
 // acquires and releases go in fewer round trips than calls. One round trip
 // per call was the in-flight limiter's cost on Redis.
