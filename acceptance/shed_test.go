@@ -14,7 +14,7 @@ import (
 	"github.com/google/uuid"
 )
 
-// The load shedder's contract (issue 34): with -max-inflight 4
+// The load shedder's contract: with -max-inflight 4
 // -critical-reserve 0.5, two slow checkouts in flight make GET /products
 // 503 while two more checkouts are admitted, and a fifth is 503; /healthz
 // answers 200 throughout. Every slow checkout is held until the gate hangs
@@ -54,7 +54,12 @@ func TestShedKeepsReserveForCritical(t *testing.T) {
 		t.Errorf("GET /products with 4 in flight: got %s, want 503", r)
 	}
 	// The four checkouts went past the shedder, the limiter and their
-	// keys to the handler; the refusals cost no store work.
+	// keys to the handler; the refusals cost no store work. The shedder
+	// counts a checkout in flight before the limiter and its key have
+	// seen it: wait until the last of them has reached its handler.
+	waitFor(t, startTimeout, "the held checkouts to reach their handler", func() bool {
+		return s.scrape(t)[`porch_idem_requests_total{outcome="executed"}`] >= 4
+	})
 	wantSamples(t, s.scrape(t), map[string]float64{
 		`porch_shed_in_flight`: 4,
 		`porch_shed_requests_total{class="critical",outcome="admitted"}`:     4,
