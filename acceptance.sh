@@ -17,6 +17,13 @@
 # gate itself: -duration D and -seed N for the chaos legs, e.g.
 #   ./acceptance.sh -run Chaos -- -duration 5m -seed 42
 set -euo pipefail
+case ${1:-} in
+-h | -help | --help)
+	# The usage is this file's opening comment.
+	sed -n '2,/^$/{/^#/!q;s/^# \{0,1\}//;p}' "$0"
+	exit 0
+	;;
+esac
 cd "$(dirname "$0")"
 gotest=()
 while (($#)); do
