@@ -443,12 +443,22 @@ func testFixedWindow(t *testing.T, h storeHarness) {
 // nothing, and a fresh key tries again, for up to a minute.
 func testSlidingWindow(t *testing.T, h storeHarness) {
 	l := h.storeNode(t).limiter(t, storePolicy{alg: rate.SlidingWindow, limit: 4, window: time.Second}, "sliding")
+	untilJudged(t, "answered too late after the boundary to judge", func(principal string) bool {
+		return slidingWindowOnce(t, l, principal)
+	})
+}
+
+// untilJudged runs once with a fresh principal until a try can be judged
+// (once reports false when the machine was too slow to tell), for up to
+// a minute; why says what made a try unjudgeable.
+func untilJudged(t *testing.T, why string, once func(principal string) bool) {
+	t.Helper()
 	deadline := time.Now().Add(time.Minute)
-	for try := 1; !slidingWindowOnce(t, l, fmt.Sprint("p", try)); try++ {
+	for try := 1; !once(fmt.Sprint("p", try)); try++ {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d tries in a minute: none answered soon enough after the window boundary to judge", try)
+			t.Fatalf("%d tries in a minute, none judged: each %s", try, why)
 		}
-		t.Logf("try %d: answered too late after the boundary to judge; again with a fresh key", try)
+		t.Logf("try %d: %s; again with a fresh key", try, why)
 	}
 }
 
@@ -510,13 +520,9 @@ func slidingWindowOnce(t *testing.T, l *rate.Limiter, principal string) (judged 
 func testGCRAEmission(t *testing.T, h storeHarness) {
 	const limit, burst, window = 5, 3, time.Second
 	l := h.storeNode(t).limiter(t, storePolicy{alg: rate.GCRA, limit: limit, window: window, burst: burst}, "gcra")
-	deadline := time.Now().Add(time.Minute)
-	for try := 1; !gcraEmissionOnce(t, l, fmt.Sprint("p", try)); try++ {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d tries in a minute: none sent its burst within an emission interval", try)
-		}
-		t.Logf("try %d: the burst took an emission interval to send; again with a fresh key", try)
-	}
+	untilJudged(t, "took an emission interval to send its burst", func(principal string) bool {
+		return gcraEmissionOnce(t, l, principal)
+	})
 }
 
 // gcraEmissionOnce runs testGCRAEmission's schedule on principal, and
