@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -29,11 +28,7 @@ func (p *Store) countHits(ctx context.Context, conn *pgx.Conn, b *batchHits) err
 	for i := range b.adds {
 		first.Queue(addStatements[b.adds[i].algorithm], b.adds[i].args()...)
 	}
-	if b.probe {
-		for _, q := range commit.ProbeSQL {
-			first.Queue(q)
-		}
-	}
+	b.queueProbe(first)
 	p.claimPrunes(b)
 	p.queuePrunes(first, b)
 	if err := p.sendFirst(ctx, conn, first, b); err != nil {
@@ -56,13 +51,8 @@ func (p *Store) countHits(ctx context.Context, conn *pgx.Conn, b *batchHits) err
 			return fmt.Errorf("postgres: refund refused hits: %w", err)
 		}
 	}
-	tag, err := br.Exec()
-	if err != nil {
+	if err := readCommit(br); err != nil {
 		return fmt.Errorf("postgres: commit hits: %w", err)
-	}
-	if tag.String() != "COMMIT" {
-		// COMMIT of an aborted transaction answers ROLLBACK, not an error.
-		return fmt.Errorf("postgres: commit hits: %w", pgx.ErrTxCommitRollback)
 	}
 	p.prunesCommitted(b)
 	return br.Close()
@@ -100,7 +90,7 @@ func (p *Store) countFitting(ctx context.Context, conn *pgx.Conn, b *batchHits) 
 		if err != nil {
 			return nil, fmt.Errorf("postgres: add fixed hits: %w", err)
 		}
-		if err := b.scanFitting(rows); err != nil {
+		if _, err := b.scanAdded(rows); err != nil {
 			return nil, err
 		}
 	} else if err := p.countFittingTx(ctx, conn, b, args, settles); err != nil {
@@ -133,11 +123,7 @@ func (p *Store) countFittingTx(ctx context.Context, conn *pgx.Conn, b *batchHits
 	if len(settles.keys) > 0 {
 		pl.Queue(pgRefundHits, settles.args()...)
 	}
-	if b.probe {
-		for _, q := range commit.ProbeSQL {
-			pl.Queue(q)
-		}
-	}
+	b.queueProbe(pl)
 	p.queuePrunes(pl, b)
 	pl.Queue("COMMIT")
 	br := conn.SendBatch(ctx, pl)
@@ -149,7 +135,7 @@ func (p *Store) countFittingTx(ctx context.Context, conn *pgx.Conn, b *batchHits
 	if err != nil {
 		return fmt.Errorf("postgres: add fixed hits: %w", err)
 	}
-	if err := b.scanFitting(rows); err != nil {
+	if _, err := b.scanAdded(rows); err != nil {
 		return err
 	}
 	if err := b.readFittingRest(br, len(settles.keys) > 0); err != nil {
@@ -168,24 +154,24 @@ func (p *Store) fittingAlone() string {
 	return pgAddFittingAlone
 }
 
-// scanFitting settles the keys a fitting add statement returned.
-func (b *batchHits) scanFitting(rows pgx.Rows) error {
-	defer rows.Close()
-	for rows.Next() {
-		var key []byte
-		var count, prev, startMS, nowMS int64
-		if err := rows.Scan(&key, &count, &prev, &startMS, &nowMS); err != nil {
-			return fmt.Errorf("postgres: add hits: %w", err)
+// queueProbe queues Health's probe on pl if b carries it.
+func (b *batchHits) queueProbe(pl *pgx.Batch) {
+	if b.probe {
+		for _, q := range commit.ProbeSQL {
+			pl.Queue(q)
 		}
-		kh := b.byKey[string(key)]
-		if kh == nil || kh.seen {
-			return fmt.Errorf("postgres: add hits: unexpected key %q returned", key)
-		}
-		kh.seen = true
-		kh.settle(count, prev, time.UnixMilli(startMS), time.UnixMilli(nowMS))
 	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("postgres: add hits: %w", err)
+}
+
+// readProbe reads, from br, the answers to what queueProbe queued.
+func (b *batchHits) readProbe(br pgx.BatchResults) error {
+	if !b.probe {
+		return nil
+	}
+	for range commit.ProbeSQL {
+		if _, err := br.Exec(); err != nil {
+			return fmt.Errorf("postgres: health probe: %w", err)
+		}
 	}
 	return nil
 }
@@ -198,22 +184,14 @@ func (b *batchHits) readFittingRest(br pgx.BatchResults, settles bool) error {
 			return fmt.Errorf("postgres: settle leases: %w", err)
 		}
 	}
-	if b.probe {
-		for range commit.ProbeSQL {
-			if _, err := br.Exec(); err != nil {
-				return fmt.Errorf("postgres: health probe: %w", err)
-			}
-		}
+	if err := b.readProbe(br); err != nil {
+		return err
 	}
 	if err := b.readPrunes(br); err != nil {
 		return err
 	}
-	tag, err := br.Exec()
-	if err != nil {
+	if err := readCommit(br); err != nil {
 		return fmt.Errorf("postgres: commit hits: %w", err)
-	}
-	if tag.String() != "COMMIT" {
-		return fmt.Errorf("postgres: commit hits: %w", pgx.ErrTxCommitRollback)
 	}
 	return nil
 }
@@ -234,12 +212,8 @@ func (p *Store) sendFirst(ctx context.Context, conn *pgx.Conn, first *pgx.Batch,
 			return err
 		}
 	}
-	if b.probe {
-		for range commit.ProbeSQL {
-			if _, err := br.Exec(); err != nil {
-				return fmt.Errorf("postgres: health probe: %w", err)
-			}
-		}
+	if err := b.readProbe(br); err != nil {
+		return err
 	}
 	if err := b.readPrunes(br); err != nil {
 		return err

@@ -198,29 +198,38 @@ func (b *batchHits) refunds(leases bool) refund {
 
 // scanAddHits settles every key of g from its add statement's rows.
 func (b *batchHits) scanAddHits(g *addGroup, rows pgx.Rows) error {
+	seen, err := b.scanAdded(rows)
+	if err != nil {
+		return err
+	}
+	if seen != len(g.keys) {
+		return fmt.Errorf("postgres: add hits: %d of %d keys returned", seen, len(g.keys))
+	}
+	return nil
+}
+
+// scanAdded settles the keys an add statement returned, and says how
+// many: every key of its group, or those that fit (pgAddFittingHits).
+func (b *batchHits) scanAdded(rows pgx.Rows) (seen int, err error) {
 	defer rows.Close()
-	seen := 0
 	for rows.Next() {
 		var key []byte
 		var count, prev, startMS, nowMS int64
 		if err := rows.Scan(&key, &count, &prev, &startMS, &nowMS); err != nil {
-			return fmt.Errorf("postgres: add hits: %w", err)
+			return seen, fmt.Errorf("postgres: add hits: %w", err)
 		}
 		kh := b.byKey[string(key)]
 		if kh == nil || kh.seen {
-			return fmt.Errorf("postgres: add hits: unexpected key %q returned", key)
+			return seen, fmt.Errorf("postgres: add hits: unexpected key %q returned", key)
 		}
 		kh.seen = true
 		kh.settle(count, prev, time.UnixMilli(startMS), time.UnixMilli(nowMS))
 		seen++
 	}
 	if err := rows.Err(); err != nil {
-		return fmt.Errorf("postgres: add hits: %w", err)
+		return seen, fmt.Errorf("postgres: add hits: %w", err)
 	}
-	if seen != len(g.keys) {
-		return fmt.Errorf("postgres: add hits: %d of %d keys returned", seen, len(g.keys))
-	}
-	return nil
+	return seen, nil
 }
 
 // fits reports whether b can take countFitting's one round trip: fixed

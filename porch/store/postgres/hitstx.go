@@ -60,6 +60,16 @@ func (p *Store) hitsExec(ctx context.Context, sql string, args ...any) error {
 	if _, err := br.Exec(); err != nil {
 		return err
 	}
+	if err := readCommit(br); err != nil {
+		return err
+	}
+	return br.Close()
+}
+
+// readCommit reads a pipelined COMMIT's result. COMMIT of an aborted
+// transaction answers ROLLBACK, not an error: that is
+// pgx.ErrTxCommitRollback.
+func readCommit(br pgx.BatchResults) error {
 	tag, err := br.Exec()
 	if err != nil {
 		return err
@@ -67,7 +77,7 @@ func (p *Store) hitsExec(ctx context.Context, sql string, args ...any) error {
 	if tag.String() != "COMMIT" {
 		return pgx.ErrTxCommitRollback
 	}
-	return br.Close()
+	return nil
 }
 
 // readBegin reads the n results queueBegin queued.

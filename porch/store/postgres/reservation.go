@@ -284,11 +284,7 @@ func (r *reservation) Save(ctx context.Context, res driver.Response, ttl time.Du
 		r.endBounded(ctx)
 		return r.p.late(ctx, "save response", fmt.Errorf("postgres: save response: %w", err))
 	}
-	tag, err := br.Exec()
-	if err == nil && tag.String() != "COMMIT" {
-		err = pgx.ErrTxCommitRollback // COMMIT of an aborted transaction answers ROLLBACK
-	}
-	if err != nil {
+	if err := readCommit(br); err != nil {
 		// A deferred constraint fails here, and is the owner's; if the
 		// connection died during COMMIT the outcome is unknown, and the next
 		// owner reads the table and learns it.

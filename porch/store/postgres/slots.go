@@ -100,14 +100,7 @@ func readSlotsTx(br pgx.BatchResults, read func(br pgx.BatchResults) error) erro
 	if err := read(br); err != nil {
 		return err
 	}
-	tag, err := br.Exec()
-	if err != nil {
-		return err
-	}
-	if tag.String() != "COMMIT" {
-		return pgx.ErrTxCommitRollback
-	}
-	return nil
+	return readCommit(br)
 }
 
 // AcquireSlot takes one of limit slots of key for id, leased for lease on
